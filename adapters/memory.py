@@ -1,0 +1,173 @@
+"""A thread-safe in-memory store (`memory://`): for tests, examples and one process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import attrs
+
+from fsm.errors import BadStoreURL, VersionConflict
+from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.records import AuditEntry, Decision, Job
+
+
+class MemoryStore:
+    """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._jobs: dict[str, Job] = {}
+        self._audit: dict[str, list[AuditEntry]] = {}
+        self._keys: dict[str, str] = {}
+
+    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+        with self._lock:
+            out: list[Job] = []
+            for d in decisions:
+                key = d.job.idempotency_key
+                if key is not None and key in self._keys:
+                    out.append(self._jobs[self._keys[key]])
+                    continue
+                self._jobs[d.job.id] = d.job
+                self._audit[d.job.id] = [d.entry] if d.entry is not None else []
+                if key is not None:
+                    self._keys[key] = d.job.id
+                out.append(d.job)
+            return out
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def _write(self, d: Decision) -> Job | VersionConflict:
+        assert d.previous is not None
+        current = self._jobs.get(d.job.id)
+        if current is None or current.version != d.previous.version:
+            return VersionConflict(
+                d.job.id, d.previous.version, None if current is None else current.version
+            )
+        self._jobs[d.job.id] = d.job
+        if d.entry is not None:
+            self._audit[d.job.id].append(d.entry)
+        return d.job
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        with self._lock:
+            if request.ids is not None:
+                pool = [self._jobs[i] for i in request.ids if i in self._jobs]
+            else:
+                pool = list(self._jobs.values())
+            candidates = sorted(
+                (
+                    j
+                    for j in pool
+                    if j.state in request.states
+                    and j.queue in request.queues
+                    and j.run_after <= request.now
+                    and (j.deadline is None or j.deadline > request.now)
+                ),
+                key=lambda j: (j.priority, j.run_after, j.id),
+            )[: request.limit]
+            leased = []
+            for job in candidates:
+                written = self._write(request.decide(job))
+                if isinstance(written, Job):
+                    leased.append(written)
+            return leased
+
+    def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
+        with self._lock:
+            return [self._write(d) for d in decisions]
+
+    def renew(self, request: RenewRequest) -> dict[str, str]:
+        with self._lock:
+            renewed: dict[str, str] = {}
+            for job_id, fence in request.fences.items():
+                job = self._jobs.get(job_id)
+                if (
+                    job is None
+                    or job.fence != fence
+                    or job.owner != request.owner
+                    or job.state not in request.states
+                ):
+                    continue
+                self._jobs[job_id] = attrs.evolve(
+                    job,
+                    lease_until=request.lease_until,
+                    version=job.version + 1,
+                    updated_at=request.now,
+                )
+                renewed[job_id] = job.state
+            return renewed
+
+    def record(self, entries: Sequence[AuditEntry]) -> None:
+        with self._lock:
+            for e in entries:
+                if e.job_id in self._audit:
+                    self._audit[e.job_id].append(e)
+
+    def scan(self, request: ScanRequest) -> list[Job]:
+        with self._lock:
+            out = []
+            for j in self._jobs.values():
+                if j.state not in request.states:
+                    continue
+                if request.lease_expired_at is not None and not (
+                    j.lease_until is not None and j.lease_until <= request.lease_expired_at
+                ):
+                    continue
+                if request.deadline_passed_at is not None and not (
+                    j.deadline is not None and j.deadline <= request.deadline_passed_at
+                ):
+                    continue
+                if request.owner_host is not None and (
+                    j.owner is None or j.owner.host != request.owner_host
+                ):
+                    continue
+                if request.queues is not None and j.queue not in request.queues:
+                    continue
+                if request.kinds is not None and j.kind not in request.kinds:
+                    continue
+                out.append(j)
+                if len(out) >= request.limit:
+                    break
+            return out
+
+    def history(self, job_id: str) -> list[AuditEntry]:
+        with self._lock:
+            return list(self._audit.get(job_id, ()))
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            out: dict[tuple[str, str], int] = {}
+            for j in self._jobs.values():
+                out[(j.queue, j.state)] = out.get((j.queue, j.state), 0) + 1
+            return out
+
+    def prune(self, request: PruneRequest) -> int:
+        with self._lock:
+            doomed = [
+                j.id
+                for j in self._jobs.values()
+                if j.state in request.cutoffs
+                and j.finished_at is not None
+                and j.finished_at < request.cutoffs[j.state]
+            ][: request.limit]
+            for job_id in doomed:
+                job = self._jobs.pop(job_id)
+                self._audit.pop(job_id, None)
+                if job.idempotency_key is not None:
+                    self._keys.pop(job.idempotency_key, None)
+            return len(doomed)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def open_store(url: str) -> MemoryStore:
+    parts = urlsplit(url)
+    if parts.scheme != "memory" or parts.path not in ("", "/") or parts.query:
+        raise BadStoreURL(f"a memory store URL is exactly 'memory://', got {url!r}")
+    return MemoryStore()

@@ -1,0 +1,90 @@
+"""jobfsm: background jobs driven through one declarative, audited state machine."""
+
+from __future__ import annotations
+
+from .clock import FakeClock, SystemClock
+from .core import decide, replay
+from .engine import Engine, KindPolicy, RecoveryReport
+from .errors import (
+    Ambiguous,
+    BadInput,
+    BadStoreURL,
+    HandlerOutcome,
+    IllegalTransition,
+    JobFSMError,
+    JobNotFound,
+    LeaseLost,
+    MissingExtra,
+    OperatorError,
+    PayloadError,
+    Permanent,
+    QueueFull,
+    Retry,
+    SchemaError,
+    SpecError,
+    StoreError,
+    TransientStoreError,
+    UnknownKind,
+    VersionConflict,
+)
+from .observe import CountingMetrics, Metrics
+from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
+from .ports import ClaimRequest, Clock, Delivery, PruneRequest, RenewRequest, ScanRequest, Store
+from .records import AuditEntry, Decision, Job, Owner, new_id
+from .registry import open_store
+from .spec import Lifecycle, check_spec, lifecycle, load_spec
+
+__all__ = [
+    "Ambiguous",
+    "AuditEntry",
+    "Backoff",
+    "BadInput",
+    "BadStoreURL",
+    "ClaimRequest",
+    "Clock",
+    "CountingMetrics",
+    "Decision",
+    "Delivery",
+    "Engine",
+    "FakeClock",
+    "HandlerOutcome",
+    "IllegalTransition",
+    "Job",
+    "JobFSMError",
+    "JobNotFound",
+    "KindPolicy",
+    "LeaseLost",
+    "LeasePolicy",
+    "Lifecycle",
+    "Limits",
+    "Metrics",
+    "MissingExtra",
+    "OperatorError",
+    "Owner",
+    "PayloadError",
+    "Permanent",
+    "Policy",
+    "PruneRequest",
+    "QueueFull",
+    "RecoveryPolicy",
+    "RecoveryReport",
+    "RenewRequest",
+    "Retry",
+    "RetryPolicy",
+    "ScanRequest",
+    "SchemaError",
+    "SpecError",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "TransientStoreError",
+    "UnknownKind",
+    "VersionConflict",
+    "check_spec",
+    "decide",
+    "lifecycle",
+    "load_spec",
+    "new_id",
+    "open_store",
+    "replay",
+]

@@ -1,0 +1,41 @@
+"""The `jobfsm` command line: one module per command group, registered on `cli`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import JobFSMError
+
+
+@click.group()
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """jobfsm: background jobs that survive crashes."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except JobFSMError as err:
+        if debug:
+            raise
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+
+
+# Command modules register themselves on `cli` when imported (keep this list sorted).
+from . import spec_cmd  # noqa: E402, F401

@@ -1,0 +1,202 @@
+"""`decide`: the one pure function that changes a job's state.
+
+decide(job, event, now, policy, **args) -> Decision
+
+It reads the compiled spec, checks the fence of worker reports and the actor of
+operator events, picks the first transition whose guards hold, applies its
+effects and returns the new record with the audit entry that explains it. It
+does no I/O; stores carry decisions out with compare-and-set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .errors import BadInput, IllegalTransition, LeaseLost, OperatorError
+from .policies import Policy
+from .records import AuditEntry, Decision, Job
+from .rules import EFFECTS, GUARDS, Step
+from .spec import Lifecycle, lifecycle
+
+_CREATE_FIELDS = {
+    "id",
+    "kind",
+    "queue",
+    "payload_json",
+    "priority",
+    "run_after",
+    "max_attempts",
+    "max_recoveries",
+    "deadline",
+    "timeout",
+    "retry_safe",
+    "idempotency_key",
+    "correlation_id",
+}
+_REQUIRED_CREATE = ("id", "kind", "payload_json")
+
+
+def _data_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> Decision:
+    missing = [k for k in _REQUIRED_CREATE if not args.get(k)]
+    if missing:
+        raise BadInput(f"submit is missing {', '.join(missing)}")
+    unknown = set(args) - _CREATE_FIELDS
+    if unknown:
+        raise BadInput(f"submit got unknown fields {sorted(unknown)}")
+    data = dict(args)
+    data.setdefault("queue", "default")
+    data.setdefault("run_after", now)
+    data.setdefault("max_attempts", policy.retry.max_attempts)
+    data.setdefault("max_recoveries", policy.recovery.max_recoveries)
+    data.setdefault("correlation_id", data["id"])
+    job = Job(
+        state=lc.create_rule.dest,
+        created_at=now,
+        updated_at=now,
+        version=1,
+        **{k: v for k, v in data.items() if v is not None or k in ("deadline", "timeout")},
+    )
+    entry = AuditEntry(
+        job_id=job.id,
+        version=1,
+        at=now,
+        event=lc.create_rule.event,
+        from_state=None,
+        to_state=job.state,
+        fence=0,
+        attempt=0,
+        correlation_id=job.correlation_id,
+        data_json=_data_json(data),
+    )
+    return Decision(job=job, entry=entry, event=lc.create_rule.event, previous=None)
+
+
+def rejected_entry(job: Job, event: str, now: float, fence: int, error: str) -> AuditEntry:
+    """The audit entry that records a stale report; it changes nothing."""
+    return AuditEntry(
+        job_id=job.id,
+        version=job.version,
+        at=now,
+        event=event,
+        from_state=job.state,
+        to_state=job.state,
+        fence=fence,
+        attempt=job.attempt,
+        error=error,
+        correlation_id=job.correlation_id,
+        outcome="rejected",
+    )
+
+
+def decide(
+    job: Job | None,
+    event: str,
+    now: float,
+    policy: Policy,
+    *,
+    spec: Lifecycle | None = None,
+    **args: Any,
+) -> Decision:
+    """Apply `event` to `job` at time `now`; raise instead of changing anything."""
+    lc = spec or lifecycle()
+    ev = lc.events.get(event)
+    state = job.state if job is not None else None
+    if ev is None:
+        raise IllegalTransition(
+            job.id if job else None, state, event, f"unknown event; known: {sorted(lc.events)}"
+        )
+    if ev.creates:
+        if job is not None:
+            raise IllegalTransition(job.id, state, event, "the job already exists")
+        return _create(now, policy, args, lc)
+    if job is None:
+        raise IllegalTransition(None, None, event, "needs an existing job")
+    if ev.operator:
+        for key in ("actor", "reason"):
+            value = args.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise OperatorError(
+                    f"job {job.id}: operator event {event!r} needs a non-empty {key}"
+                )
+    if ev.fenced:
+        fence = args.get("fence")
+        if isinstance(fence, bool) or not isinstance(fence, int):
+            raise BadInput(f"job {job.id}: worker report {event!r} needs an integer fence")
+        if fence != job.fence:
+            err = LeaseLost(job.id, job.state, event, fence, job.fence)
+            err.entry = rejected_entry(job, event, now, fence, str(err))  # type: ignore[attr-defined]
+            raise err
+    rules = lc.table.get((job.state, event))
+    if not rules:
+        raise IllegalTransition(job.id, job.state, event)
+    step = Step(job, now, policy, args)
+    for rule in rules:
+        if all(GUARDS[g](step) for g in rule.guards):
+            break
+    else:
+        tried = "; ".join(f"to {r.dest!r} needs {' and '.join(r.guards)}" for r in rules)
+        raise IllegalTransition(job.id, job.state, event, f"no guard holds: {tried}")
+
+    for name in rule.effects:
+        EFFECTS[name](step)
+    changes = step.changes
+    changes["state"] = rule.dest
+    changes["version"] = job.version + 1
+    changes["updated_at"] = now
+    new = attrs.evolve(job, **changes)
+    entry = None
+    if ev.audited:
+        entry = AuditEntry(
+            job_id=job.id,
+            version=new.version,
+            at=now,
+            event=event,
+            from_state=job.state,
+            to_state=rule.dest,
+            fence=new.fence,
+            attempt=new.attempt,
+            actor=args.get("actor"),
+            reason=args.get("reason"),
+            error=step.error,
+            correlation_id=job.correlation_id,
+            data_json=_data_json(step.data),
+        )
+    return Decision(job=new, entry=entry, event=event, previous=job)
+
+
+def replay(
+    entries: Iterable[AuditEntry], policy: Policy | None = None, *, spec: Lifecycle | None = None
+) -> Job | None:
+    """Rebuild a job from its audit trail by running every applied entry through `decide`.
+
+    Heartbeats are not audited, so the replayed record matches the stored one in
+    every field but `version`, `updated_at` and `lease_until`, which heartbeats own.
+    """
+    job: Job | None = None
+    pol = policy or Policy()
+    for entry in entries:
+        if entry.outcome != "applied":
+            continue
+        job = decide(job, entry.event, entry.at, pol, spec=spec, **entry.data).job
+    return job
+
+
+#: fields a heartbeat may change without an audit entry
+HEARTBEAT_FIELDS = frozenset({"version", "updated_at", "lease_until"})
+
+
+def same_except_heartbeats(a: Job, b: Job) -> bool:
+    """True when `a` and `b` agree on every field a heartbeat cannot change."""
+    return all(
+        getattr(a, f.name) == getattr(b, f.name)
+        for f in attrs.fields(Job)
+        if f.name not in HEARTBEAT_FIELDS
+    )

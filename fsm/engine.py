@@ -1,0 +1,474 @@
+"""The Engine: submit, report, operate and recover jobs through `decide` and a Store."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from . import jsonio
+from .clock import SystemClock
+from .core import decide
+from .errors import (
+    BadInput,
+    IllegalTransition,
+    JobNotFound,
+    LeaseLost,
+    QueueFull,
+    UnknownKind,
+    VersionConflict,
+)
+from .observe import Metrics, log_transition
+from .policies import Policy
+from .ports import (
+    ClaimRequest,
+    Clock,
+    Delivery,
+    PruneRequest,
+    RenewRequest,
+    ScanRequest,
+    Store,
+)
+from .records import AuditEntry, Decision, Job, Owner, new_id
+from .spec import Lifecycle, lifecycle
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+def check_name(what: str, value: object) -> str:
+    """Kinds, queues and keys: 1-200 characters of letters, digits and `_ . : -`."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise BadInput(
+            f"{what} must be 1-200 characters of letters, digits, '_', '.', ':' or '-'; "
+            f"got {value!r}"
+        )
+    return value
+
+
+@attrs.frozen
+class KindPolicy:
+    """Per-kind defaults applied at submit (each overridable per job)."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    timeout: float | None = None
+    retry_safe: bool = True
+    deadline_after: float | None = None
+
+
+@attrs.frozen
+class RecoveryReport:
+    expired: int = 0
+    deadlines: int = 0
+    to_investigate: int = 0
+    errors: int = 0
+
+
+class Engine:
+    """The jobfsm engine over one store. Thread-safe if the store is."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        policy: Policy | None = None,
+        kinds: Mapping[str, KindPolicy] | None = None,
+        strict_kinds: bool = False,
+        metrics: Metrics | None = None,
+        publisher: Delivery | None = None,
+        spec: Lifecycle | None = None,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.policy = policy or Policy()
+        self.kinds: dict[str, KindPolicy] = dict(kinds or {})
+        self.strict_kinds = strict_kinds
+        self.metrics = metrics
+        self.publisher = publisher
+        self.spec = spec or lifecycle()
+        self._lease_states = self._sources("lease")
+        self._heartbeat_states = self._sources("heartbeat")
+        self._leased_states = self._sources("expire")
+
+    def _sources(self, event: str) -> tuple[str, ...]:
+        return tuple(src for (src, ev) in self.spec.table if ev == event)
+
+    # --- submit ------------------------------------------------------------------
+
+    def register_kind(self, kind: str, policy: KindPolicy | None = None) -> None:
+        self.kinds[check_name("kind", kind)] = policy or KindPolicy()
+
+    def _submit_decision(self, now: float, kind: str, payload: Any, **opts: Any) -> Decision:
+        check_name("kind", kind)
+        kp = self.kinds.get(kind)
+        if kp is None:
+            if self.strict_kinds:
+                raise UnknownKind(kind, list(self.kinds))
+            kp = KindPolicy()
+        unknown = set(opts) - {
+            "queue",
+            "priority",
+            "run_after",
+            "delay",
+            "max_attempts",
+            "deadline",
+            "timeout",
+            "retry_safe",
+            "idempotency_key",
+            "correlation_id",
+        }
+        if unknown:
+            raise BadInput(f"submit got unknown options {sorted(unknown)}")
+        payload_json = jsonio.encode(
+            payload, what=f"payload of {kind!r}", limit=self.policy.limits.max_payload_bytes
+        )
+        queue = check_name("queue", opts.get("queue") or kp.queue)
+        key = opts.get("idempotency_key")
+        if key is not None:
+            check_name("idempotency key", key)
+        run_after = opts.get("run_after")
+        delay = opts.get("delay")
+        if run_after is None:
+            run_after = now + (delay or 0.0)
+        deadline = opts.get("deadline")
+        if deadline is None and kp.deadline_after is not None:
+            deadline = now + kp.deadline_after
+        max_attempts = opts.get("max_attempts") or kp.max_attempts or self.policy.retry.max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise BadInput(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        priority = opts.get("priority")
+        if priority is None:
+            priority = kp.priority
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise BadInput(f"priority must be an integer, got {priority!r}")
+        timeout = opts.get("timeout") or kp.timeout
+        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+            raise BadInput(f"timeout must be a positive number of seconds, got {timeout!r}")
+        retry_safe = opts.get("retry_safe")
+        job_id = new_id(now)
+        return decide(
+            None,
+            "submit",
+            now,
+            self.policy,
+            spec=self.spec,
+            id=job_id,
+            kind=kind,
+            queue=queue,
+            payload_json=payload_json,
+            priority=priority,
+            run_after=float(run_after),
+            max_attempts=max_attempts,
+            max_recoveries=self.policy.recovery.max_recoveries,
+            deadline=None if deadline is None else float(deadline),
+            timeout=None if timeout is None else float(timeout),
+            retry_safe=kp.retry_safe if retry_safe is None else bool(retry_safe),
+            idempotency_key=key,
+            correlation_id=opts.get("correlation_id") or job_id,
+        )
+
+    def submit(self, kind: str, payload: Any = None, **opts: Any) -> Job:
+        """Submit one job; with an idempotency key already used, return that job."""
+        return self.submit_many([(kind, payload, opts)])[0]
+
+    def submit_many(self, items: Iterable[tuple[str, Any, Mapping[str, Any]]]) -> list[Job]:
+        """Submit many jobs in one store transaction; validation happens before any write."""
+        now = self.clock.now()
+        decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
+        self._check_capacity(decisions)
+        jobs = self.store.insert(decisions)
+        fresh = []
+        for decision, job in zip(decisions, jobs, strict=True):
+            if job.id == decision.job.id and decision.entry is not None:
+                self._observe(job, decision.entry)
+                fresh.append(job)
+        if fresh and self.publisher is not None:
+            try:
+                self.publisher.publish(fresh)
+            except Exception:  # the store is the truth; a sweep republishes lost wake-ups
+                log.warning("publishing %d new jobs failed; sweeps will repair", len(fresh))
+        return jobs
+
+    def _check_capacity(self, decisions: Sequence[Decision]) -> None:
+        caps = self.policy.limits.queue_capacity
+        wanted: dict[str, int] = {}
+        for d in decisions:
+            if d.job.queue in caps:
+                wanted[d.job.queue] = wanted.get(d.job.queue, 0) + 1
+        if not wanted:
+            return
+        counts = self.store.counts()
+        for queue, n in wanted.items():
+            waiting = counts.get((queue, "queued"), 0) + counts.get((queue, "retry_wait"), 0)
+            if waiting + n > caps[queue]:
+                raise QueueFull(queue, caps[queue])
+
+    # --- reads -------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        job = self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def history(self, job_id: str) -> list[AuditEntry]:
+        self.get(job_id)
+        return self.store.history(job_id)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        return self.store.counts()
+
+    def scan(self, request: ScanRequest) -> list[Job]:
+        return self.store.scan(request)
+
+    # --- transitions ---------------------------------------------------------------
+
+    def _observe(self, job: Job, entry: AuditEntry) -> None:
+        log_transition(job, entry)
+        if self.metrics is not None:
+            self.metrics.transition(job.kind, entry.event, entry.from_state, entry.to_state)
+
+    def transition(self, job_id: str, event: str, **args: Any) -> Job:
+        """Apply `event` to the job through `decide` and compare-and-set.
+
+        A lost race re-reads and decides again, at most `limits.cas_retries` times.
+        A stale fence raises LeaseLost after recording the rejected report.
+        """
+        tries = self.policy.limits.cas_retries
+        for _ in range(tries):
+            job = self.get(job_id)
+            now = self.clock.now()
+            try:
+                decision = decide(job, event, now, self.policy, spec=self.spec, **args)
+            except LeaseLost as err:
+                entry: AuditEntry = err.entry  # type: ignore[attr-defined]
+                self.store.record([entry])
+                log_transition(job, entry)
+                raise
+            (outcome,) = self.store.apply([decision])
+            if isinstance(outcome, VersionConflict):
+                continue
+            if decision.entry is not None:
+                self._observe(outcome, decision.entry)
+            return outcome
+        raise VersionConflict(job_id, -1, None)
+
+    def start(self, job_id: str, fence: int) -> Job:
+        return self.transition(job_id, "start", fence=fence)
+
+    def heartbeat(self, owner: Owner, fences: Mapping[str, int]) -> dict[str, str]:
+        """Renew every lease in `fences` at once; returns id -> state of those renewed."""
+        if not fences:
+            return {}
+        now = self.clock.now()
+        return self.store.renew(
+            RenewRequest(
+                owner=owner,
+                fences=dict(fences),
+                now=now,
+                lease_until=now + self.policy.lease.ttl,
+                states=self._heartbeat_states,
+            )
+        )
+
+    def succeed(self, job_id: str, fence: int, result: Any = None) -> Job:
+        return self.transition(
+            job_id, "succeed", fence=fence, result_json=self._result_json(job_id, result)
+        )
+
+    def fail(
+        self,
+        job_id: str,
+        fence: int,
+        error: str,
+        *,
+        delay: float | None = None,
+        permanent: bool = False,
+    ) -> Job:
+        return self.transition(
+            job_id, "fail", fence=fence, error=error, delay=delay, permanent=permanent
+        )
+
+    def ambiguous(self, job_id: str, fence: int, error: str) -> Job:
+        return self.transition(job_id, "ambiguous", fence=fence, error=error)
+
+    def release(self, job_id: str, fence: int) -> Job:
+        return self.transition(job_id, "release", fence=fence)
+
+    def cancelled_ack(self, job_id: str, fence: int, result: Any = None) -> Job:
+        return self.transition(
+            job_id, "cancelled_ack", fence=fence, result_json=self._result_json(job_id, result)
+        )
+
+    def _result_json(self, job_id: str, result: Any) -> str:
+        return jsonio.encode(
+            result, what=f"result of job {job_id}", limit=self.policy.limits.max_payload_bytes
+        )
+
+    def claim(
+        self,
+        owner: Owner,
+        queues: Sequence[str] = ("default",),
+        limit: int = 1,
+        ids: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """Lease up to `limit` due jobs (or the given ids) for `owner`."""
+        if limit < 1:
+            return []
+        now = self.clock.now()
+        lease_until = now + self.policy.lease.ttl
+
+        def lease(job: Job) -> Decision:
+            return decide(
+                job,
+                "lease",
+                now,
+                self.policy,
+                spec=self.spec,
+                owner=owner,
+                lease_until=lease_until,
+            )
+
+        jobs = self.store.claim(
+            ClaimRequest(
+                owner=owner,
+                queues=tuple(queues),
+                now=now,
+                limit=limit,
+                lease_until=lease_until,
+                states=self._lease_states,
+                decide=lease,
+                ids=None if ids is None else tuple(ids),
+            )
+        )
+        if self.metrics is not None:
+            for job in jobs:
+                self.metrics.transition(job.kind, "lease", None, job.state)
+        return jobs
+
+    # --- operator events (actor and reason required, audited) ---------------------
+
+    def _operator(
+        self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
+    ) -> Job:
+        """Apply an operator event; repeating one that already took effect is a no-op."""
+        try:
+            return self.transition(job_id, event, **args)
+        except IllegalTransition:
+            job = self.get(job_id)
+            if settled(job):
+                return job
+            raise
+
+    def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
+        return self._operator(
+            job_id,
+            "cancel",
+            lambda j: j.state in ("cancelled", "cancelling"),
+            actor=actor,
+            reason=reason,
+        )
+
+    def requeue(self, job_id: str, *, actor: str, reason: str, attempts: int) -> Job:
+        return self._operator(
+            job_id,
+            "requeue",
+            lambda j: False,
+            actor=actor,
+            reason=reason,
+            attempts=attempts,
+        )
+
+    def resolve(
+        self, job_id: str, *, outcome: str, actor: str, reason: str, result: Any = None
+    ) -> Job:
+        return self._operator(
+            job_id,
+            "resolve",
+            lambda j: j.state == outcome,
+            outcome=outcome,
+            actor=actor,
+            reason=reason,
+            result_json=self._result_json(job_id, result),
+        )
+
+    # --- recovery --------------------------------------------------------------------
+
+    def expire(self, job_id: str, *, verdict: str | None = None, reason: str | None = None) -> Job:
+        """Take a job back from its owner: lease lapsed, or the owner confirmed dead."""
+        args: dict[str, Any] = {}
+        if verdict is not None:
+            args["verdict"] = verdict
+        if reason is not None:
+            args["reason"] = reason
+        return self.transition(job_id, "expire", **args)
+
+    def recover(
+        self,
+        *,
+        judge: Callable[[Owner], tuple[str, str]] | None = None,
+        limit: int = 1000,
+    ) -> RecoveryReport:
+        """One recovery sweep: expire lapsed leases (and confirmed-dead owners if a
+        `judge` returning (verdict, reason) is given) and fail passed deadlines.
+        Every change is a compare-and-set; concurrent sweepers cannot both win.
+        """
+        now = self.clock.now()
+        expired = deadlines = investigate = errors = 0
+        candidates = self.store.scan(
+            ScanRequest(
+                states=self._leased_states,
+                lease_expired_at=None if judge is not None else now,
+                limit=limit,
+            )
+        )
+        verdicts: dict[Owner, tuple[str, str]] = {}
+        for job in candidates:
+            verdict, reason = None, None
+            lapsed = job.lease_until is not None and job.lease_until <= now
+            if not lapsed:
+                if judge is None or job.owner is None:
+                    continue
+                if job.owner not in verdicts:
+                    verdicts[job.owner] = judge(job.owner)
+                verdict, reason = verdicts[job.owner]
+                if verdict != "dead":
+                    continue
+            try:
+                new = self.expire(job.id, verdict=verdict, reason=reason)
+            except (IllegalTransition, VersionConflict, LeaseLost):
+                errors += 1  # someone else moved it first: fine
+                continue
+            expired += 1
+            investigate += new.state == "investigate"
+        active = tuple(s for s in self.spec.states if ("deadline", s) in self.spec.table)
+        for job in self.store.scan(ScanRequest(states=active, deadline_passed_at=now, limit=limit)):
+            try:
+                self.transition(job.id, "deadline")
+                deadlines += 1
+            except (IllegalTransition, VersionConflict):
+                errors += 1
+        return RecoveryReport(expired, deadlines, investigate, errors)
+
+    def prune(self, *, limit: int = 1000, max_batches: int = 1000) -> int:
+        """Delete finished jobs past their retention, in bounded batches."""
+        now = self.clock.now()
+        cutoffs = {
+            state: now - keep
+            for state, keep in self.policy.limits.retention.items()
+            if keep is not None and state in self.spec.terminal
+        }
+        total = 0
+        for _ in range(max_batches):
+            n = self.store.prune(PruneRequest(cutoffs=cutoffs, limit=limit))
+            total += n
+            if n < limit:
+                break
+        return total

@@ -1,0 +1,129 @@
+"""Frozen records: jobs, owners, audit entries and decisions. Changes are `evolve`."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import attrs
+
+from .jsonio import decode
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(now: float | None = None) -> str:
+    """A 26-character, time-sortable id (48-bit milliseconds + 80 random bits)."""
+    ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+@attrs.frozen
+class Owner:
+    """Who holds a lease: host identity, pid and a per-process incarnation."""
+
+    host: str
+    pid: int
+    incarnation: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "incarnation": self.incarnation}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Owner:
+        return cls(
+            host=str(data["host"]), pid=int(data["pid"]), incarnation=str(data["incarnation"])
+        )
+
+    def __str__(self) -> str:
+        return f"{self.host}/pid {self.pid}/{self.incarnation[:8]}"
+
+
+@attrs.frozen
+class Job:
+    """One job. `version` grows on every write; `fence` grows on every lease."""
+
+    id: str
+    kind: str
+    queue: str
+    payload_json: str
+    state: str
+    created_at: float
+    updated_at: float
+    run_after: float
+    priority: int = 0
+    attempt: int = 0
+    max_attempts: int = 10
+    recoveries: int = 0
+    max_recoveries: int = 3
+    deadline: float | None = None
+    timeout: float | None = None
+    retry_safe: bool = True
+    fence: int = 0
+    version: int = 1
+    owner: Owner | None = None
+    lease_until: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    idempotency_key: str | None = None
+    correlation_id: str | None = None
+    last_error: str | None = None
+    result_json: str | None = None
+
+    @property
+    def payload(self) -> Any:
+        return decode(self.payload_json)
+
+    @property
+    def result(self) -> Any:
+        return decode(self.result_json)
+
+
+JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(Job))
+
+
+@attrs.frozen
+class AuditEntry:
+    """One line of a job's audit trail; `outcome` is "applied" or "rejected"."""
+
+    job_id: str
+    version: int
+    at: float
+    event: str
+    from_state: str | None
+    to_state: str
+    fence: int
+    attempt: int
+    actor: str | None = None
+    reason: str | None = None
+    error: str | None = None
+    correlation_id: str | None = None
+    outcome: str = "applied"
+    data_json: str = "{}"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        value = decode(self.data_json)
+        return value if isinstance(value, dict) else {}
+
+
+AUDIT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(AuditEntry))
+
+
+@attrs.frozen
+class Decision:
+    """What `decide` concluded: the new record and the audit entry that explains it.
+
+    `entry` is None only for events the spec marks `audited = false` (heartbeat).
+    """
+
+    job: Job
+    entry: AuditEntry | None
+    event: str
+    previous: Job | None

@@ -1,0 +1,70 @@
+"""Resolve store URLs, executors and deliveries through entry points.
+
+Built-in adapters register in the `jobfsm.stores`, `jobfsm.executors` and
+`jobfsm.deliveries` groups exactly as a third-party package would, so fsm/
+finds them without importing them until one is used.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from .errors import BadStoreURL, MissingExtra
+from .ports import Store
+
+STORE_GROUP = "jobfsm.stores"
+EXECUTOR_GROUP = "jobfsm.executors"
+DELIVERY_GROUP = "jobfsm.deliveries"
+DEFAULT_STORE_URL = "sqlite:///jobfsm.db"
+STORE_ENV = "JOBFSM_STORE"
+
+#: which extra brings the driver a built-in adapter needs
+_EXTRAS = {"postgresql": "postgres", "postgres": "postgres", "rabbitmq": "rabbitmq"}
+
+
+def _entry(group: str, name: str) -> EntryPoint:
+    found = entry_points(group=group)
+    for ep in found:
+        if ep.name == name:
+            return ep
+    known = ", ".join(sorted(ep.name for ep in found)) or "none (is jobfsm installed?)"
+    raise BadStoreURL(f"no {group} adapter named {name!r}; known: {known}")
+
+
+def _load(group: str, name: str) -> Any:
+    ep = _entry(group, name)
+    try:
+        return ep.load()
+    except ModuleNotFoundError as err:
+        extra = _EXTRAS.get(name)
+        if extra is not None:
+            raise MissingExtra(f"the {name!r} adapter ({err.name} is missing)", extra) from err
+        raise
+
+
+def store_url(url: str | None = None) -> str:
+    """The URL to use: the argument, else $JOBFSM_STORE, else the SQLite default."""
+    return url or os.environ.get(STORE_ENV) or DEFAULT_STORE_URL
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store a URL names: memory://, sqlite:///path.db, postgresql://..."""
+    url = store_url(url)
+    if not isinstance(url, str) or "://" not in url:
+        raise BadStoreURL(
+            f"bad store URL {url!r}: expected memory://, sqlite:///path.db or postgresql://..."
+        )
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    factory = _load(STORE_GROUP, scheme)
+    store: Store = factory(url)
+    return store
+
+
+def load_executor(name: str) -> Any:
+    return _load(EXECUTOR_GROUP, name)
+
+
+def load_delivery(name: str) -> Any:
+    return _load(DELIVERY_GROUP, name)

@@ -1,0 +1,243 @@
+"""The guards and effects that specs/job.toml names.
+
+A guard reads the record and the event's arguments; an effect writes a field of
+the new record or a note for its audit entry. Both are pure: all they know is
+the `Step` they are given (record, event arguments, `now`, policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import BadInput, OperatorError
+from .policies import Policy
+from .records import Job, Owner
+
+
+class Step:
+    """Scratch space for one decision: the inputs and the changes being built."""
+
+    __slots__ = ("args", "changes", "data", "error", "job", "now", "policy")
+
+    def __init__(self, job: Job, now: float, policy: Policy, args: dict[str, Any]) -> None:
+        self.job = job
+        self.now = now
+        self.policy = policy
+        self.args = args
+        self.changes: dict[str, Any] = {}
+        #: resolved arguments, recorded in the audit entry so replay is exact.
+        self.data: dict[str, Any] = dict(args)
+        self.error: str | None = None
+
+    def delay(self) -> float:
+        """Seconds until the retry: `Retry(after=)` wins, else the backoff policy."""
+        if "delay" not in self.data or self.data["delay"] is None:
+            backoff = self.policy.retry.backoff
+            self.data["delay"] = backoff.delay(self.job.attempt, self.policy.rng)
+        delay = self.data["delay"]
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise BadInput(f"job {self.job.id}: retry delay must be a non-negative number")
+        return float(delay)
+
+
+Guard = Callable[[Step], bool]
+Effect = Callable[[Step], None]
+
+
+# --- guards --------------------------------------------------------------------
+
+
+def _due(s: Step) -> bool:
+    return s.job.run_after <= s.now
+
+
+def _before_deadline(s: Step) -> bool:
+    return s.job.deadline is None or s.now < s.job.deadline
+
+
+def _attempts_left(s: Step) -> bool:
+    return s.job.attempt < s.job.max_attempts
+
+
+def _retryable(s: Step) -> bool:
+    return not s.args.get("permanent", False)
+
+
+def _retry_before_deadline(s: Step) -> bool:
+    return s.job.deadline is None or s.now + s.delay() < s.job.deadline
+
+
+def _lease_lost(s: Step) -> bool:
+    """The owner is confirmed dead, or its lease has lapsed by the caller's clock."""
+    if s.args.get("verdict") == "dead":
+        return True
+    return s.job.lease_until is not None and s.now >= s.job.lease_until
+
+
+def _retry_safe(s: Step) -> bool:
+    return s.job.retry_safe
+
+
+def _within_recovery_budget(s: Step) -> bool:
+    return s.job.recoveries < s.job.max_recoveries
+
+
+def _deadline_passed(s: Step) -> bool:
+    return s.job.deadline is not None and s.now >= s.job.deadline
+
+
+def _outcome(expected: str) -> Guard:
+    def guard(s: Step) -> bool:
+        outcome = s.args.get("outcome")
+        if outcome not in ("succeeded", "failed"):
+            raise OperatorError(
+                f"job {s.job.id}: resolve needs outcome 'succeeded' or 'failed', got {outcome!r}"
+            )
+        return bool(outcome == expected)
+
+    return guard
+
+
+GUARDS: dict[str, Guard] = {
+    "due": _due,
+    "before_deadline": _before_deadline,
+    "attempts_left": _attempts_left,
+    "retryable": _retryable,
+    "retry_before_deadline": _retry_before_deadline,
+    "lease_lost": _lease_lost,
+    "retry_safe": _retry_safe,
+    "within_recovery_budget": _within_recovery_budget,
+    "deadline_passed": _deadline_passed,
+    "outcome_succeeded": _outcome("succeeded"),
+    "outcome_failed": _outcome("failed"),
+}
+
+
+# --- effects -------------------------------------------------------------------
+
+
+def _bump_fence(s: Step) -> None:
+    s.changes["fence"] = s.job.fence + 1
+
+
+def _owner_arg(s: Step) -> Owner:
+    owner = s.args.get("owner")
+    if isinstance(owner, Owner):
+        s.data["owner"] = owner.to_dict()
+        return owner
+    if isinstance(owner, dict):
+        return Owner.from_dict(owner)
+    raise BadInput(f"job {s.job.id}: lease needs an owner")
+
+
+def _lease_until(s: Step) -> float:
+    until = s.args.get("lease_until")
+    if until is None:
+        until = s.now + s.policy.lease.ttl
+        s.data["lease_until"] = until
+    return float(until)
+
+
+def _take_lease(s: Step) -> None:
+    s.changes["owner"] = _owner_arg(s)
+    s.changes["lease_until"] = _lease_until(s)
+
+
+def _renew_lease(s: Step) -> None:
+    s.changes["lease_until"] = _lease_until(s)
+
+
+def _bump_attempt(s: Step) -> None:
+    s.changes["attempt"] = s.job.attempt + 1
+
+
+def _start_attempt(s: Step) -> None:
+    s.changes["started_at"] = s.now
+
+
+def _store_result(s: Step) -> None:
+    if "result_json" in s.args:
+        s.changes["result_json"] = s.args["result_json"]
+
+
+def _drop_lease(s: Step) -> None:
+    s.changes["owner"] = None
+    s.changes["lease_until"] = None
+
+
+def _finish(s: Step) -> None:
+    s.changes["finished_at"] = s.now
+
+
+def _unfinish(s: Step) -> None:
+    s.changes["finished_at"] = None
+
+
+def _record_error(s: Step) -> None:
+    error = s.args.get("error") or s.args.get("reason")
+    if error is None and "verdict" in s.args:
+        error = f"owner {s.args['verdict']}"
+    if error is None and s.job.lease_until is not None and s.now >= s.job.lease_until:
+        error = "lease expired"
+    s.error = None if error is None else str(error)
+    s.changes["last_error"] = s.error
+
+
+def _deadline_error(s: Step) -> None:
+    s.error = f"deadline passed ({s.job.deadline})"
+    s.changes["last_error"] = s.error
+
+
+def _schedule_retry(s: Step) -> None:
+    s.changes["run_after"] = s.now + s.delay()
+
+
+def _retry_now(s: Step) -> None:
+    s.changes["run_after"] = s.now
+
+
+def _count_recovery(s: Step) -> None:
+    s.changes["recoveries"] = s.job.recoveries + 1
+
+
+def _record_actor(s: Step) -> None:
+    """Actor and reason go on the audit entry (the core checks they are given)."""
+
+
+def _fresh_budget(s: Step) -> None:
+    attempts = s.args.get("attempts")
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise OperatorError(
+            f"job {s.job.id}: requeue needs an explicit fresh attempt budget "
+            f"(attempts >= 1), got {attempts!r}"
+        )
+    recoveries = s.args.get("recoveries")
+    if recoveries is None:
+        recoveries = s.policy.recovery.max_recoveries
+        s.data["recoveries"] = recoveries
+    s.changes["max_attempts"] = s.job.attempt + attempts
+    s.changes["max_recoveries"] = s.job.recoveries + int(recoveries)
+    s.changes["run_after"] = s.now
+    s.changes["last_error"] = None
+
+
+EFFECTS: dict[str, Effect] = {
+    "create": lambda s: None,  # submit builds the record in fsm.core
+    "bump_fence": _bump_fence,
+    "take_lease": _take_lease,
+    "renew_lease": _renew_lease,
+    "bump_attempt": _bump_attempt,
+    "start_attempt": _start_attempt,
+    "store_result": _store_result,
+    "drop_lease": _drop_lease,
+    "finish": _finish,
+    "unfinish": _unfinish,
+    "record_error": _record_error,
+    "deadline_error": _deadline_error,
+    "schedule_retry": _schedule_retry,
+    "retry_now": _retry_now,
+    "count_recovery": _count_recovery,
+    "record_actor": _record_actor,
+    "fresh_budget": _fresh_budget,
+}

@@ -1,0 +1,383 @@
+"""Load, check and compile the declarative lifecycle (specs/job.toml).
+
+The spec is loaded once into one `transitions.Machine(model=None)`; the lookup
+table that `decide` uses is compiled from that machine's events, so the machine
+and the table cannot disagree. No machine is ever built per job.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+from transitions import Machine
+
+from .errors import SpecError
+from .rules import EFFECTS, GUARDS, Step
+
+_STATE_KEYS = {"doc", "terminal", "parked"}
+_EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
+_TRANSITION_KEYS = {"from", "to", "guards", "effects"}
+
+
+@attrs.frozen
+class Rule:
+    """One compiled transition: from `source` on `event` to `dest` if all guards hold."""
+
+    source: str | None
+    event: str
+    dest: str
+    guards: tuple[str, ...]
+    effects: tuple[str, ...]
+
+
+@attrs.frozen
+class EventSpec:
+    name: str
+    doc: str
+    creates: bool
+    fenced: bool
+    operator: bool
+    audited: bool
+
+
+@attrs.frozen
+class Lifecycle:
+    """The compiled spec: states, events and the (state, event) -> rules table."""
+
+    path: str
+    name: str
+    initial: str
+    states: tuple[str, ...]
+    state_docs: Mapping[str, str]
+    terminal: frozenset[str]
+    parked: frozenset[str]
+    events: Mapping[str, EventSpec]
+    table: Mapping[tuple[str, str], tuple[Rule, ...]]
+    create_rule: Rule
+    machine: Any = attrs.field(eq=False, repr=False)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """Every rule, creation first, in spec order."""
+        out = [self.create_rule]
+        for rules in self.table.values():
+            out.extend(rules)
+        return tuple(out)
+
+    def events_from(self, state: str) -> tuple[str, ...]:
+        return tuple(event for (src, event) in self.table if src == state)
+
+    def is_final(self, state: str) -> bool:
+        """Terminal or parked: where every job must end under fair scheduling."""
+        return state in self.terminal or state in self.parked
+
+
+class _GuardCondition:
+    """A `transitions` condition that evaluates a named guard on the Step passed in."""
+
+    def __init__(self, name: str) -> None:
+        self.guard_name = name
+        self.__name__ = name
+
+    def __call__(self, event_data: Any) -> bool:
+        step: Step = event_data.kwargs["step"]
+        return GUARDS[self.guard_name](step)
+
+
+class _EffectCallback:
+    def __init__(self, name: str) -> None:
+        self.effect_name = name
+        self.__name__ = name
+
+    def __call__(self, event_data: Any) -> None:
+        EFFECTS[self.effect_name](event_data.kwargs["step"])
+
+
+def _read(path: str | Path) -> tuple[dict[str, Any], str]:
+    label = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(label, "(file)", f"cannot read: {err.strerror or err}") from err
+    try:
+        return tomllib.loads(text), label
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(label, "(syntax)", str(err)) from err
+
+
+def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
+    """Structural problems of a parsed spec, each naming the offending key."""
+    found: list[SpecError] = []
+
+    def bad(key: str, problem: str) -> None:
+        found.append(SpecError(path, key, problem))
+
+    machine = data.get("machine")
+    states = data.get("states")
+    events = data.get("events")
+    if not isinstance(machine, dict):
+        bad("machine", "missing [machine] table")
+        machine = {}
+    if not isinstance(states, dict) or not states:
+        bad("states", "missing or empty [states] table")
+        states = {}
+    if not isinstance(events, dict) or not events:
+        bad("events", "missing or empty [events] table")
+        events = {}
+    initial = machine.get("initial")
+    if initial not in states:
+        bad("machine.initial", f"{initial!r} is not a declared state")
+    for name, body in states.items():
+        if not isinstance(body, dict):
+            bad(f"states.{name}", "must be a table")
+            continue
+        for key in set(body) - _STATE_KEYS:
+            bad(f"states.{name}.{key}", "unknown key")
+        for flag in ("terminal", "parked"):
+            if not isinstance(body.get(flag, False), bool):
+                bad(f"states.{name}.{flag}", "must be true or false")
+        if body.get("terminal") and body.get("parked"):
+            bad(f"states.{name}", "cannot be both terminal and parked")
+    for name, body in events.items():
+        where = f"events.{name}"
+        if not isinstance(body, dict):
+            bad(where, "must be a table")
+            continue
+        for key in set(body) - _EVENT_KEYS:
+            bad(f"{where}.{key}", "unknown key")
+        for flag in ("creates", "fenced", "operator", "audited"):
+            if not isinstance(body.get(flag, flag == "audited"), bool):
+                bad(f"{where}.{flag}", "must be true or false")
+        rules = body.get("transitions")
+        if not isinstance(rules, list) or not rules:
+            bad(f"{where}.transitions", "needs at least one [[transitions]] entry")
+            continue
+        for i, rule in enumerate(rules):
+            at = f"{where}.transitions[{i}]"
+            if not isinstance(rule, dict):
+                bad(at, "must be a table")
+                continue
+            for key in set(rule) - _TRANSITION_KEYS:
+                bad(f"{at}.{key}", "unknown key")
+            sources = rule.get("from")
+            if not isinstance(sources, list):
+                bad(f"{at}.from", "must be a list of states")
+                sources = []
+            if body.get("creates"):
+                if sources:
+                    bad(f"{at}.from", "a creating event has no source state (from = [])")
+                if rule.get("to") != initial:
+                    bad(f"{at}.to", f"a creating event must lead to the initial state {initial!r}")
+            elif not sources:
+                bad(f"{at}.from", "names no source state")
+            for src in sources:
+                if src not in states:
+                    bad(f"{at}.from", f"unknown state {src!r}")
+            dest = rule.get("to")
+            if dest != "=" and dest not in states:
+                bad(f"{at}.to", f"unknown state {dest!r}")
+            for kind, registry in (("guards", GUARDS), ("effects", EFFECTS)):
+                names = rule.get(kind, [])
+                if not isinstance(names, list):
+                    bad(f"{at}.{kind}", "must be a list of names")
+                    continue
+                for n in names:
+                    if n not in registry:
+                        bad(f"{at}.{kind}", f"unknown {kind[:-1]} {n!r} (not in fsm/rules.py)")
+    creators = [n for n, b in events.items() if isinstance(b, dict) and b.get("creates")]
+    if len(creators) != 1:
+        bad("events", f"exactly one event must have creates = true, found {creators}")
+    return found
+
+
+def _graph_problems(lc: Lifecycle) -> list[SpecError]:
+    """Semantic checks on a compiled lifecycle."""
+    found: list[SpecError] = []
+    for (src, event), rules in lc.table.items():
+        seen: set[tuple[str, ...]] = set()
+        for i, rule in enumerate(rules):
+            key = f"events.{event}.transitions (from {src!r})"
+            if rule.guards in seen:
+                found.append(
+                    SpecError(lc.path, key, f"two transitions with the same guards {rule.guards}")
+                )
+            seen.add(rule.guards)
+            if not rule.guards and i < len(rules) - 1:
+                found.append(
+                    SpecError(
+                        lc.path,
+                        key,
+                        f"unguarded transition to {rule.dest!r} hides the ones after it",
+                    )
+                )
+    edges: dict[str, set[str]] = {s: set() for s in lc.states}
+    for (src, _event), rules in lc.table.items():
+        for rule in rules:
+            edges[src].add(rule.dest)
+    reached = {lc.initial}
+    frontier = [lc.initial]
+    while frontier:
+        for nxt in edges[frontier.pop()]:
+            if nxt not in reached:
+                reached.add(nxt)
+                frontier.append(nxt)
+    for state in lc.states:
+        if state not in reached:
+            found.append(SpecError(lc.path, f"states.{state}", f"unreachable from {lc.initial!r}"))
+    finals = set(lc.terminal | lc.parked)
+    if not lc.terminal:
+        found.append(SpecError(lc.path, "states", "no state is marked terminal"))
+    for state in lc.states:
+        if state in finals:
+            continue
+        seen_states = {state}
+        frontier = [state]
+        ok = False
+        while frontier and not ok:
+            for nxt in edges[frontier.pop()]:
+                if nxt in finals:
+                    ok = True
+                    break
+                if nxt not in seen_states:
+                    seen_states.add(nxt)
+                    frontier.append(nxt)
+        if not ok:
+            found.append(
+                SpecError(lc.path, f"states.{state}", "cannot reach a terminal or parked state")
+            )
+    for state in sorted(lc.terminal):
+        for event in lc.events_from(state):
+            if not lc.events[event].operator:
+                found.append(
+                    SpecError(
+                        lc.path,
+                        f"events.{event}",
+                        f"applies to terminal state {state!r} but is not operator-only",
+                    )
+                )
+    return found
+
+
+def _named(callback: object, attr: str) -> str:
+    name = getattr(callback, attr, None)
+    if not isinstance(name, str):
+        raise TypeError(f"machine callback {callback!r} was not built from the spec")
+    return name
+
+
+def _compile(data: dict[str, Any], path: str) -> Lifecycle:
+    states_data: dict[str, dict[str, Any]] = data["states"]
+    events_data: dict[str, dict[str, Any]] = data["events"]
+    initial: str = data["machine"]["initial"]
+    transitions_list: list[dict[str, Any]] = []
+    event_specs: dict[str, EventSpec] = {}
+    create_rule: Rule | None = None
+    for name, body in events_data.items():
+        event_specs[name] = EventSpec(
+            name=name,
+            doc=str(body.get("doc", "")),
+            creates=bool(body.get("creates", False)),
+            fenced=bool(body.get("fenced", False)),
+            operator=bool(body.get("operator", False)),
+            audited=bool(body.get("audited", True)),
+        )
+        for rule in body["transitions"]:
+            guards = tuple(rule.get("guards", []))
+            effects = tuple(rule.get("effects", []))
+            if body.get("creates"):
+                create_rule = Rule(None, name, rule["to"], guards, effects)
+                continue
+            transitions_list.append(
+                {
+                    "trigger": name,
+                    "source": list(rule["from"]),
+                    "dest": rule["to"],
+                    "conditions": [_GuardCondition(g) for g in guards],
+                    "after": [_EffectCallback(e) for e in effects],
+                }
+            )
+    machine = Machine(
+        model=None,
+        states=list(states_data),
+        transitions=transitions_list,
+        initial=initial,
+        auto_transitions=False,
+        send_event=True,
+        ignore_invalid_triggers=False,
+    )
+    # Compile the lookup table from the machine itself.
+    table: dict[tuple[str, str], list[Rule]] = {}
+    for event_name, event in machine.events.items():
+        for source, trans_list in event.transitions.items():
+            for t in trans_list:
+                table.setdefault((source, event_name), []).append(
+                    Rule(
+                        source=source,
+                        event=event_name,
+                        dest=source if t.dest is None else t.dest,
+                        guards=tuple(_named(c.func, "guard_name") for c in t.conditions),
+                        effects=tuple(_named(cb, "effect_name") for cb in t.after),
+                    )
+                )
+    assert create_rule is not None  # _problems checked there is exactly one
+    return Lifecycle(
+        path=path,
+        name=str(data["machine"].get("name", "job")),
+        initial=initial,
+        states=tuple(states_data),
+        state_docs=MappingProxyType({s: str(b.get("doc", "")) for s, b in states_data.items()}),
+        terminal=frozenset(s for s, b in states_data.items() if b.get("terminal")),
+        parked=frozenset(s for s, b in states_data.items() if b.get("parked")),
+        events=MappingProxyType(event_specs),
+        table=MappingProxyType({k: tuple(v) for k, v in table.items()}),
+        create_rule=create_rule,
+        machine=machine,
+    )
+
+
+def check_spec(path: str | Path) -> tuple[Lifecycle | None, list[SpecError]]:
+    """Every problem of the spec at `path` (empty when it is valid)."""
+    try:
+        data, label = _read(path)
+    except SpecError as err:
+        return None, [err]
+    problems = _problems(data, label)
+    if problems:
+        return None, problems
+    lifecycle = _compile(data, label)
+    problems = _graph_problems(lifecycle)
+    return (None if problems else lifecycle), problems
+
+
+def load_spec(path: str | Path) -> Lifecycle:
+    """Load and validate a spec; raise the first SpecError found."""
+    lifecycle, problems = check_spec(path)
+    if problems:
+        raise problems[0]
+    assert lifecycle is not None
+    return lifecycle
+
+
+def default_spec_path() -> Path:
+    """specs/job.toml: shipped inside the wheel as fsm/specs/, else beside the package."""
+    shipped = resources.files("fsm").joinpath("specs", "job.toml")
+    if shipped.is_file():
+        return Path(str(shipped))
+    return Path(__file__).resolve().parent.parent / "specs" / "job.toml"
+
+
+_DEFAULT: Lifecycle | None = None
+
+
+def lifecycle() -> Lifecycle:
+    """The default lifecycle, loaded once per process."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_spec(default_spec_path())
+    return _DEFAULT

@@ -1,0 +1,35 @@
+"""Hypothesis settings profiles, defined in one place; JOBFSM_PROFILE picks one.
+
+- `dev`: quick local runs.
+- `ci`: the size CI runs (seeded, reproducible, no deadline on slow stores).
+- `thorough`: ten times CI, for users' nightly runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILE_ENV = "JOBFSM_PROFILE"
+
+_COMMON = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "print_blob": True,
+}
+
+settings.register_profile("dev", max_examples=50, stateful_step_count=30, **_COMMON)
+settings.register_profile(
+    "ci", max_examples=200, stateful_step_count=50, derandomize=True, **_COMMON
+)
+settings.register_profile(
+    "thorough", max_examples=2000, stateful_step_count=100, derandomize=False, **_COMMON
+)
+
+
+def load_profile(name: str | None = None) -> str:
+    """Load `name`, else $JOBFSM_PROFILE, else `ci` under CI and `dev` elsewhere."""
+    chosen = name or os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
+    settings.load_profile(chosen)
+    return chosen
