@@ -13,19 +13,15 @@ from hypothesis import HealthCheck, settings
 
 PROFILE_ENV = "JOBFSM_PROFILE"
 
-_COMMON = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "print_blob": True,
-}
+_BASE = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
 
-settings.register_profile("dev", max_examples=50, stateful_step_count=30, **_COMMON)
-settings.register_profile(
-    "ci", max_examples=200, stateful_step_count=50, derandomize=True, **_COMMON
-)
-settings.register_profile(
-    "thorough", max_examples=2000, stateful_step_count=100, derandomize=False, **_COMMON
-)
+settings.register_profile("dev", _BASE, max_examples=50, stateful_step_count=30)
+settings.register_profile("ci", _BASE, max_examples=200, stateful_step_count=50, derandomize=True)
+settings.register_profile("thorough", _BASE, max_examples=2000, stateful_step_count=100)
 
 
 def load_profile(name: str | None = None) -> str:
