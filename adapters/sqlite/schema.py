@@ -1,0 +1,126 @@
+"""The SQLite schema as numbered, idempotent migration steps.
+
+`schema_version` records every step applied. A step is applied once, inside the
+same `BEGIN IMMEDIATE` transaction that records it, so concurrent openers of a
+fresh file cannot both apply it. Steps are never edited once released: a change
+is a new step appended to MIGRATIONS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+#: states a job can be leased from, and states that hold a lease. They appear as
+#: literals in the partial indexes below; queries render the same literal lists
+#: (see `in_list`) so SQLite's planner can prove the index applies.
+CLAIMABLE_STATES = ("queued", "retry_wait")
+LEASED_STATES = ("cancelling", "leased", "running")
+ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
+
+_STATE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def in_list(states: Iterable[str]) -> str:
+    """`('a','b')` for validated state names, sorted, so equal sets render equally."""
+    names = sorted(set(states))
+    for name in names:
+        if not isinstance(name, str) or not _STATE.match(name):
+            raise ValueError(f"not a valid state name: {name!r}")
+    return "(" + ",".join(f"'{n}'" for n in names) + ")"
+
+
+_V1 = [
+    """
+    CREATE TABLE jobs (
+        id              TEXT PRIMARY KEY,
+        kind            TEXT NOT NULL,
+        queue           TEXT NOT NULL,
+        payload_json    TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL,
+        run_after       REAL NOT NULL,
+        priority        INTEGER NOT NULL,
+        attempt         INTEGER NOT NULL,
+        max_attempts    INTEGER NOT NULL,
+        recoveries      INTEGER NOT NULL,
+        max_recoveries  INTEGER NOT NULL,
+        deadline        REAL,
+        timeout         REAL,
+        retry_safe      INTEGER NOT NULL,
+        fence           INTEGER NOT NULL,
+        version         INTEGER NOT NULL,
+        owner           TEXT,
+        lease_until     REAL,
+        started_at      REAL,
+        finished_at     REAL,
+        idempotency_key TEXT,
+        correlation_id  TEXT,
+        last_error      TEXT,
+        result_json     TEXT
+    )
+    """,
+    # Claim: the due jobs of a queue in lease order. Partial, so the (many)
+    # finished jobs never enter the hot index and it stays the size of the backlog.
+    f"""
+    CREATE INDEX jobs_due ON jobs (queue, priority, run_after, id)
+    WHERE state IN {in_list(CLAIMABLE_STATES)}
+    """,
+    # Recovery sweep: held leases by expiry; only jobs that hold a lease.
+    f"""
+    CREATE INDEX jobs_lease ON jobs (lease_until)
+    WHERE state IN {in_list(LEASED_STATES)}
+    """,
+    # Deadline sweep: unfinished jobs that have a deadline.
+    f"""
+    CREATE INDEX jobs_deadline ON jobs (deadline)
+    WHERE deadline IS NOT NULL AND state IN {in_list(ACTIVE_STATES)}
+    """,
+    # Counts, scans by state and the capacity check: (queue, state) covers GROUP BY.
+    "CREATE INDEX jobs_queue_state ON jobs (queue, state)",
+    "CREATE INDEX jobs_state ON jobs (state)",
+    # Retention: finished jobs by state and age (prune walks it oldest first).
+    """
+    CREATE INDEX jobs_finished ON jobs (state, finished_at)
+    WHERE finished_at IS NOT NULL
+    """,
+    # Idempotent submit: one job per key; jobs without a key are not indexed.
+    """
+    CREATE UNIQUE INDEX jobs_idempotency_key ON jobs (idempotency_key)
+    WHERE idempotency_key IS NOT NULL
+    """,
+    # The audit trail: append-only; `seq` gives the order entries were written.
+    """
+    CREATE TABLE job_events (
+        seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id         TEXT NOT NULL,
+        version        INTEGER NOT NULL,
+        at             REAL NOT NULL,
+        event          TEXT NOT NULL,
+        from_state     TEXT,
+        to_state       TEXT NOT NULL,
+        fence          INTEGER NOT NULL,
+        attempt        INTEGER NOT NULL,
+        actor          TEXT,
+        reason         TEXT,
+        error          TEXT,
+        correlation_id TEXT,
+        outcome        TEXT NOT NULL,
+        data_json      TEXT NOT NULL
+    )
+    """,
+    # History of one job in write order, and prune's delete by job id.
+    "CREATE INDEX job_events_job ON job_events (job_id, seq)",
+]
+
+#: (number, statements): applied in order, each exactly once.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)),)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+CREATE_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+)
+"""
