@@ -35,7 +35,20 @@ def main() -> None:
             raise
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as err:  # a driver or OS error no adapter translated: still one line
+        if debug:
+            raise
+        text = " ".join(str(err).split()) or "(no message)"
+        click.echo(f"error: {type(err).__name__}: {text} (--debug shows the traceback)", err=True)
+        sys.exit(1)
 
 
 # Command modules register themselves on `cli` when imported (keep this list sorted).
-from . import spec_cmd  # noqa: E402, F401
+from . import (  # noqa: E402
+    diagram_cmd,  # noqa: F401
+    ops_cmd,  # noqa: F401
+    spec_cmd,  # noqa: F401
+)
