@@ -1,0 +1,757 @@
+"""The store conformance suite: does a Store carry out the core's decisions exactly?
+
+Every built-in store runs it, and so can yours. Subclass one of the suites in a
+pytest test module and say how to make a fresh, empty store::
+
+    from fsm.testing.conformance import (
+        PersistentStoreConformance,
+        SharedStoreConformance,
+        StoreConformance,
+    )
+
+    class TestMyStore(SharedStoreConformance, PersistentStoreConformance):
+        @pytest.fixture(autouse=True)
+        def _url(self, tmp_path):
+            self.url = f"mystore:///{tmp_path}/jobs"
+
+        def make_store(self):       # a fresh, empty store per test
+            return MyStore(self.url)
+
+        def store_url(self):        # what a child process passes to fsm.open_store
+            return self.url
+
+        def reopen_store(self):     # a second handle on the same data
+            return MyStore(self.url)
+
+`StoreConformance` is for every store. It checks that every row of the
+lifecycle table, applied through the Engine on the store, gives exactly the
+record and audit entry the pure core (`fsm.core.decide`) computes;
+compare-and-set (two decisions on one version: exactly one wins); idempotency
+keys under concurrent submits; lease order (priority, run_after, id; not-due
+and past-deadline jobs are never leased); concurrent leasing from threads, where
+no fence is ever given to two owners and every job is leased exactly once;
+renew semantics; expired-lease and deadline scans; prune bounds; audit order and
+replay; stale reports recorded as rejected entries.
+
+`SharedStoreConformance` adds concurrent leasing from several processes that
+open `store_url()` through `fsm.open_store` (so the store must be registered in
+the `jobfsm.stores` entry-point group). `PersistentStoreConformance` adds that a
+committed transition survives closing and reopening the store. A store that is
+neither (like `memory://`) subclasses only `StoreConformance`: a capability a
+store does not have is left out, never skipped.
+
+Sizes are class attributes (`concurrent_jobs`, `concurrent_threads`,
+`concurrent_processes`, `claim_batch`) so the same checks can run bigger. The
+store made by `make_store` is closed after each test. The suite imports neither
+pytest nor any adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ..clock import FakeClock
+from ..core import decide, replay, same_except_heartbeats
+from ..engine import Engine, KindPolicy
+from ..errors import BadInput, LeaseLost, VersionConflict
+from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
+from ..ports import PruneRequest, ScanRequest, Store
+from ..records import Decision, Job, Owner
+from ..registry import open_store
+from ..spec import lifecycle
+
+TTL = 30.0
+MAX_ATTEMPTS = 3
+#: bound on how long a child claimer process may run before the test fails.
+CHILD_TIMEOUT = 120.0
+
+
+def conformance_policy() -> Policy:
+    """Deterministic policy for comparisons: no jitter, small budgets, short retention."""
+    return Policy(
+        retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, backoff=Backoff(base=1.0, jitter=False)),
+        lease=LeasePolicy(ttl=TTL, heartbeat_interval=5.0),
+        limits=Limits(retention={"succeeded": 100.0, "cancelled": 100.0, "failed": None}),
+    )
+
+
+def owner(name: str = "a") -> Owner:
+    return Owner(host=f"host-{name}", pid=1000 + ord(name[0]), incarnation=f"inc-{name}")
+
+
+# --- reaching every state through the engine -----------------------------------
+
+#: how to put a fresh job into each state: the events taken after submit.
+PATHS: dict[str, tuple[str, ...]] = {
+    "queued": (),
+    "leased": ("lease",),
+    "running": ("lease", "start"),
+    "retry_wait": ("lease", "start", "fail"),
+    "cancelling": ("lease", "start", "cancel"),
+    "succeeded": ("lease", "start", "succeed"),
+    "failed": ("lease", "start", "fail_permanent"),
+    "cancelled": ("cancel",),
+    "investigate": ("lease", "start", "ambiguous"),
+}
+
+
+def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
+    """Submit a job and drive it into `state` with ordinary engine calls."""
+    job = engine.submit("conformance", {"n": 1}, **submit)
+    who = owner()
+    for step in PATHS[state]:
+        if step == "lease":
+            (job,) = engine.claim(who, queues=[job.queue], ids=[job.id])
+        elif step == "start":
+            job = engine.start(job.id, job.fence)
+        elif step == "fail":
+            job = engine.fail(job.id, job.fence, "boom", delay=5.0)
+        elif step == "fail_permanent":
+            job = engine.fail(job.id, job.fence, "boom", permanent=True)
+        elif step == "cancel":
+            job = engine.cancel(job.id, actor="tester", reason="conformance")
+        elif step == "succeed":
+            job = engine.succeed(job.id, job.fence, {"ok": True})
+        elif step == "ambiguous":
+            job = engine.ambiguous(job.id, job.fence, "unknown effect")
+    assert job.state == state, f"reaching {state!r} ended in {job.state!r}"
+    return job
+
+
+@attrs.frozen
+class Recipe:
+    """How to take one row (source, event, dest) of the table: setup, wait, arguments."""
+
+    submit: dict[str, Any] = attrs.field(factory=dict)
+    advance: float = 0.0
+    args: Callable[[Job], dict[str, Any]] = lambda job: {}
+
+
+def _fenced(**extra: Any) -> Callable[[Job], dict[str, Any]]:
+    return lambda job: {"fence": job.fence, **extra}
+
+
+_OPERATOR = {"actor": "tester", "reason": "conformance"}
+_LATE = TTL + 1.0
+
+#: one recipe per row of specs/job.toml; a row without a recipe fails the suite.
+RECIPES: dict[tuple[str, str, str], Recipe] = {
+    ("queued", "lease", "leased"): Recipe(),
+    ("retry_wait", "lease", "leased"): Recipe(advance=10.0),
+    ("leased", "start", "running"): Recipe(args=_fenced()),
+    ("leased", "heartbeat", "leased"): Recipe(advance=5.0, args=_fenced()),
+    ("running", "heartbeat", "running"): Recipe(advance=5.0, args=_fenced()),
+    ("cancelling", "heartbeat", "cancelling"): Recipe(advance=5.0, args=_fenced()),
+    ("running", "succeed", "succeeded"): Recipe(args=_fenced(result_json='{"r":1}')),
+    ("cancelling", "succeed", "succeeded"): Recipe(args=_fenced(result_json="2")),
+    ("running", "fail", "retry_wait"): Recipe(args=_fenced(error="boom", delay=None)),
+    ("running", "fail", "failed"): Recipe(args=_fenced(error="boom", permanent=True)),
+    ("running", "ambiguous", "investigate"): Recipe(args=_fenced(error="unknown")),
+    ("leased", "release", "queued"): Recipe(args=_fenced()),
+    ("leased", "expire", "queued"): Recipe(advance=_LATE),
+    ("running", "expire", "retry_wait"): Recipe(advance=_LATE),
+    ("running", "expire", "investigate"): Recipe(
+        submit={"retry_safe": False}, args=lambda job: {"verdict": "dead", "reason": "pid gone"}
+    ),
+    ("cancelling", "expire", "cancelled"): Recipe(advance=_LATE),
+    ("queued", "cancel", "cancelled"): Recipe(args=lambda job: dict(_OPERATOR)),
+    ("retry_wait", "cancel", "cancelled"): Recipe(args=lambda job: dict(_OPERATOR)),
+    ("leased", "cancel", "cancelled"): Recipe(args=lambda job: dict(_OPERATOR)),
+    ("running", "cancel", "cancelling"): Recipe(args=lambda job: dict(_OPERATOR)),
+    ("cancelling", "cancelled_ack", "cancelled"): Recipe(args=_fenced(result_json="null")),
+    **{
+        (state, "deadline", "failed"): Recipe(submit={"delay": 0.0}, advance=1000.0)
+        for state in ("queued", "leased", "running", "retry_wait", "cancelling")
+    },
+    ("failed", "requeue", "queued"): Recipe(args=lambda job: {**_OPERATOR, "attempts": 2}),
+    ("cancelled", "requeue", "queued"): Recipe(args=lambda job: {**_OPERATOR, "attempts": 1}),
+    ("investigate", "requeue", "queued"): Recipe(
+        args=lambda job: {**_OPERATOR, "attempts": 1, "recoveries": 2}
+    ),
+    ("investigate", "resolve", "succeeded"): Recipe(
+        args=lambda job: {**_OPERATOR, "outcome": "succeeded", "result_json": '"done"'}
+    ),
+    ("investigate", "resolve", "failed"): Recipe(
+        args=lambda job: {**_OPERATOR, "outcome": "failed"}
+    ),
+}
+
+
+def table_rows() -> list[tuple[str, str, str]]:
+    """Every (source, event, dest) of the loaded lifecycle, in spec order."""
+    return [
+        (src, event, rule.dest if rule.dest != "=" else src)
+        for (src, event), rules in lifecycle().table.items()
+        for rule in rules
+    ]
+
+
+# --- child claimer (python -m fsm.testing.conformance claim URL NAME BATCH) ----------
+
+
+def _child_claim(url: str, name: str, batch: int) -> None:
+    """Claim until the queue is empty; print one JSON line [[id, fence, owner], ...]."""
+    store = open_store(url)
+    try:
+        engine = Engine(store, policy=conformance_policy())
+        me = Owner(host="conformance", pid=os.getpid(), incarnation=name)
+        got: list[list[Any]] = []
+        empty = 0
+        while empty < 3:  # bounded: three empty claims in a row end the loop
+            jobs = engine.claim(me, limit=batch)
+            empty = 0 if jobs else empty + 1
+            got.extend([j.id, j.fence, str(j.owner)] for j in jobs)
+        print(json.dumps(got))
+    finally:
+        store.close()
+
+
+# --- the suite ----------------------------------------------------------------------
+
+
+class StoreConformance:
+    """Base class of a store's conformance tests; see the module docstring."""
+
+    concurrent_jobs: int = 5000
+    concurrent_threads: int = 8
+    claim_batch: int = 25
+
+    # --- what a subclass provides --------------------------------------------------
+
+    def make_store(self) -> Store:
+        """A fresh, empty store for one test."""
+        raise NotImplementedError("subclass StoreConformance and define make_store()")
+
+    # --- plumbing ------------------------------------------------------------------
+
+    _store: Store | None = None
+    _opened: list[Store]
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._opened = []
+            self._store = self.make_store()
+            self._opened.append(self._store)
+        return self._store
+
+    def teardown_method(self, method: object = None) -> None:
+        for s in getattr(self, "_opened", []):
+            s.close()
+        self._opened = []
+        self._store = None
+
+    def engine(self, store: Store | None = None) -> tuple[Engine, FakeClock]:
+        clock = FakeClock()
+        engine = Engine(
+            store or self.store,
+            clock=clock,
+            policy=conformance_policy(),
+            kinds={"conformance": KindPolicy(), "unsafe": KindPolicy(retry_safe=False)},
+        )
+        return engine, clock
+
+    # --- every row of the lifecycle agrees with the core ---------------------------
+
+    def test_every_row_of_the_lifecycle_table_has_a_recipe(self) -> None:
+        missing = [row for row in table_rows() if row not in RECIPES]
+        assert not missing, f"rows of the lifecycle with no conformance recipe: {missing}"
+
+    def test_every_transition_applied_through_the_engine_equals_the_core_decision(self) -> None:
+        engine, clock = self.engine()
+        checked = 0
+        for source, event, dest in table_rows():
+            recipe = RECIPES[(source, event, dest)]
+            submit = dict(recipe.submit)
+            if event == "deadline":
+                submit["deadline"] = clock.now() + 500.0
+            job = reach(engine, clock, source, **submit)
+            clock.advance(recipe.advance)
+            before = self.store.get(job.id)
+            assert before == job, f"{source}->{event}: the stored job is not what was written"
+            now = clock.now()
+            args = recipe.args(before)
+            if event == "lease":
+                who = owner("b")
+                args = {"owner": who, "lease_until": now + TTL}
+            elif event == "heartbeat":
+                args["lease_until"] = now + TTL
+            expected = decide(before, event, now, engine.policy, **args)
+            if event == "lease":
+                leased = engine.claim(who, ids=[job.id])
+                assert leased == [expected.job], f"{source}->{event}: claim differs from decide"
+            elif event == "heartbeat":
+                renewed = engine.heartbeat(before.owner or owner(), {job.id: before.fence})
+                assert renewed == {job.id: source}
+            else:
+                got = engine.transition(job.id, event, **args)
+                assert got == expected.job, f"{source}-{event}->{dest}: engine returned {got}"
+            after = self.store.get(job.id)
+            assert after == expected.job, (
+                f"{source} -{event}-> {dest}: store has {after}, core decided {expected.job}"
+            )
+            assert after.state == dest
+            history = self.store.history(job.id)
+            if expected.entry is not None:
+                assert history[-1] == expected.entry, f"{source}-{event}->{dest}: audit entry"
+            checked += 1
+        assert checked == len(table_rows()) > 0
+
+    # --- insert, get, idempotency --------------------------------------------------
+
+    def test_insert_is_atomic_and_get_returns_what_was_written(self) -> None:
+        engine, _ = self.engine()
+        jobs = engine.submit_many([("conformance", {"i": i}, {}) for i in range(5)])
+        assert [self.store.get(j.id) for j in jobs] == jobs
+        assert self.store.get("no-such-job") is None
+        assert [e.event for e in self.store.history(jobs[0].id)] == ["submit"]
+
+    def test_a_second_submit_with_the_same_key_returns_the_stored_job(self) -> None:
+        engine, _ = self.engine()
+        first = engine.submit("conformance", {"v": 1}, idempotency_key="key-1")
+        second = engine.submit("conformance", {"v": 2}, idempotency_key="key-1")
+        assert second == first
+        assert sum(self.store.counts().values()) == 1
+        assert len(self.store.history(first.id)) == 1
+
+    def test_concurrent_submits_of_one_key_from_threads_make_one_job(self) -> None:
+        engine, _ = self.engine()
+        results: list[Job] = []
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(self.concurrent_threads)
+
+        def submit(i: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                results.append(engine.submit("conformance", {"i": i}, idempotency_key="once"))
+            except BaseException as err:  # reported below
+                errors.append(err)
+
+        threads = [
+            threading.Thread(target=submit, args=(i,)) for i in range(self.concurrent_threads)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        assert len(results) == self.concurrent_threads
+        assert len({j.id for j in results}) == 1
+        assert sum(self.store.counts().values()) == 1
+
+    # --- compare-and-set -----------------------------------------------------------
+
+    def test_two_decisions_on_one_version_exactly_one_wins(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "queued")
+        cancel = decide(job, "cancel", clock.now(), engine.policy, **_OPERATOR)
+        lease = decide(job, "lease", clock.now(), engine.policy, owner=owner(), lease_until=1e12)
+        first, second = self.store.apply([cancel]), self.store.apply([lease])
+        assert first == [cancel.job]
+        assert isinstance(second[0], VersionConflict)
+        assert self.store.get(job.id) == cancel.job
+        assert [e.event for e in self.store.history(job.id)] == ["submit", "cancel"]
+
+    def test_two_decisions_on_one_version_in_one_call_only_the_first_is_written(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "queued")
+        a = decide(job, "cancel", clock.now(), engine.policy, **_OPERATOR)
+        b = decide(job, "cancel", clock.now(), engine.policy, actor="other", reason="again")
+        out = self.store.apply([a, b])
+        assert out[0] == a.job
+        assert isinstance(out[1], VersionConflict)
+        assert self.store.history(job.id)[-1].actor == "tester"
+
+    def test_concurrent_decisions_from_threads_on_one_version_have_one_winner(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "queued")
+        decisions = [
+            decide(job, "cancel", clock.now(), engine.policy, actor=f"t{i}", reason="race")
+            for i in range(self.concurrent_threads)
+        ]
+        outcomes: list[Job | VersionConflict] = []
+        barrier = threading.Barrier(len(decisions))
+
+        def apply(d: Decision) -> None:
+            barrier.wait(timeout=30)
+            outcomes.extend(self.store.apply([d]))
+
+        threads = [threading.Thread(target=apply, args=(d,)) for d in decisions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        winners = [o for o in outcomes if isinstance(o, Job)]
+        assert len(outcomes) == len(decisions)
+        assert len(winners) == 1
+        assert self.store.get(job.id) == winners[0]
+        assert len(self.store.history(job.id)) == 2
+
+    def test_apply_on_a_deleted_job_is_a_version_conflict(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "cancelled")
+        decision = decide(job, "requeue", clock.now(), engine.policy, attempts=1, **_OPERATOR)
+        clock.advance(1000.0)
+        assert engine.prune() == 1
+        (out,) = self.store.apply([decision])
+        assert isinstance(out, VersionConflict)
+        assert out.actual is None
+        assert self.store.get(job.id) is None
+
+    # --- leasing ---------------------------------------------------------------------
+
+    def test_lease_order_is_priority_then_run_after_then_id(self) -> None:
+        engine, clock = self.engine()
+        now = clock.now()
+        late_high = engine.submit("conformance", 1, priority=-5, run_after=now - 1)
+        early_low = engine.submit("conformance", 2, priority=0, run_after=now - 10)
+        late_low = engine.submit("conformance", 3, priority=0, run_after=now - 5)
+        tie_a = engine.submit("conformance", 4, priority=7, run_after=now - 1)
+        tie_b = engine.submit("conformance", 5, priority=7, run_after=now - 1)
+        ties = sorted([tie_a.id, tie_b.id])
+        order = [j.id for _ in range(5) for j in engine.claim(owner(), limit=1)]
+        assert order == [late_high.id, early_low.id, late_low.id, *ties]
+
+    def test_not_due_and_past_deadline_jobs_are_never_leased(self) -> None:
+        engine, clock = self.engine()
+        now = clock.now()
+        due = engine.submit("conformance", 1)
+        engine.submit("conformance", 2, run_after=now + 60)
+        engine.submit("conformance", 3, deadline=now)
+        engine.submit("conformance", 4, queue="elsewhere")
+        leased = engine.claim(owner(), queues=["default"], limit=10)
+        assert [j.id for j in leased] == [due.id]
+        assert engine.claim(owner(), queues=["default"], limit=10) == []
+
+    def test_a_batch_lease_writes_every_job_and_its_audit_entry(self) -> None:
+        engine, _ = self.engine()
+        jobs = engine.submit_many([("conformance", i, {"priority": i}) for i in range(7)])
+        leased = engine.claim(owner(), limit=5)
+        assert [j.id for j in leased] == [j.id for j in jobs[:5]]
+        for job in leased:
+            assert (job.state, job.fence, job.owner) == ("leased", 1, owner())
+            assert self.store.get(job.id) == job
+            assert [e.event for e in self.store.history(job.id)] == ["submit", "lease"]
+
+    def test_claim_by_ids_leases_exactly_those_that_are_claimable(self) -> None:
+        engine, clock = self.engine()
+        a, b = engine.submit("conformance", 1), engine.submit("conformance", 2)
+        done = reach(engine, clock, "succeeded")
+        leased = engine.claim(owner(), ids=[b.id, done.id, "missing"], limit=10)
+        assert [j.id for j in leased] == [b.id]
+        assert self.store.get(a.id) is not None
+        assert self.store.get(a.id).state == "queued"  # type: ignore[union-attr]
+
+    def _assert_leased_once(self, grants: Sequence[tuple[str, int, str]], ids: set[str]) -> None:
+        by_fence: dict[tuple[str, int], set[str]] = {}
+        for job_id, fence, who in grants:
+            by_fence.setdefault((job_id, fence), set()).add(who)
+        doubled = {k: v for k, v in by_fence.items() if len(v) > 1}
+        assert not doubled, f"one fence given to two owners: {doubled}"
+        assert len(grants) == len(by_fence), "a job was leased twice under one fence"
+        assert {g[0] for g in grants} == ids, "not every job was leased"
+        assert len(grants) == len(ids), "a job was leased more than once"
+        assert {g[1] for g in grants} == {1}
+
+    def test_concurrent_leasing_from_threads_leases_every_job_once(self) -> None:
+        engine, _ = self.engine()
+        jobs = engine.submit_many(
+            [("conformance", i, {}) for i in range(self.concurrent_jobs)]
+        )
+        grants: list[tuple[str, int, str]] = []
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(self.concurrent_threads)
+
+        def work(n: int) -> None:
+            who = owner(f"t{n}")
+            try:
+                barrier.wait(timeout=30)
+                while True:
+                    got = engine.claim(who, limit=self.claim_batch)
+                    if not got:
+                        return
+                    grants.extend((j.id, j.fence, str(j.owner)) for j in got)
+            except BaseException as err:  # reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(self.concurrent_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=CHILD_TIMEOUT)
+        assert not errors, errors[:3]
+        self._assert_leased_once(grants, {j.id for j in jobs})
+        assert self.store.counts() == {("default", "leased"): self.concurrent_jobs}
+
+    # --- renew --------------------------------------------------------------------
+
+    def test_renew_extends_only_leases_whose_owner_fence_and_state_match(self) -> None:
+        engine, clock = self.engine()
+        jobs = engine.submit_many([("conformance", i, {"priority": i}) for i in range(4)])
+        held = engine.claim(owner(), limit=4)
+        assert [j.id for j in held] == [j.id for j in jobs]
+        released = engine.release(held[3].id, held[3].fence)
+        clock.advance(5.0)
+        renewed = engine.heartbeat(
+            owner(),
+            {held[0].id: held[0].fence, held[1].id: held[1].fence + 1, released.id: 1},
+        )
+        stranger = engine.heartbeat(owner("z"), {held[2].id: held[2].fence})
+        assert renewed == {held[0].id: "leased"}
+        assert stranger == {}
+        after = self.store.get(held[0].id)
+        assert after is not None
+        assert after.lease_until == clock.now() + TTL
+        assert after.version == held[0].version + 1
+        assert after.updated_at == clock.now()
+        for job in (held[1], held[2]):
+            assert self.store.get(job.id) == job
+        assert self.store.get(released.id) == released
+        assert len(self.store.history(held[0].id)) == 2  # heartbeats are not audited
+
+    def test_renew_of_a_cancelling_job_reports_the_cancel(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "cancelling")
+        assert engine.heartbeat(owner(), {job.id: job.fence}) == {job.id: "cancelling"}
+
+    # --- scans -----------------------------------------------------------------------
+
+    def test_scan_finds_expired_leases_and_passed_deadlines_only(self) -> None:
+        engine, clock = self.engine()
+        start = clock.now()
+        lapsed = reach(engine, clock, "running")
+        clock.advance(20.0)
+        fresh = reach(engine, clock, "leased", queue="other")
+        queued = engine.submit("conformance", 1, deadline=start + 25.0)
+        later = engine.submit("conformance", 2, deadline=start + 1e6)
+        clock.advance(15.0)  # lapsed expired at start+30; fresh expires at start+50
+        now = clock.now()
+        leased_states = ("leased", "running", "cancelling")
+        expired = self.store.scan(ScanRequest(states=leased_states, lease_expired_at=now))
+        assert [j.id for j in expired] == [lapsed.id]
+        active = ("queued", "leased", "running", "retry_wait", "cancelling")
+        passed = self.store.scan(ScanRequest(states=active, deadline_passed_at=now))
+        assert [j.id for j in passed] == [queued.id]
+        assert later.id not in {j.id for j in passed}
+        by_host = self.store.scan(ScanRequest(states=leased_states, owner_host=owner().host))
+        assert {j.id for j in by_host} == {lapsed.id, fresh.id}
+        assert self.store.scan(ScanRequest(states=leased_states, owner_host="nowhere")) == []
+        other = self.store.scan(ScanRequest(states=leased_states, queues=("other",)))
+        assert [j.id for j in other] == [fresh.id]
+        kinds = self.store.scan(ScanRequest(states=("queued",), kinds=("conformance",)))
+        assert {j.id for j in kinds} == {queued.id, later.id}
+        assert len(self.store.scan(ScanRequest(states=active, limit=1))) == 1
+
+    def test_recover_expires_lapsed_leases_through_the_core(self) -> None:
+        engine, clock = self.engine()
+        running = reach(engine, clock, "running")
+        leased = reach(engine, clock, "leased")
+        clock.advance(_LATE)
+        report = engine.recover()
+        assert report.expired == 2
+        assert self.store.get(running.id).state == "retry_wait"  # type: ignore[union-attr]
+        assert self.store.get(leased.id).state == "queued"  # type: ignore[union-attr]
+
+    # --- prune --------------------------------------------------------------------------
+
+    def test_prune_deletes_only_old_jobs_in_the_given_states_with_their_audit(self) -> None:
+        engine, clock = self.engine()
+        old_done = reach(engine, clock, "succeeded", idempotency_key="old-done")
+        old_cancelled = reach(engine, clock, "cancelled")
+        old_failed = reach(engine, clock, "failed")
+        parked = reach(engine, clock, "investigate")
+        waiting = reach(engine, clock, "queued")
+        running = reach(engine, clock, "running")
+        clock.advance(1000.0)
+        new_done = reach(engine, clock, "succeeded")
+        cutoff = clock.now() - 500.0
+        deleted = self.store.prune(
+            PruneRequest(cutoffs={"succeeded": cutoff, "cancelled": cutoff})
+        )
+        assert deleted == 2
+        for gone in (old_done, old_cancelled):
+            assert self.store.get(gone.id) is None
+            assert self.store.history(gone.id) == []
+        for kept in (old_failed, parked, waiting, running, new_done):
+            assert self.store.get(kept.id) == kept
+        again = engine.submit("conformance", 1, idempotency_key="old-done")
+        assert again.id != old_done.id  # a pruned key is free again
+
+    def test_engine_prune_never_touches_non_terminal_or_investigate_jobs(self) -> None:
+        spec = lifecycle()
+        unfinished = [s for s in spec.states if s not in spec.terminal]
+        engine, clock = self.engine()
+        engine.policy = attrs.evolve(
+            engine.policy, limits=Limits(retention=dict.fromkeys(unfinished, 1.0))
+        )
+        kept = [reach(engine, clock, s) for s in unfinished]
+        clock.advance(10_000.0)
+        assert engine.prune() == 0
+        for job in kept:
+            assert self.store.get(job.id) == job
+
+    def test_prune_deletes_at_most_limit_jobs_per_call(self) -> None:
+        engine, clock = self.engine()
+        for _ in range(5):
+            reach(engine, clock, "succeeded")
+        clock.advance(1000.0)
+        request = PruneRequest(cutoffs={"succeeded": clock.now()}, limit=2)
+        assert [self.store.prune(request) for _ in range(4)] == [2, 2, 1, 0]
+        assert self.store.counts() == {}
+
+    # --- audit, replay, stale reports ---------------------------------------------------
+
+    def test_history_is_in_write_order_and_replays_to_the_stored_job(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "retry_wait")
+        clock.advance(10.0)
+        (job,) = engine.claim(owner("b"), ids=[job.id])
+        job = engine.start(job.id, job.fence)
+        clock.advance(5.0)
+        engine.heartbeat(owner("b"), {job.id: job.fence})
+        clock.advance(_LATE)
+        engine.recover()
+        clock.advance(1.0)
+        (job,) = engine.claim(owner("c"), ids=[job.id])
+        job = engine.start(job.id, job.fence)
+        engine.succeed(job.id, job.fence, {"done": 1})
+        history = self.store.history(job.id)
+        assert [e.event for e in history] == [
+            "submit", "lease", "start", "fail", "lease", "start", "expire",
+            "lease", "start", "succeed",
+        ]  # fmt: skip
+        assert [e.version for e in history] == sorted(e.version for e in history)
+        stored = self.store.get(job.id)
+        rebuilt = replay(history, engine.policy)
+        assert stored is not None
+        assert rebuilt is not None
+        assert same_except_heartbeats(rebuilt, stored)
+
+    def test_a_stale_report_changes_nothing_and_is_recorded_as_rejected(self) -> None:
+        engine, clock = self.engine()
+        first = reach(engine, clock, "leased")
+        clock.advance(_LATE)
+        engine.recover()
+        (second,) = engine.claim(owner("b"), ids=[first.id])
+        try:
+            engine.start(first.id, first.fence)
+        except LeaseLost:
+            pass
+        else:
+            raise AssertionError("a start with a stale fence was accepted")
+        assert self.store.get(first.id) == second
+        last = self.store.history(first.id)[-1]
+        assert (last.event, last.outcome, last.fence) == ("start", "rejected", first.fence)
+        rebuilt = replay(self.store.history(first.id), engine.policy)
+        assert rebuilt is not None
+        assert same_except_heartbeats(rebuilt, second)
+
+    def test_record_for_an_unknown_job_is_ignored(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "queued")
+        entry = attrs.evolve(self.store.history(job.id)[0], job_id="ghost", outcome="rejected")
+        self.store.record([entry])
+        assert self.store.history("ghost") == []
+        assert len(self.store.history(job.id)) == 1
+
+    def test_counts_group_jobs_by_queue_and_state(self) -> None:
+        engine, clock = self.engine()
+        reach(engine, clock, "queued")
+        reach(engine, clock, "queued", queue="q2")
+        reach(engine, clock, "running", queue="q2")
+        assert self.store.counts() == {
+            ("default", "queued"): 1,
+            ("q2", "queued"): 1,
+            ("q2", "running"): 1,
+        }
+
+    def test_bad_input_stores_nothing(self) -> None:
+        engine, _ = self.engine()
+        try:
+            engine.submit_many([("conformance", 1, {}), ("conformance", object(), {})])
+        except BadInput:
+            pass
+        else:
+            raise AssertionError("a payload that is not JSON was accepted")
+        assert self.store.counts() == {}
+
+class SharedStoreConformance(StoreConformance):
+    """For stores that several processes open at once by URL (SQLite, PostgreSQL)."""
+
+    concurrent_processes: int = 4
+
+    def store_url(self) -> str:
+        """The URL a child process passes to `fsm.open_store` to share this test's store."""
+        raise NotImplementedError("define store_url() for the cross-process checks")
+
+    def test_concurrent_leasing_from_processes_leases_every_job_once(self) -> None:
+        url = self.store_url()
+        engine = Engine(self.store, policy=conformance_policy())
+        jobs = engine.submit_many(
+            [("conformance", i, {}) for i in range(self.concurrent_jobs)]
+        )
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "fsm.testing.conformance",
+                    "claim",
+                    url,
+                    f"p{n}",
+                    str(self.claim_batch),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(self.concurrent_processes)
+        ]
+        grants: list[tuple[str, int, str]] = []
+        try:
+            for child in children:
+                out, err = child.communicate(timeout=CHILD_TIMEOUT)
+                assert child.returncode == 0, f"claimer failed: {err[-2000:]}"
+                grants.extend((g[0], g[1], g[2]) for g in json.loads(out))
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+        self._assert_leased_once(grants, {j.id for j in jobs})
+        assert len({g[2] for g in grants}) >= 1
+        assert self.store.counts() == {("default", "leased"): self.concurrent_jobs}
+
+
+class PersistentStoreConformance(StoreConformance):
+    """For stores whose committed data outlives the store object (files, servers)."""
+
+    def reopen_store(self) -> Store:
+        """A new handle on the data of this test's store."""
+        raise NotImplementedError("define reopen_store() for the durability checks")
+
+    def test_a_committed_transition_survives_reopening_the_store(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "succeeded")
+        self.store.close()
+        self._opened.remove(self.store)
+        reopened = self.reopen_store()
+        self._opened.append(reopened)
+        assert reopened.get(job.id) == job
+        assert [e.event for e in reopened.history(job.id)] == [
+            "submit", "lease", "start", "succeed",
+        ]  # fmt: skip
+
+
+if __name__ == "__main__":  # the child claimer of the cross-process lease test
+    if len(sys.argv) != 5 or sys.argv[1] != "claim":
+        sys.exit("usage: python -m fsm.testing.conformance claim URL NAME BATCH")
+    _child_claim(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -1,0 +1,26 @@
+"""The SQLite store passes the store conformance suite on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.sqlite import open_store
+from fsm.ports import Store
+from fsm.testing.conformance import PersistentStoreConformance, SharedStoreConformance
+
+
+class TestSqliteConformance(SharedStoreConformance, PersistentStoreConformance):
+    @pytest.fixture(autouse=True)
+    def _file(self, tmp_path: Path) -> None:
+        self.url = f"sqlite:///{tmp_path / 'jobs.db'}"
+
+    def make_store(self) -> Store:
+        return open_store(self.url)
+
+    def store_url(self) -> str:
+        return self.url
+
+    def reopen_store(self) -> Store:
+        return open_store(self.url)
