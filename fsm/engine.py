@@ -15,6 +15,7 @@ from .core import decide
 from .errors import (
     BadInput,
     IllegalTransition,
+    JobFSMError,
     JobNotFound,
     LeaseLost,
     QueueFull,
@@ -472,3 +473,61 @@ class Engine:
             if n < limit:
                 break
         return total
+
+    # --- batched reports and snapshot expiry (for workers) ----------------------------
+
+    def report_many(
+        self, reports: Sequence[tuple[Job, str, Mapping[str, Any]]]
+    ) -> list[Job | JobFSMError]:
+        """Apply worker reports decided on the records the worker last saw, in one write.
+
+        Each (job, event, args) is decided on `job` as given and written with
+        compare-and-set on its version, all in one `store.apply`. A report whose
+        record moved since (a heartbeat, a cancel, a recovery) falls back to
+        `transition`, which re-reads and decides again. Results are in order: the
+        new record, or the error (LeaseLost, IllegalTransition, ...) for that report.
+        """
+        now = self.clock.now()
+        out: list[Job | JobFSMError | None] = [None] * len(reports)
+        batch: list[int] = []
+        decisions: list[Decision] = []
+        for i, (job, event, args) in enumerate(reports):
+            try:
+                decisions.append(decide(job, event, now, self.policy, spec=self.spec, **args))
+            except JobFSMError:
+                continue  # decided again on the stored record below
+            batch.append(i)
+        if decisions:
+            for i, d, written in zip(batch, decisions, self.store.apply(decisions), strict=True):
+                if isinstance(written, Job):
+                    if d.entry is not None:
+                        self._observe(written, d.entry)
+                    out[i] = written
+        for i, (job, event, args) in enumerate(reports):
+            if out[i] is None:
+                try:
+                    out[i] = self.transition(job.id, event, **args)
+                except JobFSMError as err:
+                    out[i] = err
+        return [r for r in out if r is not None]
+
+    def expire_seen(self, job: Job, *, verdict: str, reason: str) -> Job | None:
+        """Expire the job exactly as it was read, if it has not changed since.
+
+        For a verdict about `job.owner`: the write is a compare-and-set on the
+        version that was judged, so it can never take a lease that a newer owner
+        has since taken. Returns None (nothing written) when the job moved.
+        """
+        now = self.clock.now()
+        try:
+            decision = decide(
+                job, "expire", now, self.policy, spec=self.spec, verdict=verdict, reason=reason
+            )
+        except IllegalTransition:
+            return None
+        (written,) = self.store.apply([decision])
+        if isinstance(written, VersionConflict):
+            return None
+        if decision.entry is not None:
+            self._observe(written, decision.entry)
+        return written

@@ -179,3 +179,107 @@ class Liveness(Protocol):
     def probe(self, owner: Owner) -> str:
         """'dead' if the owner's token is provably free, 'alive' if held, else 'unknown'."""
         ...
+
+
+# --- executors ---------------------------------------------------------------------
+
+
+class ExecutorFull(RuntimeError):
+    """An executor was given an attempt with no free slot (the worker's bug, not the job's)."""
+
+
+#: How an attempt ended. The worker maps each to an engine report (docs/workers.md).
+OUTCOMES = (
+    "succeeded",  # returned; result_json holds the JSON result
+    "retry",  # raised Retry(after=); delay holds `after`
+    "failed",  # raised anything else: retryable
+    "permanent",  # raised Permanent, or a result that is not JSON
+    "ambiguous",  # raised Ambiguous: the outside effect is unknown
+    "cancelled",  # stopped cooperatively after its cancel token was set
+    "timeout",  # ran past its per-attempt timeout and was killed
+    "crashed",  # its process died (signal, os._exit, OOM kill)
+    "killed",  # stopped by the executor on request (hard cancel, lease lost)
+    "abandoned",  # could not be stopped (a thread) and was left to recovery
+)
+
+
+@attrs.frozen
+class Outcome:
+    """How one attempt ended; crosses process boundaries as JSON (`to_json`)."""
+
+    status: str
+    result_json: str | None = None
+    error: str | None = None
+    delay: float | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(attrs.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Outcome:
+        import json
+
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("status") not in OUTCOMES:
+            raise ValueError(f"not an attempt outcome: {text[:200]!r}")
+        return cls(
+            status=str(data["status"]),
+            result_json=data.get("result_json"),
+            error=data.get("error"),
+            delay=data.get("delay"),
+            seconds=float(data.get("seconds") or 0.0),
+        )
+
+
+class CancelToken(Protocol):
+    """A settable flag: `threading.Event` in threads, `multiprocessing.Event` in children."""
+
+    def is_set(self) -> bool: ...
+    def set(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+@attrs.frozen(eq=False)
+class Attempt:
+    """One run of a handler, as handed to an executor.
+
+    `run` runs it in this process (thread executors); `target` names the handler by
+    import path ("module:qualname") for executors that run it in another process,
+    which rebuild the job from `job_json` (never a pickled object).
+    """
+
+    job: Job
+    timeout: float
+    target: str
+    job_json: str
+    run: Callable[[], Outcome] = attrs.field(repr=False)
+    cancelled: CancelToken = attrs.field(repr=False)
+
+
+class Executor(Protocol):
+    """Runs attempts in bounded slots; restartable in place (a new generation).
+
+    `done(attempt, outcome)` is called exactly once per submitted attempt of the
+    current generation, from an executor thread; completions of an older generation
+    are dropped. `cancel(job_id)` forwards the cancel token; `hard=True` stops the
+    attempt now (a process executor kills the child; a thread executor abandons it).
+    """
+
+    def start(self, slots: int) -> None: ...
+
+    @property
+    def free(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def submit(self, attempt: Attempt, done: Callable[[Attempt, Outcome], None]) -> None: ...
+
+    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None: ...
+
+    def restart(self, reason: str) -> None: ...
+
+    def shutdown(self, wait: float) -> None: ...

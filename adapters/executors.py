@@ -1,0 +1,472 @@
+"""Thread and process executors (the `fsm.ports.Executor` port).
+
+Both keep a fixed number of slots (the worker's concurrency), enforce each
+attempt's timeout, forward cancel tokens, and can be restarted in place: a
+restart starts a new generation, and whatever the old generation reports late is
+dropped, because every settlement looks its token up in the current generation.
+
+- ThreadExecutor runs handlers on threads of this process. A thread cannot be
+  killed: at its timeout (or a hard cancel) the attempt's cancel token is set, and
+  if it does not stop within `stop_grace` it is *abandoned*: the worker stops
+  renewing its lease and leaves it to recovery, and its late result is dropped.
+- ProcessExecutor runs each slot in a long-lived child process (spawned, never
+  forked from a threaded parent). Work and results cross the pipe as JSON text:
+  the handler is imported by name in the child, never pickled. A child that dies
+  (signal, `os._exit`, OOM kill) fails its attempt with the reason and is
+  replaced; a timeout or a hard cancel kills the child with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import json
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Any
+
+from fsm.context import run_target
+from fsm.ports import Attempt, ExecutorFull, Outcome
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[Attempt, Outcome], None]
+
+#: How often the watchdog of either executor looks at timeouts.
+TICK = 0.05
+#: Seconds a timed-out or hard-cancelled thread gets to stop before it is abandoned.
+DEFAULT_STOP_GRACE = 1.0
+#: Seconds a process executor waits for a new child to come up.
+SPAWN_TIMEOUT = 30.0
+
+_tokens = itertools.count(1)
+
+
+class _Record:
+    __slots__ = ("attempt", "deadline", "done", "kill", "stop_by", "timed_out")
+
+    def __init__(self, attempt: Attempt, done: Done) -> None:
+        self.attempt = attempt
+        self.done = done
+        self.deadline = time.monotonic() + attempt.timeout
+        self.stop_by: float | None = None  # thread: abandon if still running by then
+        self.timed_out = False
+        self.kill: tuple[str, str] | None = None  # process: (status, reason) of a kill we did
+
+
+class _Slots:
+    """In-flight records by token, for one generation; all access under the lock."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.records: dict[int, _Record] = {}
+        self.by_job: dict[str, int] = {}
+
+    def add(self, record: _Record) -> int:
+        token = next(_tokens)
+        self.records[token] = record
+        self.by_job[record.attempt.job.id] = token
+        return token
+
+    def pop(self, token: int) -> _Record | None:
+        record = self.records.pop(token, None)
+        if record is not None and self.by_job.get(record.attempt.job.id) == token:
+            del self.by_job[record.attempt.job.id]
+        return record
+
+
+def _settle(record: _Record, outcome: Outcome) -> None:
+    try:
+        record.done(record.attempt, outcome)
+    except Exception:
+        log.exception("job %s: outcome callback failed", record.attempt.job.id)
+
+
+# --- threads -----------------------------------------------------------------------------
+
+
+class ThreadExecutor:
+    """Runs attempts on threads; bounded by `slots`; cannot kill, so it abandons."""
+
+    can_kill = False
+
+    def __init__(self, slots: int | None = None, *, stop_grace: float = DEFAULT_STOP_GRACE) -> None:
+        self._lock = threading.Lock()
+        self._slots_n = slots or 1
+        self._gen = _Slots(0)
+        self.stop_grace = stop_grace
+        self._abandoned_alive = 0
+        self._closed = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    def start(self, slots: int) -> None:
+        self._slots_n = slots
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=self._watch, name="jobfsm-thread-watchdog", daemon=True
+            )
+            self._watchdog.start()
+
+    @property
+    def generation(self) -> int:
+        return self._gen.number
+
+    @property
+    def free(self) -> int:
+        """Free slots; abandoned threads beyond one per slot eat into them (a bound)."""
+        with self._lock:
+            excess = max(0, self._abandoned_alive - self._slots_n)
+            return max(0, self._slots_n - len(self._gen.records) - excess)
+
+    def submit(self, attempt: Attempt, done: Done) -> None:
+        if self.free <= 0:
+            raise ExecutorFull(f"no free slot for job {attempt.job.id}")
+        record = _Record(attempt, done)
+        with self._lock:
+            gen = self._gen
+            token = gen.add(record)
+        threading.Thread(
+            target=self._run,
+            args=(gen, token, record),
+            name=f"jobfsm-job-{attempt.job.id}",
+            daemon=True,
+        ).start()
+
+    def _run(self, gen: _Slots, token: int, record: _Record) -> None:
+        try:
+            outcome = record.attempt.run()
+        except BaseException as err:  # run_attempt catches Exception; this is the rest
+            outcome = Outcome(status="failed", error=f"{type(err).__name__}: {err}")
+        with self._lock:
+            live = gen is self._gen and gen.pop(token) is not None
+            if not live and record.stop_by is not None:
+                self._abandoned_alive -= 1
+        if not live:
+            log.info("job %s: late result of an abandoned attempt dropped", record.attempt.job.id)
+            return
+        if record.timed_out:
+            outcome = Outcome(
+                status="timeout",
+                error=f"attempt timed out after {record.attempt.timeout}s; handler stopped",
+                seconds=outcome.seconds,
+            )
+        _settle(record, outcome)
+
+    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None:
+        with self._lock:
+            token = self._gen.by_job.get(job_id)
+            record = None if token is None else self._gen.records.get(token)
+        if record is None:
+            return
+        record.attempt.cancelled.set()
+        if hard:
+            self._abandon(self._gen, token, f"{reason}; a thread cannot be killed")  # type: ignore[arg-type]
+
+    def _abandon(self, gen: _Slots, token: int, why: str) -> None:
+        with self._lock:
+            record = gen.pop(token) if gen is self._gen else None
+            if record is None:
+                return
+            record.stop_by = record.stop_by or time.monotonic()
+            self._abandoned_alive += 1
+        log.warning("job %s: attempt abandoned: %s", record.attempt.job.id, why)
+        _settle(record, Outcome(status="abandoned", error=why))
+
+    def _watch(self) -> None:
+        while not self._closed.wait(TICK):
+            now = time.monotonic()
+            with self._lock:
+                gen = self._gen
+                items = list(gen.records.items())
+            for token, record in items:
+                if record.stop_by is None and now >= record.deadline:
+                    record.timed_out = True
+                    record.stop_by = now + self.stop_grace
+                    record.attempt.cancelled.set()
+                elif record.stop_by is not None and now >= record.stop_by:
+                    self._abandon(
+                        gen,
+                        token,
+                        f"timed out after {record.attempt.timeout}s and did not stop "
+                        f"within {self.stop_grace}s",
+                    )
+
+    def restart(self, reason: str) -> None:
+        """New generation; attempts in flight are abandoned (their threads run on)."""
+        with self._lock:
+            old = self._gen
+            self._gen = _Slots(old.number + 1)
+            records = list(old.records.values())
+            old.records.clear()
+            old.by_job.clear()
+            for record in records:
+                record.stop_by = time.monotonic()
+                self._abandoned_alive += 1
+        for record in records:
+            record.attempt.cancelled.set()
+            _settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
+
+    def shutdown(self, wait: float) -> None:
+        self._closed.set()
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when its parent dies (no orphaned handlers)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent: int) -> None:
+    """A slot's child: run one JSON task at a time until told to stop or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker drains; children follow it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    if os.getppid() != parent:
+        return
+    while True:
+        try:
+            text = conn.recv_bytes().decode("utf-8")
+        except (EOFError, OSError):
+            return
+        task = json.loads(text)
+        if task.get("op") == "stop":
+            return
+        outcome = run_target(task["target"], task["job_json"], cancel)
+        try:
+            conn.send_bytes(outcome.to_json().encode("utf-8"))
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Child:
+    __slots__ = ("cancel", "conn", "process", "token")
+
+    def __init__(self, ctx: SpawnContext) -> None:
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        self.cancel = ctx.Event()
+        self.process: SpawnProcess = ctx.Process(
+            target=_child_main,
+            args=(child_end, self.cancel, os.getpid()),
+            name="jobfsm-child",
+            daemon=True,
+        )
+        self.process.start()
+        child_end.close()
+        self.conn = parent_end
+        self.token: int | None = None
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "child process vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = str(-exitcode)
+        return f"child process killed by signal {name}"
+    return f"child process exited with status {exitcode}"
+
+
+class _ProcGen(_Slots):
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.children: list[_Child] = []
+        self.closed = threading.Event()
+        self.monitor: threading.Thread | None = None
+
+
+class ProcessExecutor:
+    """One long-lived spawned child per slot; kills on timeout; survives dead children."""
+
+    can_kill = True
+
+    def __init__(self, slots: int | None = None) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()
+        self._slots_n = slots or 1
+        self._gen = _ProcGen(0)
+        self._started = False
+
+    def start(self, slots: int) -> None:
+        self._slots_n = slots
+        self._gen = self._new_gen(self._gen.number + (1 if self._started else 0))
+        self._started = True
+
+    def _new_gen(self, number: int) -> _ProcGen:
+        gen = _ProcGen(number)
+        gen.children = [_Child(self._ctx) for _ in range(self._slots_n)]
+        gen.monitor = threading.Thread(
+            target=self._monitor, args=(gen,), name=f"jobfsm-procs-{number}", daemon=True
+        )
+        gen.monitor.start()
+        return gen
+
+    @property
+    def generation(self) -> int:
+        return self._gen.number
+
+    @property
+    def free(self) -> int:
+        with self._lock:
+            gen = self._gen
+            return sum(1 for c in gen.children if c.token is None and c.process.is_alive())
+
+    def children(self) -> list[int]:
+        """Pids of the current generation's children (for tests and operators)."""
+        with self._lock:
+            return [c.process.pid or 0 for c in self._gen.children]
+
+    def submit(self, attempt: Attempt, done: Done) -> None:
+        record = _Record(attempt, done)
+        with self._lock:
+            gen = self._gen
+            child = next(
+                (c for c in gen.children if c.token is None and c.process.is_alive()), None
+            )
+            if child is None:
+                raise ExecutorFull(f"no free child process for job {attempt.job.id}")
+            token = gen.add(record)
+            child.token = token
+            child.cancel.clear()
+        task = json.dumps({"target": attempt.target, "job_json": attempt.job_json})
+        try:
+            child.conn.send_bytes(task.encode("utf-8"))
+        except OSError as err:
+            self._kill(gen, token, "crashed", f"could not hand the job to its child: {err}")
+
+    def _kill(self, gen: _ProcGen, token: int, status: str, reason: str) -> None:
+        with self._lock:
+            record = gen.records.get(token)
+            child = next((c for c in gen.children if c.token == token), None)
+            if record is None or child is None or record.kill is not None:
+                return
+            record.kill = (status, reason)
+        log.warning("job %s: killing its child process: %s", record.attempt.job.id, reason)
+        with contextlib.suppress(Exception):
+            child.process.kill()
+
+    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None:
+        with self._lock:
+            gen = self._gen
+            token = gen.by_job.get(job_id)
+            child = next((c for c in gen.children if token is not None and c.token == token), None)
+        if token is None or child is None:
+            return
+        child.cancel.set()
+        if hard:
+            self._kill(gen, token, "killed", reason)
+
+    def _finish(self, gen: _ProcGen, child: _Child, outcome: Outcome | None) -> None:
+        """Settle the child's attempt (`outcome`, else how the child died)."""
+        with self._lock:
+            token, child.token = child.token, None
+            record = None if token is None else gen.pop(token)
+            current = gen is self._gen
+        if record is None or not current:
+            return
+        if outcome is None:  # no result: we killed it, or it died on its own
+            status, reason = record.kill or ("crashed", _death(child.process.exitcode))
+            outcome = Outcome(status=status, error=reason)
+        _settle(record, outcome)
+
+    def _monitor(self, gen: _ProcGen) -> None:
+        while not gen.closed.is_set():
+            with self._lock:
+                children = list(gen.children)
+            waitables: list[Any] = [c.conn for c in children if c.token is not None]
+            waitables += [c.process.sentinel for c in children]
+            try:
+                ready = set(multiprocessing.connection.wait(waitables, timeout=TICK))
+            except OSError:
+                ready = set()
+            for child in children:
+                if child.conn in ready:
+                    self._read(gen, child)
+            for i, child in enumerate(children):
+                if child.process.sentinel in ready and not gen.closed.is_set():
+                    if child.token is not None and child.conn.poll():
+                        self._read(gen, child)
+                    if child.token is not None:
+                        self._finish(gen, child, None)
+                    child.process.join(timeout=1.0)
+                    with contextlib.suppress(Exception):
+                        child.conn.close()
+                    try:
+                        fresh = _Child(self._ctx)
+                    except Exception:
+                        log.exception("could not start a replacement child process")
+                        gen.closed.wait(1.0)
+                        continue
+                    with self._lock:
+                        gen.children[i] = fresh
+            now = time.monotonic()
+            with self._lock:
+                late = [t for t, r in gen.records.items() if r.kill is None and now >= r.deadline]
+            for token in late:
+                record = gen.records.get(token)
+                if record is not None:
+                    self._kill(
+                        gen,
+                        token,
+                        "timeout",
+                        f"attempt timed out after {record.attempt.timeout}s; child killed",
+                    )
+
+    def _read(self, gen: _ProcGen, child: _Child) -> None:
+        try:
+            text = child.conn.recv_bytes().decode("utf-8")
+        except (EOFError, OSError):
+            return  # the sentinel tells how it died
+        try:
+            outcome = Outcome.from_json(text)
+        except ValueError as err:
+            outcome = Outcome(status="failed", error=f"bad outcome from child: {err}")
+        self._finish(gen, child, outcome)
+
+    def restart(self, reason: str) -> None:
+        """Kill the current children and start a new generation; old results are dropped."""
+        with self._lock:
+            old = self._gen
+            records = list(old.records.values())
+            old.records.clear()
+            old.by_job.clear()
+        old.closed.set()
+        for child in old.children:
+            with contextlib.suppress(Exception):
+                child.process.kill()
+        new = self._new_gen(old.number + 1)
+        with self._lock:
+            self._gen = new
+        for child in old.children:
+            child.process.join(timeout=1.0)
+        for record in records:
+            _settle(record, Outcome(status="killed", error=f"executor restarted: {reason}"))
+
+    def shutdown(self, wait: float) -> None:
+        gen = self._gen
+        gen.closed.set()
+        for child in gen.children:
+            if child.token is None:
+                with contextlib.suppress(Exception):
+                    child.conn.send_bytes(b'{"op":"stop"}')
+        deadline = time.monotonic() + wait
+        for child in gen.children:
+            child.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join(timeout=1.0)
+            with contextlib.suppress(Exception):
+                child.conn.close()

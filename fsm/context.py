@@ -1,0 +1,155 @@
+"""What a handler sees (`Context`) and how its exit becomes an `Outcome`.
+
+The same code runs a handler in a worker thread and in an executor's child
+process, so a handler behaves alike on both executors. In a child, the job is
+rebuilt from JSON and the handler is imported by name: nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from . import jsonio
+from .errors import Ambiguous, HandlerOutcome, PayloadError, Permanent, Retry
+from .ports import CancelToken, Outcome
+from .records import Job, Owner
+
+log = logging.getLogger(__name__)
+
+#: Bound on the error text kept from a handler's exception (with its traceback tail).
+MAX_ERROR_CHARS = 4000
+
+
+class JobCancelled(HandlerOutcome):
+    """Raised by `ctx.check_cancelled()`: the handler stops cooperatively."""
+
+
+class Context:
+    """A handler's view of its attempt.
+
+    - `job`, `payload` (decoded JSON), `attempt`, `fence` (for fencing outside writes)
+    - `cancelled`: set on a cancel request, a lease loss, shutdown or timeout
+    - `lease_lost`: set when this worker no longer owns the job (its result is discarded)
+    - `progress(...)`: the latest progress, kept in memory and logged at DEBUG
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        cancelled: CancelToken,
+        lease_lost: CancelToken | None = None,
+    ) -> None:
+        self.job = job
+        self.payload: Any = job.payload
+        self.attempt = job.attempt
+        self.fence = job.fence
+        self.cancelled = cancelled
+        self.lease_lost: CancelToken = lease_lost if lease_lost is not None else threading.Event()
+        self.last_progress: dict[str, Any] | None = None
+        self.progress_at: float | None = None
+
+    def progress(self, **data: Any) -> None:
+        """Record progress: cheap (no store write); the latest value wins."""
+        self.last_progress = data
+        self.progress_at = time.time()
+        log.debug("job %s progress %s", self.job.id, data)
+
+    def check_cancelled(self) -> None:
+        """Raise JobCancelled if this attempt was asked to stop."""
+        if self.cancelled.is_set():
+            raise JobCancelled(f"job {self.job.id}: stopped after a cancel request")
+
+
+Handler = Callable[[Context], Any]
+
+
+def _error_text(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    tb = "".join(traceback.format_exception(err)[-3:])
+    return (text + "\n" + tb)[:MAX_ERROR_CHARS]
+
+
+def run_attempt(
+    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
+) -> Outcome:
+    """Run `handler(ctx)` and classify how it ended; never raises (but BaseException)."""
+    began = time.monotonic()
+
+    def done(status: str, **kw: Any) -> Outcome:
+        return Outcome(status=status, seconds=time.monotonic() - began, **kw)
+
+    try:
+        result = handler(ctx)
+    except Retry as err:
+        return done("retry", error=f"Retry: {err}", delay=err.after)
+    except Permanent as err:
+        return done("permanent", error=_error_text(err))
+    except Ambiguous as err:
+        return done("ambiguous", error=_error_text(err))
+    except JobCancelled as err:
+        return done("cancelled", error=str(err))
+    except Exception as err:
+        if ctx.cancelled.is_set():
+            return done("cancelled", error=_error_text(err))
+        return done("failed", error=_error_text(err))
+    try:
+        result_json = jsonio.encode(result, what=f"result of job {ctx.job.id}", limit=limit)
+    except PayloadError as err:
+        return done("permanent", error=str(err))
+    return done("succeeded", result_json=result_json)
+
+
+# --- crossing a process boundary as JSON ---------------------------------------------
+
+
+def job_to_json(job: Job) -> str:
+    data = attrs.asdict(job, recurse=False)
+    data["owner"] = job.owner.to_dict() if job.owner is not None else None
+    return json.dumps(data, separators=(",", ":"))
+
+
+def job_from_json(text: str) -> Job:
+    data = json.loads(text)
+    if data.get("owner") is not None:
+        data["owner"] = Owner.from_dict(data["owner"])
+    return Job(**data)
+
+
+def handler_path(fn: Callable[..., Any]) -> str:
+    """ "module:qualname" of a handler, for executors that import it in a child."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def resolve(path: str) -> Handler:
+    """Import a handler by "module:qualname"; a bad path raises Permanent naming it."""
+    module_name, _, qualname = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise Permanent(f"handler {path!r} cannot be imported: {err}") from err
+    # A handler registered with @worker.handler is the plain function; unwrap if wrapped.
+    fn: Handler = getattr(obj, "__jobfsm_handler__", obj)
+    if not callable(fn):
+        raise Permanent(f"handler {path!r} is not callable")
+    return fn
+
+
+def run_target(path: str, job_json: str, cancelled: CancelToken) -> Outcome:
+    """Run a handler named by path on a job given as JSON (in an executor's child)."""
+    job = job_from_json(job_json)
+    try:
+        handler = resolve(path)
+    except Permanent as err:
+        return Outcome(status="permanent", error=str(err))
+    return run_attempt(handler, Context(job, cancelled))

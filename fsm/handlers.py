@@ -1,0 +1,91 @@
+"""Handler registration: a kind, its function and the kind's policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from .context import Handler, handler_path
+from .engine import KindPolicy, check_name
+
+
+@attrs.frozen
+class HandlerSpec:
+    """One registered handler: `target` names it for executors in other processes."""
+
+    kind: str
+    fn: Handler = attrs.field(repr=False)
+    target: str
+    policy: KindPolicy
+
+
+class Handlers(Mapping[str, HandlerSpec]):
+    """A registry of handlers by kind, usable before any engine exists (`--app mod:obj`).
+
+    handlers = Handlers()
+
+    @handlers.handler("email.send", retry_safe=False, timeout=30)
+    def send(ctx): ...
+    """
+
+    def __init__(self, items: Mapping[str, Handler | HandlerSpec] | None = None) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+        for kind, fn in (items or {}).items():
+            if isinstance(fn, HandlerSpec):
+                self._specs[check_name("kind", kind)] = fn
+            else:
+                self.register(kind, fn)
+
+    def register(
+        self,
+        kind: str,
+        fn: Handler,
+        *,
+        retry_safe: bool = True,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        deadline_after: float | None = None,
+    ) -> HandlerSpec:
+        check_name("kind", kind)
+        check_name("queue", queue)
+        if not callable(fn):
+            raise TypeError(f"handler for kind {kind!r} is not callable: {fn!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout for kind {kind!r} must be positive, got {timeout!r}")
+        spec = HandlerSpec(
+            kind=kind,
+            fn=fn,
+            target=handler_path(fn),
+            policy=KindPolicy(
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                retry_safe=retry_safe,
+                deadline_after=deadline_after,
+            ),
+        )
+        self._specs[kind] = spec
+        return spec
+
+    def handler(self, kind: str, **opts: Any) -> Callable[[Handler], Handler]:
+        """Decorator form of `register`; returns the function unchanged."""
+
+        def decorate(fn: Handler) -> Handler:
+            self.register(kind, fn, **opts)
+            return fn
+
+        return decorate
+
+    def __getitem__(self, kind: str) -> HandlerSpec:
+        return self._specs[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
