@@ -48,7 +48,9 @@ def main() -> None:
 
 # Command modules register themselves on `cli` when imported (keep this list sorted).
 from . import (  # noqa: E402
+    demo_cmd,  # noqa: F401
     diagram_cmd,  # noqa: F401
     ops_cmd,  # noqa: F401
     spec_cmd,  # noqa: F401
+    worker_cmd,  # noqa: F401
 )

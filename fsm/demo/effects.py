@@ -1,0 +1,87 @@
+"""A fenced effects ledger: the "outside world" the demo's handlers write to.
+
+One JSON file per job under a directory, changed only under an exclusive file
+lock and replaced atomically (write, fsync, rename), so a `kill -9` mid-write
+leaves the previous version intact. A commit carries the job's fence:
+
+- a fence lower than the highest the ledger has seen for the job is *fenced out*
+  (a stale owner; nothing is written but the rejection);
+- a job whose effect is already committed is *deduplicated* (a rerun after a crash
+  that happened between the effect and the report: the effect is not done again);
+- otherwise the effect is *committed*.
+
+The demo checks afterwards that no job has more than one commit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+COMMITTED = "committed"
+DEDUPLICATED = "deduplicated"
+FENCED_OUT = "fenced_out"
+
+
+class Ledger:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, job_id: str) -> Path:
+        if not job_id.isalnum():
+            raise ValueError(f"not a job id: {job_id!r}")
+        return self.root / f"{job_id}.json"
+
+    @contextmanager
+    def _locked(self, job_id: str) -> Iterator[None]:
+        fd = os.open(self.root / f"{job_id}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self, path: Path) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"max_fence": 0, "commits": [], "deduplicated": [], "fenced_out": []}
+        return data
+
+    def commit(self, job_id: str, fence: int, attempt: int, what: str) -> str:
+        """Do the effect of `job_id` under `fence`; returns what happened (see module doc)."""
+        path = self._file(job_id)
+        with self._locked(job_id):
+            rec = self._read(path)
+            note = {"fence": fence, "attempt": attempt, "pid": os.getpid(), "at": time.time()}
+            if fence < rec["max_fence"]:
+                outcome = FENCED_OUT
+                rec["fenced_out"].append(note)
+            elif rec["commits"]:
+                outcome = DEDUPLICATED
+                rec["deduplicated"].append(note)
+            else:
+                outcome = COMMITTED
+                rec["commits"].append({**note, "what": what})
+            rec["max_fence"] = max(rec["max_fence"], fence)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(rec, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            return outcome
+
+    def committed(self, job_id: str) -> bool:
+        return bool(self._read(self._file(job_id))["commits"])
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        """job id -> its ledger record, for every job that tried an effect."""
+        return {p.stem: self._read(p) for p in sorted(self.root.glob("*.json"))}
