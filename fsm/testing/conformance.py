@@ -139,7 +139,7 @@ def _fenced(**extra: Any) -> Callable[[Job], dict[str, Any]]:
     return lambda job: {"fence": job.fence, **extra}
 
 
-_OPERATOR = {"actor": "tester", "reason": "conformance"}
+_OPERATOR: dict[str, Any] = {"actor": "tester", "reason": "conformance"}
 _LATE = TTL + 1.0
 
 #: one recipe per row of specs/job.toml; a row without a recipe fails the suite.
@@ -463,9 +463,7 @@ class StoreConformance:
 
     def test_concurrent_leasing_from_threads_leases_every_job_once(self) -> None:
         engine, _ = self.engine()
-        jobs = engine.submit_many(
-            [("conformance", i, {}) for i in range(self.concurrent_jobs)]
-        )
+        jobs = engine.submit_many([("conformance", i, {}) for i in range(self.concurrent_jobs)])
         grants: list[tuple[str, int, str]] = []
         errors: list[BaseException] = []
         barrier = threading.Barrier(self.concurrent_threads)
@@ -573,9 +571,7 @@ class StoreConformance:
         clock.advance(1000.0)
         new_done = reach(engine, clock, "succeeded")
         cutoff = clock.now() - 500.0
-        deleted = self.store.prune(
-            PruneRequest(cutoffs={"succeeded": cutoff, "cancelled": cutoff})
-        )
+        deleted = self.store.prune(PruneRequest(cutoffs={"succeeded": cutoff, "cancelled": cutoff}))
         assert deleted == 2
         for gone in (old_done, old_cancelled):
             assert self.store.get(gone.id) is None
@@ -683,6 +679,7 @@ class StoreConformance:
             raise AssertionError("a payload that is not JSON was accepted")
         assert self.store.counts() == {}
 
+
 class SharedStoreConformance(StoreConformance):
     """For stores that several processes open at once by URL (SQLite, PostgreSQL)."""
 
@@ -695,9 +692,7 @@ class SharedStoreConformance(StoreConformance):
     def test_concurrent_leasing_from_processes_leases_every_job_once(self) -> None:
         url = self.store_url()
         engine = Engine(self.store, policy=conformance_policy())
-        jobs = engine.submit_many(
-            [("conformance", i, {}) for i in range(self.concurrent_jobs)]
-        )
+        jobs = engine.submit_many([("conformance", i, {}) for i in range(self.concurrent_jobs)])
         children = [
             subprocess.Popen(
                 [
