@@ -1,0 +1,403 @@
+"""The worker loop on the memory store, with real threads (fsm.worker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from adapters.executors import ThreadExecutor
+from adapters.memory import MemoryStore
+from adapters.polling import PollingDelivery
+from fsm import CountingMetrics, Engine, LeasePolicy, Limits, Policy, RecoveryPolicy
+from fsm.context import Context
+from fsm.errors import Ambiguous, Permanent, Retry, TransientStoreError
+from fsm.owner import Identity
+from fsm.ports import ClaimRequest
+from fsm.records import Job
+from fsm.worker import Worker
+
+
+def _engine(store: Any = None, *, ttl: float = 2.0, hb: float = 0.2, grace: float = 5.0) -> Engine:
+    return Engine(
+        store or MemoryStore(),
+        policy=Policy(
+            lease=LeasePolicy(ttl=ttl, heartbeat_interval=hb),
+            recovery=RecoveryPolicy(sweep_interval=0.2),
+            limits=Limits(shutdown_grace=grace),
+        ),
+        metrics=CountingMetrics(),
+    )
+
+
+def _worker(engine: Engine, **kw: Any) -> Worker:
+    kw.setdefault("poll_interval", 0.05)
+    kw.setdefault("install_signals", False)
+    kw.setdefault("identity", Identity())
+    return Worker(engine, **kw)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def running() -> Iterator[Callable[[Worker], Worker]]:
+    """Start workers on threads; every one is stopped (at once) and joined after the test."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(worker: Worker) -> Worker:
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        assert worker.wait_started(5.0)
+        started.append((worker, t))
+        return worker
+
+    yield start
+    for worker, t in started:
+        worker.stop(now=True)
+        t.join(10.0)
+        assert not t.is_alive(), "worker did not stop"
+
+
+def _state(engine: Engine, job: Job) -> str:
+    return engine.get(job.id).state
+
+
+def test_handler_outcomes_map_to_reports(running: Callable[[Worker], Worker]) -> None:
+    engine = _engine()
+    worker = _worker(engine)
+
+    @worker.handler("ok")
+    def ok(ctx: Context) -> Any:
+        return {"double": ctx.payload * 2, "attempt": ctx.attempt, "fence": ctx.fence}
+
+    @worker.handler("retry", max_attempts=3)
+    def retry(ctx: Context) -> Any:
+        raise Retry(after=3600)
+
+    @worker.handler("boom", max_attempts=1)
+    def boom(ctx: Context) -> Any:
+        raise RuntimeError("kaboom")
+
+    @worker.handler("perm")
+    def perm(ctx: Context) -> Any:
+        raise Permanent("bad address")
+
+    @worker.handler("amb")
+    def amb(ctx: Context) -> Any:
+        raise Ambiguous("charge may have gone through")
+
+    @worker.handler("notjson")
+    def notjson(ctx: Context) -> Any:
+        return {1, 2}
+
+    jobs = {k: engine.submit(k, 21) for k in ("ok", "retry", "boom", "perm", "amb", "notjson")}
+    running(worker)
+
+    final = {"succeeded", "retry_wait", "failed", "investigate"}
+    wait_for(lambda: all(_state(engine, j) in final for j in jobs.values()), what="outcomes")
+    got = {k: engine.get(j.id) for k, j in jobs.items()}
+    assert got["ok"].state == "succeeded"
+    assert got["ok"].result == {"double": 42, "attempt": 1, "fence": 1}
+    assert got["retry"].state == "retry_wait"
+    assert got["retry"].run_after >= time.time() + 3500  # Retry(after=) wins over backoff
+    assert got["boom"].state == "failed"
+    assert "kaboom" in (got["boom"].last_error or "")
+    assert got["perm"].state == "failed"
+    assert got["perm"].attempt == 1  # permanent: no second attempt
+    assert got["amb"].state == "investigate"
+    assert got["notjson"].state == "failed"
+    assert "not JSON" in (got["notjson"].last_error or "")
+    metrics = engine.metrics
+    assert isinstance(metrics, CountingMetrics)
+    assert metrics.attempts[("ok", "succeeded")] == 1
+
+
+def test_an_unknown_kind_fails_at_once_and_permanently(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine()
+    worker = _worker(engine, handlers={"known": lambda ctx: None})
+    job = engine.submit("mystery", {}, max_attempts=10)
+    running(worker)
+
+    wait_for(lambda: _state(engine, job) == "failed", what="unknown kind to fail")
+    failed = engine.get(job.id)
+    assert failed.attempt == 1
+    assert "no handler for kind 'mystery'" in (failed.last_error or "")
+
+
+def test_registering_a_handler_sets_the_kind_defaults_for_submit() -> None:
+    engine = _engine()
+    worker = _worker(engine)
+
+    @worker.handler("email", retry_safe=False, timeout=12, max_attempts=4, queue="mail")
+    def send(ctx: Context) -> None:
+        return None
+
+    job = engine.submit("email", {})
+
+    assert (job.retry_safe, job.timeout, job.max_attempts, job.queue) == (False, 12, 4, "mail")
+
+
+def test_heartbeats_keep_a_job_longer_than_its_lease(running: Callable[[Worker], Worker]) -> None:
+    engine = _engine(ttl=1.0, hb=0.2)
+    release = threading.Event()
+    worker = _worker(engine, handlers={"slow": lambda ctx: release.wait(10)})
+    job = engine.submit("slow")
+    running(worker)
+
+    wait_for(lambda: _state(engine, job) == "running", what="start")
+    time.sleep(2.5)  # 2.5 TTLs: only renewals keep it
+    still = engine.get(job.id)
+    release.set()
+
+    assert still.state == "running"
+    assert still.fence == 1
+    wait_for(lambda: _state(engine, job) == "succeeded", what="success")
+    assert [e.event for e in engine.history(job.id)].count("expire") == 0
+
+
+def test_a_lost_lease_stops_the_handler_and_discards_its_result(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine(ttl=1.0, hb=0.2)
+    seen: dict[str, Any] = {}
+    go_on = threading.Event()
+
+    def handler(ctx: Context) -> str:
+        seen["ctx"] = ctx
+        go_on.wait(10)
+        return "stale"
+
+    worker = _worker(engine, handlers={"k": handler})
+    job = engine.submit("k")
+    running(worker)
+    wait_for(lambda: "ctx" in seen, what="start")
+
+    # Another owner takes over (as recovery would after the lease lapsed).
+    engine.expire(job.id, verdict="dead", reason="test: owner judged dead")
+    thief = Identity().owner
+    (taken,) = engine.claim(thief, limit=1)
+    engine.start(taken.id, taken.fence)
+    wait_for(seen["ctx"].lease_lost.is_set, what="lease loss noticed")
+    go_on.set()
+    time.sleep(0.5)
+
+    ctx = seen["ctx"]
+    assert ctx.cancelled.is_set()
+    now = engine.get(job.id)
+    assert now.state == "running"
+    assert now.owner == thief
+    assert now.result is None
+    assert job.id not in worker.running
+
+
+def test_a_stale_report_is_rejected_audited_and_never_retried(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # Heartbeats too slow to notice the takeover, so the late report reaches the engine.
+    engine = _engine(ttl=30.0, hb=10.0)
+    go_on = threading.Event()
+    started = threading.Event()
+
+    def handler(ctx: Context) -> str:
+        started.set()
+        go_on.wait(10)
+        return "late"
+
+    worker = _worker(engine, handlers={"k": handler})
+    job = engine.submit("k")
+    running(worker)
+    assert started.wait(5)
+
+    engine.expire(job.id, verdict="dead", reason="test")
+    (taken,) = engine.claim(Identity().owner, limit=1)
+    go_on.set()
+
+    wait_for(lambda: job.id not in worker.running, what="report handled")
+    trail = engine.history(job.id)
+    rejected = [e for e in trail if e.outcome == "rejected"]
+    assert [(e.event, e.fence) for e in rejected] == [("succeed", 1)]
+    assert engine.get(job.id).state == "leased"
+    assert engine.get(job.id).fence == taken.fence
+    time.sleep(0.3)
+    assert len([e for e in engine.history(job.id) if e.outcome == "rejected"]) == 1
+
+
+def test_a_cancel_is_seen_at_the_next_heartbeat_and_acknowledged_with_progress(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine(ttl=1.0, hb=0.1)
+
+    def handler(ctx: Context) -> None:
+        for i in range(1000):
+            ctx.progress(done=i)
+            ctx.check_cancelled()
+            time.sleep(0.01)
+
+    worker = _worker(engine, handlers={"long": handler})
+    job = engine.submit("long")
+    running(worker)
+    wait_for(lambda: _state(engine, job) == "running", what="start")
+
+    engine.cancel(job.id, actor="ops", reason="not needed")
+
+    wait_for(lambda: _state(engine, job) == "cancelled", what="cancelled_ack")
+    done = engine.get(job.id)
+    assert [e.event for e in engine.history(job.id)][-2:] == ["cancel", "cancelled_ack"]
+    assert isinstance(done.result, dict)
+    assert 0 < done.result["done"] < 999
+
+
+def test_a_job_its_own_process_no_longer_holds_is_recovered_by_the_sweep() -> None:
+    engine = _engine(ttl=60.0)
+    identity = Identity()
+    worker = _worker(engine, identity=identity)
+    job = engine.submit("k", retry_safe=True)
+    # A claim that committed but whose reply was lost: owned by us, never registered.
+    (leased,) = engine.claim(identity.owner, limit=1)
+    engine.start(leased.id, leased.fence)
+
+    report = worker.sweep()
+
+    recovered = engine.get(job.id)
+    assert report.expired == 1
+    assert recovered.state == "retry_wait"
+    assert recovered.recoveries == 1
+    assert "no longer holds" in (recovered.last_error or "")
+
+
+def test_the_sweep_leaves_jobs_of_live_unknown_owners_to_their_lease() -> None:
+    engine = _engine(ttl=60.0)
+    worker = _worker(engine)
+    job = engine.submit("k")
+    (_leased,) = engine.claim(Identity(host="another-host").owner, limit=1)
+
+    report = worker.sweep()
+
+    assert report.expired == 0
+    assert engine.get(job.id).state == "leased"
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose claims fail while `down` is set (a store outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = threading.Event()
+        self.claims_failed = 0
+
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        if self.down.is_set():
+            self.claims_failed += 1
+            raise TransientStoreError("store unreachable (test)")
+        return super().claim(request)
+
+
+def test_the_worker_is_not_ready_while_the_store_is_down_and_recovers(
+    running: Callable[[Worker], Worker],
+) -> None:
+    store = FlakyStore()
+    engine = _engine(store)
+    worker = _worker(engine, handlers={"k": lambda ctx: "ok"})
+    running(worker)
+    wait_for(lambda: worker.ready, what="ready")
+
+    store.down.set()
+    wait_for(lambda: not worker.ready, what="not ready")
+    failed_before = store.claims_failed
+    time.sleep(0.5)
+    assert store.claims_failed - failed_before < 30  # backed off, not a hot loop
+    job = engine.submit("k")
+    store.down.clear()
+
+    wait_for(lambda: worker.ready, what="ready again")
+    wait_for(lambda: _state(engine, job) == "succeeded", what="job after outage")
+
+
+def test_a_local_submit_wakes_a_polling_worker_at_once(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine()
+    delivery = PollingDelivery(engine.store, poll_interval=30.0)
+    engine.publisher = delivery
+    done = threading.Event()
+    worker = _worker(engine, delivery=delivery, handlers={"k": lambda ctx: done.set()})
+    running(worker)
+    time.sleep(0.2)  # the worker is now in a 30 s poll
+
+    engine.submit("k")
+
+    assert done.wait(2.0)
+
+
+def test_stop_drains_running_jobs_and_leaves_no_lease(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine(grace=10.0)
+    worker = _worker(engine, concurrency=4, handlers={"k": lambda ctx: time.sleep(0.3)})
+    jobs = [engine.submit("k") for _ in range(12)]
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    wait_for(lambda: any(_state(engine, j) == "running" for j in jobs), what="start")
+
+    worker.stop()
+    t.join(10.0)
+
+    states = [_state(engine, j) for j in jobs]
+    assert not t.is_alive()
+    assert set(states) <= {"succeeded", "queued"}
+    assert "succeeded" in states
+    assert all(engine.get(j.id).owner is None for j in jobs)
+
+
+def test_stop_now_hard_cancels_and_leaves_running_jobs_to_recovery() -> None:
+    engine = _engine(ttl=60.0, grace=30.0)
+    identity = Identity()
+    hold = threading.Event()
+    worker = _worker(engine, identity=identity, handlers={"k": lambda ctx: hold.wait(10)})
+    job = engine.submit("k")
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    wait_for(lambda: _state(engine, job) == "running", what="start")
+
+    began = time.monotonic()
+    worker.stop(now=True)
+    t.join(10.0)
+    hold.set()
+
+    assert time.monotonic() - began < 5.0
+    assert engine.get(job.id).state == "running"  # left to recovery, not reported
+    verdict = identity.judge(engine.get(job.id).owner, job.id)
+    assert verdict.dead
+    assert "stopped at once" in verdict.reason
+
+
+def test_thread_executor_abandons_an_attempt_past_its_timeout_to_recovery(
+    running: Callable[[Worker], Worker],
+) -> None:
+    engine = _engine(ttl=60.0)
+    hold = threading.Event()
+    worker = _worker(
+        engine,
+        executor=ThreadExecutor(stop_grace=0.2),
+        handlers={"stuck": lambda ctx: hold.wait(20)},
+    )
+    job = engine.submit("stuck", timeout=0.3, retry_safe=False)
+    running(worker)
+
+    wait_for(lambda: _state(engine, job) == "investigate", what="recovery", timeout=6.0)
+    hold.set()
+    parked = engine.get(job.id)
+    assert "abandoned" in (parked.last_error or "")
+    assert parked.recoveries == 1
