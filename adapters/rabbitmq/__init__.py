@@ -1,0 +1,25 @@
+"""RabbitMQ delivery (pika): wake-ups through the broker, the store as the truth.
+
+Entry point `rabbitmq = "adapters.rabbitmq:RabbitDelivery"`. See docs/rabbitmq.md.
+"""
+
+from __future__ import annotations
+
+from .classify import Verdict, classify
+from .config import RabbitConfig
+from .consumer import Token
+from .delivery import RabbitDelivery
+from .errors import DeliveryFailed, PublishFailed
+from .messages import REASON_HEADER, PoisonMessage
+
+__all__ = [
+    "REASON_HEADER",
+    "DeliveryFailed",
+    "PoisonMessage",
+    "PublishFailed",
+    "RabbitConfig",
+    "RabbitDelivery",
+    "Token",
+    "Verdict",
+    "classify",
+]

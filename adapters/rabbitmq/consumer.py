@@ -1,0 +1,338 @@
+"""The consumer: one I/O thread owns the connection; other threads reach it through
+`add_callback_threadsafe`. It buffers deliveries, acks settled ones, dead-letters
+poison, detects closures while idle, and recovers within a budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from . import topology
+from ._pika import pika, pika_errors
+from .classify import ConsumerCancelled, ConsumptionEnded, Verdict, classify
+from .config import RabbitConfig
+from .errors import DeliveryFailed
+from .messages import QUEUE_HEADER, REASON_HEADER
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Token:
+    """A delivery tag and the channel generation it belongs to."""
+
+    generation: int
+    tag: int
+    queue: str
+
+
+@attrs.frozen
+class Delivered:
+    token: Token
+    body: bytes
+    received: float  # monotonic seconds
+
+
+class Consumer:
+    """Consumes the work queues of one worker on a dedicated I/O thread."""
+
+    def __init__(self, config: RabbitConfig) -> None:
+        self._config = config
+        self._cond = threading.Condition()
+        self._inbox: deque[Delivered] = deque()
+        self._ops: deque[Callable[[], None]] = deque()
+        self._wake_pending = False
+        self._queues: tuple[str, ...] = ()
+        self._prefetch = config.prefetch
+        self._generation = 0
+        self._conn: Any = None
+        self._channel: Any = None
+        self._subscribed = False
+        self._tag_queues: dict[str, str] = {}
+        self._cancelled: list[str] = []
+        self._stop = threading.Event()
+        self._ready = False
+        self._failure: DeliveryFailed | None = None
+        self._settled_first = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: counters for operators and tests: recoveries, stale_tags, acked, returned, ...
+        self.stats: Counter[str] = Counter()
+
+    # --- called from any thread --------------------------------------------------------
+
+    def start(self, queues: tuple[str, ...]) -> None:
+        """Connect and declare on the I/O thread; raise at once if that is unrecoverable."""
+        if self._thread is not None:
+            raise RuntimeError("the RabbitMQ consumer is already started")
+        self._queues = queues
+        self._thread = threading.Thread(target=self._run, name="jobfsm-rabbitmq-io", daemon=True)
+        self._thread.start()
+        # The first outcome comes within one bounded connect (socket + stack timeouts).
+        self._settled_first.wait(self._config.connect_timeout * 4 + 5)
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self._failure is None
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def failure(self) -> DeliveryFailed | None:
+        return self._failure
+
+    def want_prefetch(self, capacity: int) -> None:
+        """Learn the prefetch from the first poll (the executor's free slots)."""
+        if self._prefetch is None and capacity > 0:
+            self._prefetch = capacity
+            self._wake()
+
+    def take(self, capacity: int, timeout: float) -> list[Delivered]:
+        """At most `capacity` buffered deliveries, waiting at most `timeout` seconds."""
+        with self._cond:
+            if not self._inbox and timeout > 0:
+                self._cond.wait_for(
+                    lambda: bool(self._inbox) or self._failure is not None or self._stop.is_set(),
+                    timeout,
+                )
+            out: list[Delivered] = []
+            while self._inbox and len(out) < capacity:
+                out.append(self._inbox.popleft())
+            return out
+
+    def ack(self, token: Token) -> None:
+        self._submit(lambda: self._ack(token))
+
+    def dead_letter(self, token: Token, body: bytes, reason: str) -> None:
+        self._submit(lambda: self._dead_letter(token, body, reason))
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _submit(self, op: Callable[[], None]) -> None:
+        with self._cond:
+            self._ops.append(op)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self._wake()
+
+    def _wake(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.add_callback_threadsafe(self._drain)
+        except Exception:  # closed connection: the I/O loop drains on its next turn
+            log.debug("wake-up of the RabbitMQ I/O thread skipped: connection closed")
+
+    # --- the I/O thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        used = 0  # recovery attempts used since every subscription was last restored
+        recovering = False
+        while not self._stop.is_set():
+            try:
+                self._open()
+                if recovering:
+                    self.stats["recoveries"] += 1
+                    log.warning("RabbitMQ consumer recovered (generation %d)", self._generation)
+                used, recovering = 0, False
+                self._settled_first.set()
+                self._serve()
+            except Exception as err:
+                self._ready = False
+                self._drop_session()
+                if self._stop.is_set():
+                    break
+                verdict = classify(err)
+                self._log_failure(verdict)
+                if not verdict.recoverable:
+                    self._fail(f"unrecoverable RabbitMQ failure ({verdict.kind}): {verdict.detail}")
+                    break
+                if used >= self._config.recovery_attempts:
+                    self._fail(
+                        f"RabbitMQ recovery budget spent: {self._config.recovery_attempts} "
+                        f"attempts, {self._config.recovery_interval:g} s apart; last failure "
+                        f"({verdict.kind}): {verdict.detail}"
+                    )
+                    break
+                recovering = True
+                self._settled_first.set()  # start() returns; ready stays false meanwhile
+                if used > 0 and self._stop.wait(self._config.recovery_interval):
+                    break  # close() interrupts the wait
+                used += 1
+                self.stats["recovery_attempts"] += 1
+        self._ready = False
+        self._drop_session()
+        self._settled_first.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _log_failure(self, verdict: Verdict) -> None:
+        self.stats[f"failure:{verdict.kind}"] += 1
+        queues = [self._config.queue_name(q) for q in self._queues]
+        if verdict.kind == "ack-timeout":
+            log.error(
+                "RabbitMQ closed the consumer channel: ACK timeout (a delivery stayed unacked "
+                "past the broker's consumer_timeout) on queues %s: %s",
+                queues,
+                verdict.detail,
+            )
+        else:
+            level = logging.WARNING if verdict.recoverable else logging.ERROR
+            log.log(level, "RabbitMQ consumer on %s: %s: %s", queues, verdict.kind, verdict.detail)
+
+    def _fail(self, message: str) -> None:
+        self._failure = DeliveryFailed(message)
+        log.error("%s", message)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _open(self) -> None:
+        self._conn = pika.BlockingConnection(topology.parameters(self._config))
+        channel = self._conn.channel()
+        channel.confirm_delivery()  # dead-letter republishes are confirmed before the ack
+        channel.add_on_cancel_callback(self._on_cancel)
+        topology.declare_dead_letters(channel, self._config)
+        topology.declare_queues(channel, self._config, self._queues)
+        with self._cond:
+            dropped = len(self._inbox)
+            self._inbox.clear()  # the broker redelivers what the old channel held
+        if dropped:
+            log.info("dropped %d buffered deliveries of the old channel", dropped)
+        self._generation += 1
+        self._channel = channel
+        self._subscribed = False
+        self._cancelled = []
+        self._tag_queues = {}
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        if self._subscribed or self._prefetch is None:
+            return
+        self._channel.basic_qos(prefetch_count=self._prefetch)
+        for queue in self._queues:
+            tag = self._channel.basic_consume(self._config.queue_name(queue), self._on_message)
+            self._tag_queues[tag] = queue
+        self._subscribed = True
+        self._ready = True
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._conn.process_data_events(time_limit=self._config.idle_check)
+            self._drain()
+            channel = self._channel
+            if channel.is_closed:
+                # process_data_events does not raise for a channel the broker closed.
+                reason = getattr(channel, "_closing_reason", None)
+                raise (
+                    reason
+                    if isinstance(reason, Exception)
+                    else pika_errors.ChannelClosed(0, "channel closed")
+                )
+            if self._cancelled:
+                names = [self._config.queue_name(q) for q in self._cancelled]
+                raise ConsumerCancelled(f"the broker cancelled the consumers of {names}")
+            if self._subscribed and not channel.consumer_tags:
+                raise ConsumptionEnded("no consumer left on the channel")
+            self._subscribe()
+            self._return_held()
+        self._drain()  # settle what was settled before close() asked us to stop
+
+    def _drop_session(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        self._subscribed = False
+        if conn is not None and conn.is_open:
+            try:
+                conn.close()
+            except Exception:  # a broken connection: nothing left to close cleanly
+                log.debug("closing the consumer connection failed", exc_info=True)
+
+    def _on_message(self, _channel: Any, method: Any, _properties: Any, body: bytes) -> None:
+        queue = self._tag_queues.get(method.consumer_tag, "")
+        token = Token(self._generation, method.delivery_tag, queue)
+        item = Delivered(token, body, time.monotonic())
+        with self._cond:
+            self._inbox.append(item)
+            self._cond.notify()
+
+    def _on_cancel(self, frame: Any) -> None:
+        self._cancelled.append(self._tag_queues.get(frame.method.consumer_tag, "?"))
+
+    def _drain(self) -> None:
+        with self._cond:
+            self._wake_pending = False
+            ops = list(self._ops)
+            self._ops.clear()
+        for op in ops:
+            op()
+
+    def _current(self, token: Token, what: str) -> bool:
+        channel = self._channel
+        if token.generation == self._generation and channel is not None and channel.is_open:
+            return True
+        self.stats["stale_tags"] += 1
+        log.warning(
+            "not %s delivery tag %d of channel generation %d on generation %d: tags are only "
+            "valid on their own channel (the broker redelivers that message)",
+            what,
+            token.tag,
+            token.generation,
+            self._generation,
+        )
+        return False
+
+    def _ack(self, token: Token) -> None:
+        if self._current(token, "acking"):
+            self._channel.basic_ack(token.tag)
+            self.stats["acked"] += 1
+
+    def _dead_letter(self, token: Token, body: bytes, reason: str) -> None:
+        if not self._current(token, "dead-lettering"):
+            return
+        queue_name = self._config.queue_name(token.queue) if token.queue else ""
+        try:
+            self._channel.basic_publish(
+                exchange=self._config.dead_letter_exchange,
+                routing_key=queue_name,
+                body=body,
+                properties=pika.BasicProperties(
+                    delivery_mode=pika.DeliveryMode.Persistent,
+                    headers={REASON_HEADER: reason, QUEUE_HEADER: queue_name},
+                ),
+            )
+        except (pika_errors.NackError, pika_errors.UnroutableError):
+            # Let the broker dead-letter it through the queue's x-dead-letter-exchange.
+            self._channel.basic_nack(token.tag, requeue=False)
+        else:
+            self._channel.basic_ack(token.tag)
+        self.stats["dead_lettered"] += 1
+
+    def _return_held(self) -> None:
+        """Give back deliveries buffered past `max_hold` so no delivery meets the
+        broker's consumer timeout while every executor slot is busy."""
+        cutoff = time.monotonic() - self._config.max_hold
+        held: list[Delivered] = []
+        with self._cond:
+            while self._inbox and self._inbox[0].received < cutoff:
+                held.append(self._inbox.popleft())
+        for item in held:
+            if self._current(item.token, "returning"):
+                self._channel.basic_nack(item.token.tag, requeue=True)
+                self.stats["returned"] += 1

@@ -1,0 +1,85 @@
+"""The repair sweep: republish wake-ups that were lost, without flooding the broker.
+
+A job needs a wake-up when it is waiting (queued or retry_wait) and due. A job
+queued by submit had one published after commit; it is republished only once it
+has been due `repair_after` seconds without being leased. Jobs that never had a
+wake-up for their due time (delayed submits, retries, expired or released leases,
+operator requeues) are republished as soon as they are due. Per queue, no more are
+republished than the stale jobs outnumber the messages still ready in the broker
+(the rest are presumably on their way), a job is not republished twice within
+`repair_after`, and one sweep publishes at most `repair_batch` wake-ups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from fsm.engine import Engine
+from fsm.ports import ScanRequest
+from fsm.records import Job
+
+from .config import RabbitConfig
+from .publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+WAITING = ("queued", "retry_wait")
+
+
+def _announced_at_submit(job: Job) -> bool:
+    """Submit published a wake-up for it and nothing has happened to it since."""
+    return job.state == "queued" and job.version == 1 and job.run_after <= job.created_at
+
+
+class Repairer:
+    """Runs repair sweeps for some queues; remembers what it republished recently."""
+
+    def __init__(self, engine: Engine, publisher: Publisher, config: RabbitConfig) -> None:
+        self._engine = engine
+        self._publisher = publisher
+        self._config = config
+        self._recent: dict[str, float] = {}  # job id -> monotonic time of republish
+        self.republished = 0
+
+    def stale(self, jobs: Sequence[Job], now: float) -> list[Job]:
+        after = self._config.repair_after
+        out = []
+        for job in jobs:
+            if job.state not in WAITING or job.run_after > now:
+                continue
+            if _announced_at_submit(job) and now - job.run_after < after:
+                continue
+            out.append(job)
+        return sorted(out, key=lambda j: (j.run_after, j.id))
+
+    def sweep(self, queues: Sequence[str]) -> int:
+        """One sweep over `queues`; returns the number of wake-ups republished."""
+        config = self._config
+        now = self._engine.clock.now()
+        tick = time.monotonic()
+        self._recent = {k: t for k, t in self._recent.items() if tick - t < config.repair_after}
+        jobs = self._engine.scan(
+            ScanRequest(states=WAITING, queues=tuple(queues), limit=config.repair_scan_limit)
+        )
+        stale = [j for j in self.stale(jobs, now) if j.id not in self._recent]
+        if not stale:
+            return 0
+        by_queue: dict[str, list[Job]] = {}
+        for job in stale:
+            by_queue.setdefault(job.queue, []).append(job)
+        ready = self._publisher.ready_counts(sorted(by_queue))
+        chosen: list[Job] = []
+        for queue, waiting in sorted(by_queue.items()):
+            deficit = len(waiting) - ready.get(queue, 0)
+            chosen.extend(waiting[: max(deficit, 0)])
+        chosen = sorted(chosen, key=lambda j: (j.run_after, j.id))[: config.repair_batch]
+        if not chosen:
+            return 0
+        self._publisher.publish(chosen)
+        for job in chosen:
+            self._recent[job.id] = tick
+        self.republished += len(chosen)
+        log.info("repair sweep republished %d lost or missing wake-ups", len(chosen))
+        return len(chosen)

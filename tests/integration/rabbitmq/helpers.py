@@ -1,0 +1,215 @@
+"""RabbitMQ test helpers: unique broker names per test (deleted afterwards), broker faults that
+always restore the broker, and a small worker loop built on the Engine."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pika
+import pytest
+
+from adapters.memory import MemoryStore
+from adapters.rabbitmq import RabbitDelivery
+from fsm import Engine, LeaseLost, Owner
+from fsm.records import Job
+
+RABBITMQCTL_TIMEOUT = 120.0
+
+
+def rabbitmqctl(*args: str, timeout: float = RABBITMQCTL_TIMEOUT) -> str:
+    done = subprocess.run(
+        ["rabbitmqctl", *args], capture_output=True, text=True, timeout=timeout, check=True
+    )
+    return done.stdout
+
+
+def wait_for_port(host: str = "127.0.0.1", port: int = 5672, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"RabbitMQ did not answer on {host}:{port} within {timeout} s")
+
+
+@contextlib.contextmanager
+def broker_app_stopped() -> Iterator[Callable[[], None]]:
+    """Stop the RabbitMQ application; yield a `start` function; ALWAYS restart it."""
+    started = False
+
+    def start() -> None:
+        nonlocal started
+        if not started:
+            rabbitmqctl("start_app")
+            rabbitmqctl("await_startup")
+            wait_for_port()
+            started = True
+
+    rabbitmqctl("stop_app")
+    try:
+        yield start
+    finally:
+        start()
+
+
+def _get_env(key: str) -> str:
+    out = rabbitmqctl("eval", f"application:get_env(rabbit, {key}).")
+    value = out.strip().removeprefix("{ok,").removesuffix("}")
+    if not value.isdigit():
+        raise RuntimeError(f"unexpected rabbit {key} setting: {out!r}")
+    return value
+
+
+@contextlib.contextmanager
+def consumer_timeout(ms: int, tick_ms: int = 500) -> Iterator[None]:
+    """Lower the broker's consumer timeout (and the channel tick that checks it) for
+    channels opened inside the block; restore both in a finally."""
+    old_timeout, old_tick = _get_env("consumer_timeout"), _get_env("channel_tick_interval")
+    try:
+        rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {ms}).")
+        rabbitmqctl("eval", f"application:set_env(rabbit, channel_tick_interval, {tick_ms}).")
+        yield
+    finally:
+        rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {old_timeout}).")
+        rabbitmqctl("eval", f"application:set_env(rabbit, channel_tick_interval, {old_tick}).")
+
+
+#: queue names tests use under their prefix; the prefix fixture deletes them all
+TEST_QUEUES = ("default", "dead-letter", "other", "long")
+
+
+@pytest.fixture
+def prefix(rabbit_url: str) -> Iterator[str]:
+    """A unique broker name prefix; its queues and dead-letter exchange are deleted after."""
+    name = f"jobfsm.t{uuid.uuid4().hex[:10]}."
+    yield name
+    wait_for_port()
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    try:
+        channel = conn.channel()
+        for queue in TEST_QUEUES:
+            channel.queue_delete(f"{name}{queue}")
+        channel.exchange_delete(f"{name}dead-letter")
+    finally:
+        conn.close()
+
+
+def ready_count(rabbit_url: str, queue: str) -> int:
+    """Messages ready (not delivered to a consumer) in a broker queue."""
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    try:
+        return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
+def raw_channel(rabbit_url: str) -> tuple[Any, Any]:
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    return conn, conn.channel()
+
+
+def drain_queue(rabbit_url: str, queue: str) -> list[tuple[Any, bytes]]:
+    """Every message now in `queue` as (properties, body), acked."""
+    conn, channel = raw_channel(rabbit_url)
+    out = []
+    try:
+        while True:
+            method, props, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                return out
+            out.append((props, body))
+    finally:
+        conn.close()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll `predicate` every 50 ms; return the seconds it took or fail naming `what`."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+class FencedEffects:
+    """The outside world of a handler: an effect commits only under the job's current fence."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self.committed: dict[str, list[int]] = {}
+
+    def commit(self, job_id: str, fence: int) -> None:
+        with self._lock:
+            job = self._engine.get(job_id)
+            if job.fence != fence or job.state != "running":
+                raise LeaseLost(job_id, job.state, "effect", fence, job.fence)
+            self.committed.setdefault(job_id, []).append(fence)
+
+
+class DriverLoop:
+    """A minimal worker: poll wake-ups, claim their ids, settle, run no-op handlers."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        delivery: RabbitDelivery,
+        queues: tuple[str, ...] = ("default",),
+        capacity: int = 16,
+        handler: Callable[[Job], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.delivery = delivery
+        self.queues = queues
+        self.capacity = capacity
+        self.handler = handler
+        self.owner = Owner("test-host", 1, uuid.uuid4().hex)
+        self.effects = FencedEffects(engine)
+        self.not_claimable = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="driver", daemon=True)
+
+    def start(self) -> DriverLoop:
+        self.delivery.start(self.queues)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                wakeups = self.delivery.poll(self.capacity, 0.2)
+                if not wakeups:
+                    continue
+                ids = [w.job_id for w in wakeups if w.job_id is not None]
+                leased = self.engine.claim(self.owner, self.queues, len(ids), ids=ids)
+                for wakeup in wakeups:
+                    self.delivery.settle(wakeup)
+                self.not_claimable += len(wakeups) - len(leased)
+                for job in leased:
+                    running = self.engine.start(job.id, job.fence)
+                    if self.handler is not None:
+                        self.handler(running)
+                    self.effects.commit(job.id, job.fence)
+                    self.engine.succeed(job.id, job.fence)
+        except BaseException as err:  # surfaced by the test through `error`
+            self.error = err
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.fixture
+def memory_engine() -> Engine:
+    return Engine(MemoryStore())

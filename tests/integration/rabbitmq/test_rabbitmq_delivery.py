@@ -1,0 +1,231 @@
+"""RabbitDelivery against the real broker: wake-ups, acks after lease, dead letters,
+mandatory publishing, repair sweeps and stale delivery tags."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from adapters.memory import MemoryStore
+from adapters.rabbitmq import REASON_HEADER, PublishFailed, RabbitDelivery
+from fsm import Engine, Owner
+
+from .helpers import DriverLoop, drain_queue, raw_channel, ready_count, wait_until
+
+OWNER = Owner("test-host", 1, "incarnation-1")
+
+
+def test_submitted_job_is_woken_claimed_and_acked_after_the_lease(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a worker-side delivery and an engine that publishes through it
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        # when a job is submitted and its wake-up polled
+        job = engine.submit("noop", {"n": 1})
+        wakeups = delivery.poll(4, 5.0)
+        # then the wake-up names the job; once leased and settled, the message is acked
+        assert [w.job_id for w in wakeups] == [job.id]
+        (leased,) = engine.claim(OWNER, ["default"], 1, ids=[job.id])
+        delivery.settle(wakeups[0])
+        assert leased.state == "leased"
+        assert delivery.ready
+    finally:
+        delivery.close()
+    assert ready_count(rabbit_url, f"{prefix}default") == 0  # acked, so not requeued on close
+
+
+def test_unsettled_wakeup_is_not_acked_and_returns_to_the_queue(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery that handed out a wake-up
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    job = engine.submit("noop")
+    assert [w.job_id for w in delivery.poll(4, 5.0)] == [job.id]
+    # when the worker goes away without settling it
+    delivery.close()
+    # then the broker still has the message: nothing was acked before the lease
+    assert ready_count(rabbit_url, f"{prefix}default") == 1
+
+
+def test_message_carries_only_json_hints_and_is_persistent(rabbit_url: str, prefix: str) -> None:
+    # given a publisher-only delivery
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix)
+    engine.publisher = delivery
+    try:
+        # when a job is submitted
+        job = engine.submit("email", {"to": "someone"}, correlation_id="corr-7")
+        # then the broker holds one persistent JSON message with the hints, no payload
+        ((props, body),) = drain_queue(rabbit_url, f"{prefix}default")
+        assert json.loads(body) == {
+            "job_id": job.id,
+            "kind": "email",
+            "fence": 0,
+            "version": 1,
+            "correlation_id": "corr-7",
+        }
+        assert props.delivery_mode == 2
+        assert props.content_type == "application/json"
+    finally:
+        delivery.close()
+
+
+def test_unroutable_publish_raises_and_the_job_stays_queued(rabbit_url: str, prefix: str) -> None:
+    # given a delivery that must not declare queues, and no queue on the broker
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, declare=False)
+    conn, channel = raw_channel(rabbit_url)  # the dead-letter pair exists, the work queue not
+    channel.exchange_declare(f"{prefix}dead-letter", exchange_type="fanout", durable=True)
+    channel.queue_declare(f"{prefix}dead-letter", durable=True)
+    conn.close()
+    engine = Engine(MemoryStore())
+    job = engine.submit("noop")
+    # when its wake-up is published
+    with pytest.raises(PublishFailed, match=r"not-found|unroutable|does not exist"):
+        delivery.publish([job])
+    # then the job is untouched in the store
+    assert engine.get(job.id).state == "queued"
+    delivery.close()
+
+
+def test_engine_submit_survives_a_failed_publish(rabbit_url: str, prefix: str) -> None:
+    # given an engine whose publisher points at a broker with a wrong password
+    bad = rabbit_url.replace("guest:guest", "guest:wrong")
+    delivery = RabbitDelivery(bad, prefix=prefix, publish_retries=0)
+    engine = Engine(MemoryStore(), publisher=delivery)
+    # when a job is submitted
+    job = engine.submit("noop")
+    # then it is committed and queued: the lost wake-up is for the repair sweep
+    assert engine.get(job.id).state == "queued"
+    delivery.close()
+
+
+def test_poison_messages_are_dead_lettered_with_reason_and_consumption_continues(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a consuming delivery with an engine (so unknown jobs can be recognised)
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        # when garbage, a message without job id, one naming an unknown job, then a job arrive
+        delivery.publisher.publish_raw("default", b"\xff not json")
+        delivery.publisher.publish_raw("default", b'{"kind": "x"}')
+        delivery.publisher.publish_raw("default", b'{"job_id": "NO-SUCH-JOB"}')
+        job = engine.submit("noop")
+        seen: list[str] = []
+        wait_until(
+            lambda: seen.extend(w.job_id for w in delivery.poll(8, 0.2) if w.job_id) or seen,
+            10,
+            "the real job's wake-up",
+        )
+        # then only the real job reaches the worker, the three others are dead-lettered
+        assert seen == [job.id]
+        wait_until(
+            lambda: ready_count(rabbit_url, f"{prefix}dead-letter") == 3, 10, "three dead letters"
+        )
+        dead = drain_queue(rabbit_url, f"{prefix}dead-letter")
+        reasons = [props.headers[REASON_HEADER] for props, _ in dead]
+        assert "not JSON" in reasons[0]
+        assert "no valid job_id" in reasons[1]
+        assert "unknown job 'NO-SUCH-JOB'" in reasons[2]
+        assert delivery.ready
+    finally:
+        delivery.close()
+    assert ready_count(rabbit_url, f"{prefix}default") == 1  # the real one, never settled
+
+
+def test_duplicate_wakeups_for_a_leased_job_are_acked_and_dropped(
+    rabbit_url: str, prefix: str, memory_engine: Engine
+) -> None:
+    # given a job whose wake-up was published three times
+    delivery = RabbitDelivery(rabbit_url, engine=memory_engine, prefix=prefix)
+    job = memory_engine.submit("noop")
+    delivery.publish([job, job, job])
+    loop = DriverLoop(memory_engine, delivery).start()
+    try:
+        # when the loop handles them
+        wait_until(lambda: memory_engine.get(job.id).state == "succeeded", 10, "success")
+        wait_until(lambda: loop.not_claimable == 2, 10, "both duplicates handled")
+        # then the job ran once and both duplicates were acked without a claim
+        assert loop.effects.committed == {job.id: [1]}
+        assert loop.not_claimable == 2
+    finally:
+        loop.stop()
+        delivery.close()
+    assert loop.error is None
+    assert ready_count(rabbit_url, f"{prefix}default") == 0  # all three acked
+
+
+def test_repair_sweep_republishes_a_lost_wakeup_after_the_bound(
+    rabbit_url: str, prefix: str, memory_engine: Engine
+) -> None:
+    # given a job committed without a wake-up (publish lost) and a delivery with a 1 s bound
+    job = memory_engine.submit("noop")
+    delivery = RabbitDelivery(
+        rabbit_url, engine=memory_engine, prefix=prefix, repair_after=1.0, repair_interval=60
+    )
+    delivery.start(["default"])
+    try:
+        # when a sweep runs before the bound, then after it
+        before = delivery.repair()
+        time.sleep(1.1)
+        after = delivery.repair()
+        # then only the second republishes, and the job's wake-up arrives
+        assert (before, after) == (0, 1)
+        assert [w.job_id for w in delivery.poll(4, 5.0)] == [job.id]
+    finally:
+        delivery.close()
+
+
+def test_repair_sweep_republishes_only_the_deficit_over_wakeups_still_in_the_broker(
+    rabbit_url: str, prefix: str, memory_engine: Engine
+) -> None:
+    # given three stale queued jobs whose wake-ups still sit in the broker
+    delivery = RabbitDelivery(rabbit_url, engine=memory_engine, prefix=prefix, repair_after=0.0)
+    memory_engine.publisher = delivery
+    jobs = [memory_engine.submit("noop") for _ in range(3)]
+    # when a sweep runs, then a fourth job loses its wake-up and a sweep runs again
+    first = delivery.repair(["default"])
+    memory_engine.publisher = None
+    memory_engine.submit("noop")
+    second = delivery.repair(["default"])
+    # then nothing is republished while wake-ups cover the jobs; then exactly the deficit,
+    # oldest stale job first (which wake-up was lost is unknown; duplicates are harmless)
+    assert (first, second) == (0, 1)
+    bodies = [json.loads(b)["job_id"] for _, b in drain_queue(rabbit_url, f"{prefix}default")]
+    assert bodies == [j.id for j in jobs] + [jobs[0].id]
+    delivery.close()
+
+
+def test_repair_sweep_wakes_a_job_whose_lease_expired_without_waiting_for_the_bound(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a job leased by a worker that died: its lease lapsed and recovery requeued it
+    from fsm import FakeClock
+
+    clock = FakeClock(time.time())
+    engine = Engine(MemoryStore(), clock=clock)
+    job = engine.submit("noop")
+    engine.claim(OWNER, ["default"], 1)
+    clock.advance(engine.policy.lease.ttl + 1)
+    engine.recover()
+    assert engine.get(job.id).state == "queued"
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, repair_after=3600.0)
+    # when a sweep runs (long before `repair_after` would pass)
+    republished = delivery.repair(["default"])
+    # then the requeued job gets a wake-up at once: nothing announced it since the lease
+    assert republished == 1
+    assert [json.loads(b)["job_id"] for _, b in drain_queue(rabbit_url, f"{prefix}default")] == [
+        job.id
+    ]
+    delivery.close()
