@@ -1,0 +1,180 @@
+"""The PostgreSQL schema: numbered, idempotent migrations applied under an advisory lock.
+
+Every migration is plain SQL with `{s}` standing for the quoted schema name. A
+migration runs once, in the same transaction as the `schema_version` row that
+records it, while the migrating session holds a transaction advisory lock keyed
+by the schema, so two processes migrating at once apply each migration once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import psycopg
+
+from fsm.errors import SchemaError
+
+#: advisory-lock class ids (first key of the two-int form). Reserved for jobfsm, so its
+#: locks never meet an application's: 0x4A464D47 is "JFMG", 0x4A464C56 is "JFLV".
+MIGRATE_CLASS = 0x4A464D47
+LIVENESS_CLASS = 0x4A464C56
+
+# Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
+# indexes that claim and the recovery sweep walk, so a table with millions of
+# finished rows leases as fast as an empty one.
+_V1 = """
+CREATE TABLE {s}.jobs (
+    seq bigint GENERATED ALWAYS AS IDENTITY,   -- insertion order (scans, prune)
+    id text COLLATE "C" PRIMARY KEY,           -- byte order, as Python sorts ids
+    kind text NOT NULL,
+    queue text NOT NULL,
+    payload_json text NOT NULL,
+    state text NOT NULL,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL,
+    run_after double precision NOT NULL,
+    priority bigint NOT NULL,
+    attempt bigint NOT NULL,
+    max_attempts bigint NOT NULL,
+    recoveries bigint NOT NULL,
+    max_recoveries bigint NOT NULL,
+    deadline double precision,
+    timeout double precision,
+    retry_safe boolean NOT NULL,
+    fence bigint NOT NULL,
+    version bigint NOT NULL,
+    owner text,                                -- Owner as compact JSON (adapters/_rows.py)
+    lease_until double precision,
+    started_at double precision,
+    finished_at double precision,
+    idempotency_key text,
+    correlation_id text,
+    last_error text,
+    result_json text
+);
+-- claim: due jobs of a queue in lease order. Partial on the claimable states, so
+-- leased, running and finished rows are not in it at all.
+CREATE INDEX jobs_due ON {s}.jobs (queue, priority, run_after, id)
+    WHERE state IN ('queued', 'retry_wait');
+-- recovery sweep: leases that lapsed, only over jobs that hold a lease.
+CREATE INDEX jobs_leased ON {s}.jobs (lease_until)
+    WHERE state IN ('leased', 'running', 'cancelling');
+-- deadline sweep: only unfinished jobs that have a deadline.
+CREATE INDEX jobs_deadline ON {s}.jobs (deadline)
+    WHERE deadline IS NOT NULL AND finished_at IS NULL;
+-- scans by state (investigate, operators) and counts (index-only scan).
+CREATE INDEX jobs_state ON {s}.jobs (state, queue);
+-- prune: finished jobs in insertion order, the order prune deletes them in.
+CREATE INDEX jobs_finished ON {s}.jobs (seq) WHERE finished_at IS NOT NULL;
+-- submit: a second submit with the same key finds the first job.
+CREATE UNIQUE INDEX jobs_idempotency_key ON {s}.jobs (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- Append-only audit trail, written in the transaction of the change it explains.
+CREATE TABLE {s}.job_events (
+    job_id text COLLATE "C" NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY,   -- the order entries were written in
+    version bigint NOT NULL,
+    at double precision NOT NULL,
+    event text NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    fence bigint NOT NULL,
+    attempt bigint NOT NULL,
+    actor text,
+    reason text,
+    error text,
+    correlation_id text,
+    outcome text NOT NULL,
+    data_json text NOT NULL,
+    -- history(job) and prune read one job's entries in order
+    PRIMARY KEY (job_id, seq)
+);
+
+-- Worker processes that hold a liveness advisory lock (DESIGN section 3). probe()
+-- confirms death only for an owner registered here: one that never took the lock
+-- is "unknown", never "dead".
+CREATE TABLE {s}.liveness (
+    incarnation text PRIMARY KEY,
+    host text NOT NULL,
+    pid bigint NOT NULL,
+    lock_key integer NOT NULL,
+    held_at double precision NOT NULL
+);
+"""
+
+#: (version, description, SQL). Append only; never edit a released migration.
+MIGRATIONS: tuple[tuple[int, str, str], ...] = ((1, "jobs, job_events, liveness", _V1),)
+LATEST = MIGRATIONS[-1][0]
+
+
+def quote(schema: str) -> str:
+    """The schema as a quoted identifier (the name was validated by the URL parser)."""
+    return '"' + schema.replace('"', '""') + '"'
+
+
+def key32(text: str) -> int:
+    """A stable signed 32-bit key for `text` (the second int of an advisory lock)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def current_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The highest applied migration, or 0 if the schema has never been migrated."""
+    row = conn.execute("SELECT to_regclass(%s)", (f"{quote(schema)}.schema_version",)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    found = conn.execute(
+        f"SELECT coalesce(max(version), 0) FROM {quote(schema)}.schema_version"
+    ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> list[int]:
+    """Apply pending migrations in one transaction; return the versions applied.
+
+    `conn` must be in autocommit mode. Raises SchemaError if the schema is newer
+    than this jobfsm understands.
+    """
+    s = quote(schema)
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (MIGRATE_CLASS, key32(schema)))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.schema_version ("
+            " version integer PRIMARY KEY, description text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        have = current_version(conn, schema)
+        if have > LATEST:
+            raise SchemaError(
+                f"PostgreSQL schema {schema!r} is at version {have}, newer than this jobfsm "
+                f"understands (up to {LATEST}); upgrade jobfsm"
+            )
+        for version, description, text in MIGRATIONS:
+            if version <= have:
+                continue
+            conn.execute(text.replace("{s}", s).encode())
+            conn.execute(
+                f"INSERT INTO {s}.schema_version (version, description) VALUES (%s, %s)",
+                (version, description),
+            )
+            applied.append(version)
+    return applied
+
+
+def check(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Raise SchemaError unless the schema is exactly at LATEST (used with ?migrate=false)."""
+    have = current_version(conn, schema)
+    if have > LATEST:
+        raise SchemaError(
+            f"PostgreSQL schema {schema!r} is at version {have}, newer than this jobfsm "
+            f"understands (up to {LATEST}); upgrade jobfsm"
+        )
+    if have < LATEST:
+        raise SchemaError(
+            f"PostgreSQL schema {schema!r} is at version {have}, this jobfsm needs {LATEST}; "
+            "open it without ?migrate=false or call store.migrate()"
+        )

@@ -1,0 +1,212 @@
+"""SQL text for the PostgreSQL store, built once per schema (names validated and quoted)."""
+
+from __future__ import annotations
+
+import re
+
+from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS
+from fsm.errors import BadInput
+
+# Types of the columns, for the `unnest(%s::type[], ...)` batch statements.
+JOB_TYPES: dict[str, str] = {
+    "id": "text",
+    "kind": "text",
+    "queue": "text",
+    "payload_json": "text",
+    "state": "text",
+    "created_at": "float8",
+    "updated_at": "float8",
+    "run_after": "float8",
+    "priority": "int8",
+    "attempt": "int8",
+    "max_attempts": "int8",
+    "recoveries": "int8",
+    "max_recoveries": "int8",
+    "deadline": "float8",
+    "timeout": "float8",
+    "retry_safe": "bool",
+    "fence": "int8",
+    "version": "int8",
+    "owner": "text",
+    "lease_until": "float8",
+    "started_at": "float8",
+    "finished_at": "float8",
+    "idempotency_key": "text",
+    "correlation_id": "text",
+    "last_error": "text",
+    "result_json": "text",
+}
+AUDIT_TYPES: dict[str, str] = {
+    "job_id": "text",
+    "version": "int8",
+    "at": "float8",
+    "event": "text",
+    "from_state": "text",
+    "to_state": "text",
+    "fence": "int8",
+    "attempt": "int8",
+    "actor": "text",
+    "reason": "text",
+    "error": "text",
+    "correlation_id": "text",
+    "outcome": "text",
+    "data_json": "text",
+}
+assert tuple(JOB_TYPES) == JOB_COLUMNS, "JOB_TYPES must follow fsm.records.Job"
+assert tuple(AUDIT_TYPES) == AUDIT_COLUMNS, "AUDIT_TYPES must follow fsm.records.AuditEntry"
+
+_STATE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+def state_list(states: tuple[str, ...]) -> str:
+    """Validated state names as an SQL list of literals, so partial indexes can match."""
+    for s in states:
+        if not isinstance(s, str) or not _STATE.match(s):
+            raise BadInput(f"state names are lower-case identifiers; got {s!r}")
+    return ", ".join(f"'{s}'" for s in states) if states else "NULL"
+
+
+def cols(prefix: str = "") -> str:
+    return ", ".join(f"{prefix}{c}" for c in JOB_COLUMNS)
+
+
+def _unnest(types: dict[str, str]) -> str:
+    return ", ".join(f"%b::{t}[]" for t in types.values())
+
+
+class Statements:
+    """Every statement of the store for one schema `s` (already quoted)."""
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+        jobs, events = f"{s}.jobs", f"{s}.job_events"
+        self.jobs, self.events = jobs, events
+        job_cols = cols()
+        audit_cols = ", ".join(AUDIT_COLUMNS)
+        self.get = f"SELECT {job_cols} FROM {jobs} WHERE id = %s"
+        self.get_many = f"SELECT {job_cols} FROM {jobs} WHERE id = ANY(%s::text[])"
+        self.by_key = (
+            f"SELECT {job_cols} FROM {jobs} "
+            "WHERE idempotency_key = ANY(%s::text[]) OR id = ANY(%s::text[])"
+        )
+        audit_source = (
+            f"SELECT {audit_cols}, ord FROM unnest({_unnest(AUDIT_TYPES)}) WITH ORDINALITY "
+            f"AS e({audit_cols}, ord)"
+        )
+        # one entry per job (insert, apply and claim batches have distinct ids), so
+        # the order across jobs does not matter there
+        unordered = f"SELECT * FROM unnest({_unnest(AUDIT_TYPES)}) AS e({audit_cols})"
+        # insert: new rows in order; a duplicate key (or id) is skipped, the caller
+        # re-reads it. The audit entries of inserted jobs and one NOTIFY per queue
+        # commit in the same (implicit) transaction.
+        self.insert = (
+            f"WITH d AS (SELECT * FROM unnest({_unnest(JOB_TYPES)}) WITH ORDINALITY "
+            f"AS d({job_cols}, ord)), "
+            f"ins AS (INSERT INTO {jobs} ({job_cols}) SELECT {job_cols} FROM d ORDER BY ord "
+            "ON CONFLICT DO NOTHING RETURNING id, queue), "
+            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM "
+            f"({unordered}) e WHERE e.job_id IN (SELECT id FROM ins)), "
+            "note AS (SELECT count(pg_notify(%s, q)) AS n FROM (SELECT DISTINCT queue AS q "
+            "FROM ins) qs) "
+            "SELECT ins.id FROM ins, note"
+        )
+        # apply: compare-and-set on version for every decision; the audit entries of
+        # the rows written go in with them, in the same statement.
+        sets = ", ".join(f"{c} = d.{c}" for c in JOB_COLUMNS if c != "id")
+        self.apply = (
+            f"WITH d AS (SELECT * FROM unnest(%b::int8[], {_unnest(JOB_TYPES)}) "
+            f"AS d(prev_version, {job_cols})), "
+            f"upd AS (UPDATE {jobs} AS j SET {sets} FROM d "
+            "WHERE j.id = d.id AND j.version = d.prev_version RETURNING j.id), "
+            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM "
+            f"({unordered}) e WHERE e.job_id IN (SELECT id FROM upd)) "
+            "SELECT id FROM upd"
+        )
+        self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
+        self.versions = f"SELECT id, version FROM {jobs} WHERE id = ANY(%s::text[])"
+        self.record = (
+            f"INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM ({audit_source}) e "
+            f"WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.id = e.job_id) ORDER BY e.ord"
+        )
+        self.renew = (
+            f"UPDATE {jobs} AS j SET lease_until = %s, version = j.version + 1, updated_at = %s "
+            "FROM unnest(%s::text[], %s::int8[]) AS f(id, fence) "
+            "WHERE j.id = f.id AND j.fence = f.fence AND j.owner = %s AND j.state = ANY(%s) "
+            "RETURNING j.id, j.state"
+        )
+        self.history = f"SELECT {audit_cols} FROM {events} WHERE job_id = %s ORDER BY seq"
+        self.has_entry = (
+            f"SELECT count(*) FROM {events} WHERE job_id = %s AND version = %s AND at = %s "
+            "AND event = %s AND fence = %s AND data_json = %s"
+        )
+        self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
+        self._claims: dict[tuple[tuple[str, ...], bool], str] = {}
+
+    def claim(self, states: tuple[str, ...], by_ids: bool) -> str:
+        """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both
+        the locked pre-images and the leased rows so the caller can check them
+        against the core's `lease` decision before it commits."""
+        key = (states, by_ids)
+        if key not in self._claims:
+            ids = "AND id = ANY(%(ids)s::text[]) " if by_ids else ""
+            self._claims[key] = (
+                f"WITH locked AS (SELECT {cols()} FROM {self.jobs} "
+                f"WHERE state IN ({state_list(states)}) AND queue = ANY(%(queues)s::text[]) "
+                "AND run_after <= %(now)s AND (deadline IS NULL OR deadline > %(now)s) "
+                f"{ids}ORDER BY priority, run_after, id LIMIT %(limit)s "
+                "FOR UPDATE SKIP LOCKED) "
+                f"UPDATE {self.jobs} AS j SET state = 'leased', fence = j.fence + 1, "
+                "owner = %(owner)s, lease_until = %(lease_until)s, version = j.version + 1, "
+                "updated_at = %(now)s FROM locked WHERE j.id = locked.id "
+                f"RETURNING {cols('locked.')}, {cols('j.')}"
+            )
+        return self._claims[key]
+
+    def scan(
+        self,
+        states: tuple[str, ...],
+        *,
+        lease: bool,
+        deadline: bool,
+        host: bool,
+        queues: bool,
+        kinds: bool,
+    ) -> str:
+        return self._scan(states, lease, deadline, host, queues, kinds)
+
+    def _scan(  # noqa: PLR0917  (internal: one flag per optional filter)
+        self,
+        states: tuple[str, ...],
+        lease: bool,
+        deadline: bool,
+        host: bool,
+        queues: bool,
+        kinds: bool,
+    ) -> str:
+        where = [f"state IN ({state_list(states)})"]
+        if lease:
+            where.append("lease_until IS NOT NULL AND lease_until <= %(lease)s")
+        if deadline:
+            where.append("deadline IS NOT NULL AND deadline <= %(deadline)s")
+        if host:
+            where.append("owner IS NOT NULL AND (owner::jsonb ->> 'host') = %(host)s")
+        if queues:
+            where.append("queue = ANY(%(queues)s::text[])")
+        if kinds:
+            where.append("kind = ANY(%(kinds)s::text[])")
+        return (
+            f"SELECT {cols()} FROM {self.jobs} WHERE {' AND '.join(where)} "
+            "ORDER BY seq LIMIT %(limit)s"
+        )
+
+    def prune(self, states: tuple[str, ...]) -> str:
+        state_list(states)
+        cutoffs = " OR ".join(f"(state = '{s}' AND finished_at < %s)" for s in states)
+        return (
+            f"WITH doomed AS (SELECT id FROM {self.jobs} WHERE finished_at IS NOT NULL "
+            f"AND ({cutoffs or 'false'}) ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
+            f"gone AS (DELETE FROM {self.jobs} AS j USING doomed WHERE j.id = doomed.id "
+            "RETURNING j.id), "
+            f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id) "
+            "SELECT count(*) FROM gone"
+        )
