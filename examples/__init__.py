@@ -1,0 +1,1 @@
+"""Small services that embed jobfsm (run them from the repository root)."""
