@@ -224,6 +224,12 @@ class Worker:
             self.sweep()  # start-up: reclaim at once the jobs of dead local processes
             self._spawn("sweeper", self._sweep_loop)
             self._started.set()
+            log.info(
+                "worker %s started: queues %s, concurrency %d",
+                self.identity.owner,
+                ",".join(self.queues),
+                self.concurrency,
+            )
             self._claim_loop()
         finally:
             try:

@@ -1,0 +1,119 @@
+"""Worker processes for the integration tests: started, killed, stopped and reaped for real."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fsm.owner import HOST_ENV
+
+REPO = Path(__file__).resolve().parents[3]
+APP = "tests.integration.worker.app:handlers"
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str, step: float = 0.02) -> None:
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if check():
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def markers(folder: Path, job_id: str, what: str, attempt: int | None = None) -> list[Path]:
+    pattern = f"{job_id}.{attempt if attempt is not None else '*'}.{what}.*"
+    return sorted(folder.glob(pattern))
+
+
+class Workers:
+    """Starts `jobfsm worker` processes; kills whatever is left at the end (even on failure)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self,
+        store_url: str,
+        *,
+        host_id: str | None = None,
+        ttl: float = 3.0,
+        heartbeat: float = 0.5,
+        concurrency: int = 2,
+        executor: str = "thread",
+        shutdown_grace: float = 30.0,
+        max_recoveries: int = 3,
+        queues: str = "default",
+    ) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env.pop(HOST_ENV, None)
+        if host_id is not None:
+            env[HOST_ENV] = host_id
+        log = self.tmp / f"worker-{len(self.procs)}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "fsm.cli",
+            "worker",
+            "--app",
+            APP,
+            "--store",
+            store_url,
+            "--queues",
+            queues,
+            "--concurrency",
+            str(concurrency),
+            "--executor",
+            executor,
+            "--poll-interval",
+            "0.1",
+            "--lease-ttl",
+            str(ttl),
+            "--heartbeat",
+            str(heartbeat),
+            "--sweep-interval",
+            "0.5",
+            "--shutdown-grace",
+            str(shutdown_grace),
+            "--max-recoveries",
+            str(max_recoveries),
+            "--log-level",
+            "INFO",
+        ]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc.log = log  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def log_of(proc: subprocess.Popen[bytes]) -> str:
+        path: Path = proc.log  # type: ignore[attr-defined]
+        return path.read_text(errors="replace")
+
+    def wait_serving(self, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+        wait_for(lambda: " started: queues " in self.log_of(proc), timeout, "worker to start")
+
+    @staticmethod
+    def kill9(proc: subprocess.Popen[bytes]) -> float:
+        """SIGKILL and reap; returns the wall-clock time of the kill."""
+        at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        return at
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
+                    proc.send_signal(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
