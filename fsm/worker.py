@@ -218,7 +218,11 @@ class Worker:
         try:
             self._open()
             if self.liveness is not None:
-                self.liveness.hold(self.identity.owner, self._on_liveness_lost)
+                try:
+                    self.liveness.hold(self.identity.owner, self._on_liveness_lost)
+                except Exception as err:  # the claim loop keeps trying, with backoff
+                    log.warning("worker: liveness token not taken yet: %s", err)
+                    self._liveness_lost.set()
             self._spawn("reporter", self._report_loop)
             self._spawn("heartbeat", self._heartbeat_loop)
             self.sweep()  # start-up: reclaim at once the jobs of dead local processes
@@ -339,8 +343,8 @@ class Worker:
     def _dispatch(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        if self._stopping.is_set():
-            self._release(jobs)
+        if self._stopping.is_set() or self._liveness_lost.is_set():
+            self._release(jobs)  # claimed just as we stopped or lost the liveness token
             return
         results = self._with_retries(
             "start",
@@ -615,6 +619,7 @@ class Worker:
             self._lose(run, "liveness connection lost")
 
     def _regain_liveness(self) -> bool:
+        """Take a liveness token again, as a new incarnation (the old one counts as dead)."""
         if self._busy():
             return False
         try:
@@ -622,7 +627,7 @@ class Worker:
                 self.liveness.release(self.identity.owner)
                 owner = self.identity.renew_incarnation()
                 self.liveness.hold(owner, self._on_liveness_lost)
-                log.warning("worker: liveness regained as new incarnation %s", owner)
+                log.warning("worker: liveness token taken as incarnation %s", owner)
         except Exception as err:
             log.warning("worker %s: liveness not regained yet: %s", self.identity.owner, err)
             return False

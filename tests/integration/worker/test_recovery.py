@@ -9,18 +9,13 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from fsm import Engine, open_store
+from fsm import Engine
 from fsm.records import Job
 
-from .app import handlers
 from .helpers import Workers, markers, wait_for
-
-
-def _engine(url: str) -> Engine:
-    """An engine that submits with the app's kind defaults (retry_safe, attempts...)."""
-    return Engine(open_store(url), kinds={k: spec.policy for k, spec in handlers.items()})
 
 
 def _expire_entries(engine: Engine, job: Job) -> list[tuple[float, str | None]]:
@@ -28,17 +23,17 @@ def _expire_entries(engine: Engine, job: Job) -> list[tuple[float, str | None]]:
 
 
 def test_a_killed_workers_job_is_rerun_on_the_same_host_within_two_seconds(
-    sqlite_url: str, workers: Workers, marks: Path
+    store_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: worker A runs a retry-safe and a retry-unsafe job; lease TTL is 30 s,
     # so nothing but a confirmed death can recover them quickly
-    engine = _engine(sqlite_url)
+    engine = open_engine(store_url)
     safe = engine.submit("sleep", {"dir": str(marks), "first": 60, "then": 0})
     unsafe = engine.submit("sleep_unsafe", {"dir": str(marks), "first": 60})
-    a = workers.start(sqlite_url, ttl=30.0)
+    a = workers.start(store_url, ttl=30.0)
     wait_for(lambda: markers(marks, safe.id, "started", 1), 20, "A to start the safe job")
     wait_for(lambda: markers(marks, unsafe.id, "started", 1), 20, "A to start the unsafe job")
-    b = workers.start(sqlite_url, ttl=30.0)
+    b = workers.start(store_url, ttl=30.0)
     workers.wait_serving(b)
 
     # when: A is killed with SIGKILL
@@ -58,10 +53,10 @@ def test_a_killed_workers_job_is_rerun_on_the_same_host_within_two_seconds(
 
 
 def test_a_starting_worker_reclaims_at_once_the_jobs_of_dead_local_processes(
-    sqlite_url: str, workers: Workers, marks: Path
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: a worker died holding a job (TTL 30 s) and no other worker was running
-    engine = _engine(sqlite_url)
+    engine = open_engine(sqlite_url)
     job = engine.submit("sleep", {"dir": str(marks), "first": 60, "then": 0})
     a = workers.start(sqlite_url, ttl=30.0)
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "A to start the job")
@@ -78,10 +73,10 @@ def test_a_starting_worker_reclaims_at_once_the_jobs_of_dead_local_processes(
 
 
 def test_another_host_waits_for_the_lease_ttl_before_recovering(
-    sqlite_url: str, workers: Workers, marks: Path
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: A on "host-a" runs a job; B poses as "host-b" (cannot check A's pid)
-    engine = _engine(sqlite_url)
+    engine = open_engine(sqlite_url)
     job = engine.submit("sleep", {"dir": str(marks), "first": 60, "then": 0})
     a = workers.start(sqlite_url, host_id="host-a", ttl=3.0, heartbeat=0.5)
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "A to start the job")
@@ -101,19 +96,23 @@ def test_another_host_waits_for_the_lease_ttl_before_recovering(
 
 
 def test_a_zombie_owners_late_report_changes_nothing_and_the_effect_commits_once(
-    sqlite_url: str, workers: Workers, marks: Path, tmp_path: Path
+    store_url: str,
+    workers: Workers,
+    marks: Path,
+    open_engine: Callable[[str], Engine],
+    tmp_path: Path,
 ) -> None:
     # given: A starts a job whose fenced effect it writes after 2 s
-    engine = _engine(sqlite_url)
+    engine = open_engine(store_url)
     effects = tmp_path / "effects.db"
     job = engine.submit("effect", {"dir": str(marks), "first": 2.0, "effects_db": str(effects)})
-    a = workers.start(sqlite_url, ttl=3.0, heartbeat=0.5)
+    a = workers.start(store_url, ttl=3.0, heartbeat=0.5)
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "A to start the job")
 
     # when: A is frozen (SIGSTOP) until its lease lapses and B has re-run the job
     a.send_signal(signal.SIGSTOP)
     try:
-        b = workers.start(sqlite_url, ttl=3.0, heartbeat=0.5)
+        b = workers.start(store_url, ttl=3.0, heartbeat=0.5)
         workers.wait_serving(b)
         wait_for(lambda: engine.get(job.id).state == "succeeded", 15, "B to complete the job")
     finally:
@@ -139,10 +138,10 @@ def test_a_zombie_owners_late_report_changes_nothing_and_the_effect_commits_once
 
 
 def test_a_job_killed_four_times_goes_to_investigate(
-    sqlite_url: str, workers: Workers, marks: Path
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: a retry-safe job with the default budget of 3 recoveries
-    engine = _engine(sqlite_url)
+    engine = open_engine(sqlite_url)
     job = engine.submit("sleep", {"dir": str(marks), "first": 60, "then": 60})
 
     # when: each worker that runs it is killed with SIGKILL, four times
@@ -163,10 +162,10 @@ def test_a_job_killed_four_times_goes_to_investigate(
 
 
 def test_sigterm_under_load_drains_loses_nothing_and_holds_no_lease(
-    sqlite_url: str, workers: Workers, marks: Path
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: a worker busy with a queue of short jobs
-    engine = _engine(sqlite_url)
+    engine = open_engine(sqlite_url)
     jobs = [
         engine.submit("sleep", {"dir": str(marks), "first": 0.3, "then": 0.3}) for _ in range(40)
     ]
@@ -189,10 +188,10 @@ def test_sigterm_under_load_drains_loses_nothing_and_holds_no_lease(
 
 
 def test_a_second_signal_stops_at_once_and_leaves_the_job_to_recovery(
-    sqlite_url: str, workers: Workers, marks: Path
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
 ) -> None:
     # given: a worker running a job that ignores cancellation, with a long drain grace
-    engine = _engine(sqlite_url)
+    engine = open_engine(sqlite_url)
     job = engine.submit("stubborn", {"dir": str(marks), "seconds": 60})
     w = workers.start(sqlite_url, ttl=30.0, shutdown_grace=60.0)
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "start")
