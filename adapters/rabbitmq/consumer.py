@@ -165,6 +165,12 @@ class Consumer:
                 if not verdict.recoverable:
                     self._fail(f"unrecoverable RabbitMQ failure ({verdict.kind}): {verdict.detail}")
                     break
+                if self._config.recovery_attempts == 0:
+                    self._fail(
+                        f"RabbitMQ connection lost and recovery is disabled "
+                        f"(recovery_attempts=0): ({verdict.kind}) {verdict.detail}"
+                    )
+                    break
                 if used >= self._config.recovery_attempts:
                     self._fail(
                         f"RabbitMQ recovery budget spent: {self._config.recovery_attempts} "

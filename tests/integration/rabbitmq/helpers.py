@@ -4,6 +4,7 @@ always restore the broker, and a small worker loop built on the Engine."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import threading
@@ -61,26 +62,37 @@ def broker_app_stopped() -> Iterator[Callable[[], None]]:
         start()
 
 
-def _get_env(key: str) -> str:
-    out = rabbitmqctl("eval", f"application:get_env(rabbit, {key}).")
-    value = out.strip().removeprefix("{ok,").removesuffix("}")
-    if not value.isdigit():
-        raise RuntimeError(f"unexpected rabbit {key} setting: {out!r}")
-    return value
+def _rabbit_env() -> tuple[str, str]:
+    """The broker's current consumer_timeout and channel_tick_interval (milliseconds)."""
+    out = rabbitmqctl(
+        "eval",
+        "{application:get_env(rabbit, consumer_timeout), "
+        "application:get_env(rabbit, channel_tick_interval)}.",
+    )
+    found = re.fullmatch(r"\{\{ok,(\d+)\},\{ok,(\d+)\}\}", out.strip())
+    if found is None:
+        raise RuntimeError(f"unexpected rabbit settings: {out!r}")
+    return found.group(1), found.group(2)
+
+
+def _set_rabbit_env(timeout_ms: str, tick_ms: str) -> None:
+    rabbitmqctl(
+        "eval",
+        f"application:set_env(rabbit, consumer_timeout, {timeout_ms}), "
+        f"application:set_env(rabbit, channel_tick_interval, {tick_ms}).",
+    )
 
 
 @contextlib.contextmanager
 def consumer_timeout(ms: int, tick_ms: int = 500) -> Iterator[None]:
     """Lower the broker's consumer timeout (and the channel tick that checks it) for
     channels opened inside the block; restore both in a finally."""
-    old_timeout, old_tick = _get_env("consumer_timeout"), _get_env("channel_tick_interval")
+    old_timeout, old_tick = _rabbit_env()
     try:
-        rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {ms}).")
-        rabbitmqctl("eval", f"application:set_env(rabbit, channel_tick_interval, {tick_ms}).")
+        _set_rabbit_env(str(ms), str(tick_ms))
         yield
     finally:
-        rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {old_timeout}).")
-        rabbitmqctl("eval", f"application:set_env(rabbit, channel_tick_interval, {old_tick}).")
+        _set_rabbit_env(old_timeout, old_tick)
 
 
 #: queue names tests use under their prefix; the prefix fixture deletes them all

@@ -1,0 +1,358 @@
+"""Failure detection and recovery against the real broker: forced closures, consumer
+timeouts, a stopped broker, missing queues, bad credentials, stale delivery tags."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from adapters.memory import MemoryStore
+from adapters.rabbitmq import DeliveryFailed, RabbitConfig, RabbitDelivery
+from fsm import Engine
+
+from .helpers import (
+    DriverLoop,
+    broker_app_stopped,
+    consumer_timeout,
+    rabbitmqctl,
+    raw_channel,
+    ready_count,
+    wait_until,
+)
+
+FAST = {"recovery_interval": 0.5, "idle_check": 0.05}
+
+
+def test_2000_jobs_all_succeed_once_through_three_forced_connection_closures(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given an engine publishing through RabbitMQ and a worker loop consuming from it
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(
+        rabbit_url, engine=engine, prefix=prefix, repair_after=2.0, repair_interval=1.0, **FAST
+    )
+    engine.publisher = delivery
+    loop = DriverLoop(engine, delivery, capacity=16, handler=lambda job: time.sleep(0.002))
+    loop.start()
+    ids: list[str] = []
+    closed_with_unfinished: list[int] = []
+
+    def produce() -> None:
+        for _ in range(20):
+            ids.extend(j.id for j in engine.submit_many([("noop", {}, {})] * 100))
+
+    def unfinished() -> int:
+        return sum(n for (_q, s), n in engine.counts().items() if s != "succeeded")
+
+    producer = threading.Thread(target=produce)
+    try:
+        # when jobs flow while every broker connection is closed three times
+        producer.start()
+        for k in range(3):
+            wait_until(lambda k=k: len(ids) >= 400 * (k + 1), 60, "submissions to progress")
+            generation = delivery.consumer.generation
+            closed_with_unfinished.append(unfinished())
+            rabbitmqctl("close_all_connections", "test")
+            wait_until(
+                lambda g=generation: delivery.ready and delivery.consumer.generation > g,
+                30,
+                "the consumer to recover",
+            )
+        producer.join(60)
+        wait_until(lambda: len(ids) == 2000 and unfinished() == 0, 120, "all 2000 jobs")
+    finally:
+        loop.stop()
+        delivery.close()
+    # then every job succeeded, its effect committed exactly once, within the budget
+    assert loop.error is None
+    assert closed_with_unfinished[0] > 0  # the first closure hit a run in progress
+    assert {engine.get(i).state for i in ids} == {"succeeded"}
+    assert sorted(loop.effects.committed) == sorted(ids)
+    assert all(len(fences) == 1 for fences in loop.effects.committed.values())
+    assert delivery.consumer.stats["recoveries"] == 3
+    assert delivery.consumer.failure is None
+
+
+def test_long_job_outlives_a_lowered_consumer_timeout_without_any_channel_closure(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a broker whose consumer timeout is 1 s, checked every 0.5 s
+    engine = Engine(MemoryStore())
+    with consumer_timeout(1000):
+        delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+        engine.publisher = delivery
+        loop = DriverLoop(engine, delivery, handler=lambda job: time.sleep(4.0)).start()
+        try:
+            # when a job runs four times longer than the consumer timeout
+            job = engine.submit("slow")
+            wait_until(lambda: engine.get(job.id).state == "succeeded", 20, "the long job")
+            generation = delivery.consumer.generation
+            stats = dict(delivery.consumer.stats)
+        finally:
+            loop.stop()
+            delivery.close()
+    # then the delivery was acked at lease time: the channel was never closed
+    assert loop.error is None
+    assert generation == 1
+    assert not [k for k in stats if k.startswith("failure:")]
+
+
+def test_held_acks_past_the_consumer_timeout_are_classified_as_ack_timeout_with_queue_names(
+    rabbit_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given early acks disabled (test-only) and a 1 s consumer timeout
+    engine = Engine(MemoryStore())
+    caplog.set_level(logging.ERROR, logger="adapters.rabbitmq")
+    with consumer_timeout(1000):
+        delivery = RabbitDelivery(
+            rabbit_url, engine=engine, prefix=prefix, ack_on_settle=False, **FAST
+        )
+        engine.publisher = delivery
+        loop = DriverLoop(engine, delivery, handler=lambda job: time.sleep(3.0)).start()
+        try:
+            # when a job holds its delivery unacked for longer than the timeout
+            engine.submit("slow")
+            wait_until(
+                lambda: delivery.consumer.stats["failure:ack-timeout"] >= 1, 20, "an ACK timeout"
+            )
+            wait_until(lambda: delivery.ready, 10, "recovery after the ACK timeout")
+        finally:
+            loop.stop()
+            delivery.close()
+    # then the closure was logged as an ACK timeout naming the queue, and recovered from
+    messages = [r.getMessage() for r in caplog.records if "ACK timeout" in r.getMessage()]
+    assert messages
+    assert f"{prefix}default" in messages[0]
+    assert delivery.consumer.stats["recoveries"] >= 1
+
+
+def test_broker_stopped_longer_than_the_budget_fails_within_attempts_times_interval(
+    rabbit_url: str, prefix: str, memory_engine: Engine
+) -> None:
+    # given a consuming delivery with 2 recovery attempts 1 s apart
+    delivery = RabbitDelivery(
+        rabbit_url, prefix=prefix, recovery_attempts=2, recovery_interval=1.0, idle_check=0.05
+    )
+    delivery.start(["default"])
+    delivery.poll(4, 0.1)
+    wait_until(lambda: delivery.ready, 10, "readiness")
+    try:
+        with broker_app_stopped():
+            # when the broker stays down
+            stopped = time.monotonic()
+            failed_after = wait_until(lambda: delivery.consumer.failure is not None, 30, "failure")
+            elapsed = time.monotonic() - stopped + failed_after
+            # then the delivery gives up loudly within 2 x 1 s plus a bound, and is not ready
+            assert elapsed < 2 * 1.0 + 10.0
+            assert not delivery.ready
+            with pytest.raises(DeliveryFailed, match="recovery budget spent: 2 attempts"):
+                delivery.check()
+            with pytest.raises(DeliveryFailed):
+                delivery.poll(4, 0.1)
+    finally:
+        delivery.close()
+
+
+def test_broker_restarted_within_the_budget_resumes_consumption_and_readiness(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a consuming delivery with 30 attempts 1 s apart
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(
+        rabbit_url, engine=engine, prefix=prefix, recovery_attempts=30, recovery_interval=1.0
+    )
+    engine.publisher = delivery
+    delivery.start(["default"])
+    delivery.poll(4, 0.1)
+    wait_until(lambda: delivery.ready, 10, "readiness")
+    try:
+        # when the broker stops and comes back
+        with broker_app_stopped() as start_again:
+            wait_until(lambda: not delivery.ready, 30, "readiness to drop")
+            start_again()
+        wait_until(lambda: delivery.ready, 60, "readiness to return")
+        # then consumption resumes
+        job = engine.submit("noop")
+        got: list[str] = []
+        wait_until(
+            lambda: got.extend(w.job_id for w in delivery.poll(4, 0.2) if w.job_id) or got,
+            10,
+            "a wake-up after the restart",
+        )
+        assert got == [job.id]
+        delivery.check()
+        assert delivery.consumer.stats["recoveries"] == 1
+    finally:
+        delivery.close()
+
+
+def test_missing_queue_with_passive_declare_fails_at_once_without_retrying(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery that must not declare, and no work queue on the broker
+    conn, channel = raw_channel(rabbit_url)
+    channel.exchange_declare(f"{prefix}dead-letter", exchange_type="fanout", durable=True)
+    channel.queue_declare(f"{prefix}dead-letter", durable=True)
+    conn.close()
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, declare=False)
+    # when it starts
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match=rf"not-found.*{prefix}default"):
+        delivery.start(["default"])
+    # then it failed at once, without any recovery attempt, and stays failed
+    assert time.monotonic() - started < 5.0
+    assert delivery.consumer.stats["recovery_attempts"] == 0
+    with pytest.raises(DeliveryFailed):
+        delivery.check()
+    assert not delivery.ready
+    delivery.close()
+
+
+def test_bad_password_fails_at_once_with_a_clear_error(rabbit_url: str, prefix: str) -> None:
+    # given a delivery with a wrong password
+    delivery = RabbitDelivery(rabbit_url.replace("guest:guest", "guest:wrong"), prefix=prefix)
+    # when it starts, then it fails at once naming the cause, without retrying
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match="auth"):
+        delivery.start(["default"])
+    assert time.monotonic() - started < 10.0
+    assert delivery.consumer.stats["recovery_attempts"] == 0
+    delivery.close()
+
+
+def test_stale_delivery_tag_from_before_a_reconnect_is_never_acked_on_the_new_channel(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given two wake-ups on channel generation 1; the first settled, the second (tag 2) not
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        first, second = engine.submit("noop"), engine.submit("noop")
+        old: list = []
+        wait_until(lambda: old.extend(delivery.poll(4, 0.2)) or len(old) == 2, 10, "two wake-ups")
+        assert [w.job_id for w in old] == [first.id, second.id]
+        delivery.settle(old[0])
+        time.sleep(0.3)
+        # when the connection is forced closed and the consumer reconnects
+        rabbitmqctl("close_all_connections", "test")
+        wait_until(lambda: delivery.ready and delivery.consumer.generation == 2, 30, "recovery")
+        redelivered: list = []
+        wait_until(
+            lambda: redelivered.extend(delivery.poll(4, 0.2)) or redelivered, 10, "redelivery"
+        )
+        # and the old wake-up is settled late
+        delivery.settle(old[1])
+        time.sleep(0.5)
+        # then its tag was dropped (tag 2 does not exist on the new channel: acking it there
+        # would close the channel with "unknown delivery tag"), and the channel lives on
+        assert delivery.consumer.stats["stale_tags"] == 1
+        assert delivery.consumer.generation == 2
+        assert delivery.ready
+        assert [w.job_id for w in redelivered] == [second.id]
+        delivery.settle(redelivered[0])
+        time.sleep(0.2)
+    finally:
+        delivery.close()
+    assert ready_count(rabbit_url, f"{prefix}default") == 0
+
+
+def test_consumer_cancelled_by_the_broker_is_detected_and_recovered(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a consuming delivery
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    delivery.poll(4, 0.1)
+    wait_until(lambda: delivery.ready, 10, "readiness")
+    try:
+        # when its queue is deleted under it (the broker cancels the consumer)
+        conn, channel = raw_channel(rabbit_url)
+        channel.queue_delete(f"{prefix}default")
+        conn.close()
+        wait_until(lambda: delivery.consumer.stats["recoveries"] == 1, 10, "recovery")
+        # then the cancellation was seen, the queue redeclared, and consumption goes on
+        assert delivery.consumer.stats["failure:consumer-cancelled"] == 1
+        job = engine.submit("noop")
+        got: list[str] = []
+        wait_until(
+            lambda: got.extend(w.job_id for w in delivery.poll(4, 0.2) if w.job_id) or got,
+            10,
+            "a wake-up after the cancel",
+        )
+        assert got == [job.id]
+    finally:
+        delivery.close()
+
+
+def test_buffered_delivery_held_past_max_hold_is_returned_to_the_broker(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery whose worker has no free slot for a while
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(
+        rabbit_url, engine=engine, prefix=prefix, prefetch=4, max_hold=0.3, **FAST
+    )
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        job = engine.submit("noop")
+        # when nobody polls for longer than max_hold
+        wait_until(lambda: delivery.consumer.stats["returned"] >= 1, 10, "the hold bound")
+        # then the buffered delivery went back to the broker, and comes again when polled
+        assert [w.job_id for w in delivery.poll(4, 5.0)] == [job.id]
+    finally:
+        delivery.close()
+
+
+def test_close_interrupts_the_wait_between_recovery_attempts(prefix: str) -> None:
+    # given a delivery pointed at a port nobody listens on, with a 60 s interval
+    delivery = RabbitDelivery(
+        "amqp://guest:guest@127.0.0.1:1/%2F", prefix=prefix, recovery_interval=60.0
+    )
+    delivery.start(["default"])
+    wait_until(lambda: delivery.consumer.stats["recovery_attempts"] == 1, 10, "first attempt")
+    # when it is closed during the wait
+    started = time.monotonic()
+    delivery.close()
+    # then close returns at once, and the delivery never became ready
+    assert time.monotonic() - started < 2.0
+    assert not delivery.ready
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("recovery_attempts", True),
+        ("recovery_attempts", -1),
+        ("recovery_attempts", 1.5),
+        ("recovery_interval", False),
+        ("recovery_interval", -0.1),
+        ("prefetch", 0),
+        ("max_hold", 0),
+        ("queue_type", "stream"),
+    ],
+)
+def test_bad_recovery_options_are_rejected_naming_the_option(option: str, value: object) -> None:
+    with pytest.raises(ValueError, match=option.split("_", maxsplit=1)[0]):
+        RabbitConfig(**{option: value})  # type: ignore[arg-type]
+
+
+def test_recovery_attempts_zero_disables_recovery(prefix: str) -> None:
+    # given recovery disabled, pointed at a port nobody listens on
+    delivery = RabbitDelivery(
+        "amqp://guest:guest@127.0.0.1:1/%2F", prefix=prefix, recovery_attempts=0
+    )
+    # when it starts, then the first lost connection is final
+    with pytest.raises(DeliveryFailed, match="recovery is disabled"):
+        delivery.start(["default"])
+    assert delivery.consumer.stats["recovery_attempts"] == 0
+    with pytest.raises(DeliveryFailed, match="recovery is disabled"):
+        delivery.check()
+    delivery.close()
