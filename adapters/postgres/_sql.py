@@ -140,18 +140,21 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
-        self._claims: dict[tuple[tuple[str, ...], bool], str] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool, bool], str] = {}
 
-    def claim(self, states: tuple[str, ...], by_ids: bool) -> str:
+    def claim(self, states: tuple[str, ...], by_ids: bool, one_queue: bool = False) -> str:
         """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both
         the locked pre-images and the leased rows so the caller can check them
         against the core's `lease` decision before it commits."""
-        key = (states, by_ids)
+        key = (states, by_ids, one_queue)
         if key not in self._claims:
             ids = "AND id = ANY(%(ids)s::text[]) " if by_ids else ""
+            # one queue: equality lets the planner walk jobs_due in lease order and
+            # stop after `limit` rows; several queues: an index scan plus a sort.
+            queue = "queue = %(queue)s" if one_queue else "queue = ANY(%(queues)s::text[])"
             self._claims[key] = (
                 f"WITH locked AS (SELECT {cols()} FROM {self.jobs} "
-                f"WHERE state IN ({state_list(states)}) AND queue = ANY(%(queues)s::text[]) "
+                f"WHERE state IN ({state_list(states)}) AND {queue} "
                 "AND run_after <= %(now)s AND (deadline IS NULL OR deadline > %(now)s) "
                 f"{ids}ORDER BY priority, run_after, id LIMIT %(limit)s "
                 "FOR UPDATE SKIP LOCKED) "

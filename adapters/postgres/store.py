@@ -291,9 +291,11 @@ class PostgresStore:
             return []
         if request.ids is not None and not request.ids:
             return []
-        statement = self.sql.claim(tuple(request.states), request.ids is not None)
+        one_queue = len(set(request.queues)) == 1
+        statement = self.sql.claim(tuple(request.states), request.ids is not None, one_queue)
         params = {
             "queues": list(request.queues),
+            "queue": request.queues[0],
             "now": request.now,
             "limit": request.limit,
             "ids": None if request.ids is None else list(request.ids),
