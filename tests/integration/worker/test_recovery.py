@@ -6,6 +6,7 @@ TTL 3 s, heartbeat 0.5 s, sweep 0.5 s) so the whole file stays well under a minu
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import time
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsm import Engine
+from fsm.owner import pid_verdict
 from fsm.records import Job
 
 from .helpers import Workers, markers, wait_for
@@ -208,3 +210,28 @@ def test_a_second_signal_stops_at_once_and_leaves_the_job_to_recovery(
     assert "stopped at once" in workers.log_of(w)
     workers.start(sqlite_url, ttl=30.0)
     wait_for(lambda: engine.get(job.id).recoveries == 1, 15, "recovery by the next worker")
+
+
+def test_killing_a_process_executor_worker_takes_its_children_with_it(
+    sqlite_url: str, workers: Workers, marks: Path, open_engine: Callable[[str], Engine]
+) -> None:
+    # given: a worker on the process executor running a job that ignores cancels
+    engine = open_engine(sqlite_url)
+    job = engine.submit("stubborn", {"dir": str(marks), "seconds": 60})
+    w = workers.start(sqlite_url, executor="process", ttl=30.0)
+    wait_for(lambda: markers(marks, job.id, "started", 1), 30, "the child to start the job")
+    child = int(markers(marks, job.id, "started", 1)[0].name.rsplit(".", 1)[1])
+    assert child != w.pid
+
+    # when: the worker is killed with SIGKILL
+    workers.kill9(w)
+
+    # then: its child dies too (no orphan keeps running a job that will be rerun)
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return pid_verdict(child).dead
+
+    wait_for(gone, 5, "the orphaned child to die")
