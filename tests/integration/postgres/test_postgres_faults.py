@@ -1,0 +1,167 @@
+"""Real connection faults: terminated backends and connections cut mid-commit.
+
+The fault proxy (conftest.py) sits between the store and the server and closes
+the TCP connection either before a statement reaches the server or after the
+server has run (and committed) it but before the answer reaches the client.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from adapters.postgres import open_store
+from fsm.clock import FakeClock
+from fsm.engine import Engine
+from fsm.errors import TransientStoreError
+from fsm.records import Job, Owner
+
+pytestmark = pytest.mark.postgres
+
+OWNER = Owner("host-a", 1, "inc-a")
+APPLY = b"upd AS (UPDATE"
+COMMIT = b"COMMIT"
+
+
+def _engine(url: str) -> Engine:
+    return Engine(open_store(url), clock=FakeClock())
+
+
+def _leased(engine: Engine) -> Job:
+    engine.submit("k", 1)
+    [job] = engine.claim(OWNER)
+    return job
+
+
+def _events(admin: Any, job_id: str) -> list[str]:
+    rows = admin.all("SELECT event FROM job_events WHERE job_id = %s ORDER BY seq", job_id)
+    return [r[0] for r in rows]
+
+
+def test_a_write_committed_before_the_connection_broke_is_reported_applied(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        job = _leased(engine)
+        # given the connection will break after the server ran (and committed) the write
+        proxy.arm(APPLY, "deliver_then_drop")
+        # when the worker starts the job
+        started = engine.start(job.id, job.fence)
+        # then the store reconciled: the start is reported, stored once, audited once
+        assert proxy.fired.is_set()
+        assert started.state == "running"
+        assert engine.get(job.id) == started
+        assert _events(admin, job.id) == ["submit", "lease", "start"]
+    finally:
+        engine.store.close()
+
+
+def test_a_write_lost_with_its_connection_is_a_transient_error_and_changes_nothing(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        job = _leased(engine)
+        # given the connection breaks before the write reaches the server
+        proxy.arm(APPLY, "drop")
+        with pytest.raises(TransientStoreError, match="not applied"):
+            engine.start(job.id, job.fence)
+        # then nothing changed, and retrying works
+        assert proxy.fired.is_set()
+        assert engine.get(job.id) == job
+        assert _events(admin, job.id) == ["submit", "lease"]
+        assert engine.start(job.id, job.fence).state == "running"
+    finally:
+        engine.store.close()
+
+
+def test_a_claim_whose_commit_went_through_returns_the_leased_jobs(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        job = engine.submit("k", 1)
+        proxy.arm(COMMIT, "deliver_then_drop")
+        [leased] = engine.claim(OWNER)
+        assert proxy.fired.is_set()
+        assert (leased.id, leased.state, leased.fence) == (job.id, "leased", 1)
+        assert engine.get(job.id) == leased
+        assert _events(admin, job.id) == ["submit", "lease"]
+    finally:
+        engine.store.close()
+
+
+def test_a_claim_whose_commit_never_arrived_leases_nothing(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        job = engine.submit("k", 1)
+        proxy.arm(COMMIT, "drop")
+        with pytest.raises(TransientStoreError):
+            engine.claim(OWNER)
+        assert proxy.fired.is_set()
+        # the server rolled the transaction back when the connection died
+        admin.wait_for("SELECT state = 'queued' FROM jobs WHERE id = %s", job.id)
+        assert _events(admin, job.id) == ["submit"]
+        [again] = engine.claim(OWNER)
+        assert (again.id, again.fence) == (job.id, 1)
+    finally:
+        engine.store.close()
+
+
+def test_an_insert_committed_before_the_connection_broke_is_not_duplicated(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        proxy.arm(b"ins AS (INSERT", "deliver_then_drop")
+        jobs = engine.submit_many([("k", i, {}) for i in range(3)])
+        assert proxy.fired.is_set()
+        assert admin.one("SELECT count(*) FROM jobs") == 3
+        assert admin.one("SELECT count(*) FROM job_events") == 3
+        assert [engine.get(j.id) for j in jobs] == jobs
+    finally:
+        engine.store.close()
+
+
+def test_a_terminated_backend_surfaces_as_a_transient_error(pg_url: str, admin: Any) -> None:
+    engine = _engine(f"{pg_url}?application_name=victim")
+    try:
+        job = _leased(engine)
+        # given another session holds the job's row lock, so the write waits
+        admin.conn.execute("BEGIN")
+        admin.one("SELECT id FROM jobs WHERE id = %s FOR UPDATE", job.id)
+        errors: list[BaseException] = []
+
+        def start() -> None:
+            try:
+                engine.start(job.id, job.fence)
+            except BaseException as err:
+                errors.append(err)
+
+        t = threading.Thread(target=start)
+        t.start()
+        # when an administrator terminates the waiting backend
+        pid = admin.wait_for(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'victim' "
+            "AND wait_event_type = 'Lock'"
+        )
+        admin.one("SELECT pg_terminate_backend(%s)", pid)
+        t.join(30)
+        admin.conn.execute("ROLLBACK")
+        # then the caller gets a TransientStoreError and nothing changed
+        [err] = errors
+        assert isinstance(err, TransientStoreError)
+        assert engine.get(job.id) == job
+        assert engine.start(job.id, job.fence).state == "running"
+    finally:
+        engine.store.close()
