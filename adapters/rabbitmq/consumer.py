@@ -47,8 +47,11 @@ class Consumer:
         self._config = config
         self._cond = threading.Condition()
         self._inbox: deque[Delivered] = deque()
+        #: handed to the worker, not settled yet: token -> monotonic time handed out
+        self._outstanding: dict[Token, float] = {}
         self._ops: deque[Callable[[], None]] = deque()
         self._wake_pending = False
+        self._interrupted = False  # set by wake(): the next blocked take returns at once
         self._queues: tuple[str, ...] = ()
         self._prefetch = config.prefetch
         self._generation = 0
@@ -100,15 +103,30 @@ class Consumer:
     def take(self, capacity: int, timeout: float) -> list[Delivered]:
         """At most `capacity` buffered deliveries, waiting at most `timeout` seconds."""
         with self._cond:
-            if not self._inbox and timeout > 0:
+            if not self._inbox and timeout > 0 and not self._interrupted:
                 self._cond.wait_for(
-                    lambda: bool(self._inbox) or self._failure is not None or self._stop.is_set(),
+                    lambda: (
+                        bool(self._inbox)
+                        or self._interrupted
+                        or self._failure is not None
+                        or self._stop.is_set()
+                    ),
                     timeout,
                 )
+            self._interrupted = False
             out: list[Delivered] = []
+            now = time.monotonic()
             while self._inbox and len(out) < capacity:
-                out.append(self._inbox.popleft())
+                item = self._inbox.popleft()
+                self._outstanding[item.token] = now
+                out.append(item)
             return out
+
+    def wake(self) -> None:
+        """Make a blocked `take` return now (the worker is stopping)."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
 
     def ack(self, token: Token) -> None:
         self._submit(lambda: self._ack(token))
@@ -220,6 +238,7 @@ class Consumer:
         with self._cond:
             dropped = len(self._inbox)
             self._inbox.clear()  # the broker redelivers what the old channel held
+            self._outstanding.clear()
         if dropped:
             log.info("dropped %d buffered deliveries of the old channel", dropped)
         self._generation += 1
@@ -290,9 +309,16 @@ class Consumer:
             op()
 
     def _current(self, token: Token, what: str) -> bool:
+        """True if `token` may be settled now: its channel is the live one and the
+        delivery is still ours (not already returned to the broker)."""
         channel = self._channel
         if token.generation == self._generation and channel is not None and channel.is_open:
-            return True
+            with self._cond:
+                if self._outstanding.pop(token, None) is not None:
+                    return True
+            self.stats["late_settles"] += 1
+            log.debug("delivery tag %d was already returned to the broker", token.tag)
+            return False
         self.stats["stale_tags"] += 1
         log.warning(
             "not %s delivery tag %d of channel generation %d on generation %d: tags are only "
@@ -331,14 +357,21 @@ class Consumer:
         self.stats["dead_lettered"] += 1
 
     def _return_held(self) -> None:
-        """Give back deliveries buffered past `max_hold` so no delivery meets the
-        broker's consumer timeout while every executor slot is busy."""
+        """Give back deliveries buffered, or handed out and never settled, for longer than
+        `max_hold`, so no delivery meets the broker's consumer timeout (all slots busy,
+        or a worker whose claim failed)."""
         cutoff = time.monotonic() - self._config.max_hold
-        held: list[Delivered] = []
         with self._cond:
+            buffered = []
             while self._inbox and self._inbox[0].received < cutoff:
-                held.append(self._inbox.popleft())
-        for item in held:
-            if self._current(item.token, "returning"):
-                self._channel.basic_nack(item.token.tag, requeue=True)
+                item = self._inbox.popleft()
+                self._outstanding[item.token] = item.received
+                buffered.append(item.token)
+            if self._config.ack_on_settle:
+                held = [t for t, at in self._outstanding.items() if at < cutoff]
+            else:  # test-only mode: holding handed-out deliveries is the point
+                held = buffered
+        for token in held:
+            if self._current(token, "returning"):
+                self._channel.basic_nack(token.tag, requeue=True)
                 self.stats["returned"] += 1

@@ -108,6 +108,10 @@ class RabbitDelivery:
         if self.config.ack_on_settle:
             self.consumer.ack(token)
 
+    def wake(self) -> None:
+        """Interrupt a blocked `poll` (the Worker calls it when it stops)."""
+        self.consumer.wake()
+
     @property
     def ready(self) -> bool:
         return self.consumer.ready

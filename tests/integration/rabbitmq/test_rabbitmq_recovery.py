@@ -4,7 +4,6 @@ timeouts, a stopped broker, missing queues, bad credentials, stale delivery tags
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import pytest
@@ -24,56 +23,6 @@ from .helpers import (
 )
 
 FAST = {"recovery_interval": 0.5, "idle_check": 0.05}
-
-
-def test_2000_jobs_all_succeed_once_through_three_forced_connection_closures(
-    rabbit_url: str, prefix: str
-) -> None:
-    # given an engine publishing through RabbitMQ and a worker loop consuming from it
-    engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(
-        rabbit_url, engine=engine, prefix=prefix, repair_after=2.0, repair_interval=1.0, **FAST
-    )
-    engine.publisher = delivery
-    loop = DriverLoop(engine, delivery, capacity=16, handler=lambda job: time.sleep(0.002))
-    loop.start()
-    ids: list[str] = []
-    closed_with_unfinished: list[int] = []
-
-    def produce() -> None:
-        for _ in range(20):
-            ids.extend(j.id for j in engine.submit_many([("noop", {}, {})] * 100))
-
-    def unfinished() -> int:
-        return sum(n for (_q, s), n in engine.counts().items() if s != "succeeded")
-
-    producer = threading.Thread(target=produce)
-    try:
-        # when jobs flow while every broker connection is closed three times
-        producer.start()
-        for k in range(3):
-            wait_until(lambda k=k: len(ids) >= 400 * (k + 1), 60, "submissions to progress")
-            generation = delivery.consumer.generation
-            closed_with_unfinished.append(unfinished())
-            rabbitmqctl("close_all_connections", "test")
-            wait_until(
-                lambda g=generation: delivery.ready and delivery.consumer.generation > g,
-                30,
-                "the consumer to recover",
-            )
-        producer.join(60)
-        wait_until(lambda: len(ids) == 2000 and unfinished() == 0, 120, "all 2000 jobs")
-    finally:
-        loop.stop()
-        delivery.close()
-    # then every job succeeded, its effect committed exactly once, within the budget
-    assert loop.error is None
-    assert closed_with_unfinished[0] > 0  # the first closure hit a run in progress
-    assert {engine.get(i).state for i in ids} == {"succeeded"}
-    assert sorted(loop.effects.committed) == sorted(ids)
-    assert all(len(fences) == 1 for fences in loop.effects.committed.values())
-    assert delivery.consumer.stats["recoveries"] == 3
-    assert delivery.consumer.failure is None
 
 
 def test_long_job_outlives_a_lowered_consumer_timeout_without_any_channel_closure(
