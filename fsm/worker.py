@@ -47,6 +47,7 @@ BACKOFF_START = 0.05  # first pause after a store error in a loop
 BACKOFF_CAP = 5.0  # longest pause after repeated store errors
 SWEEP_LIMIT = 1000  # most jobs one sweep looks at
 RELEASE_TRIES = 3  # bounded tries to give back an unstarted lease at shutdown
+BATCH_WINDOW = 0.02  # longest wait to gather claims or reports into one batch
 
 
 class _Run:
@@ -293,6 +294,8 @@ class Worker:
                 self._slot_freed.wait(self.poll_interval)
                 self._slot_freed.clear()
                 continue
+            if immediate:
+                free = self._gather_slots(free)
             try:
                 wakeups = self.delivery.poll(free, 0.0 if immediate else self.poll_interval)
                 self.delivery.check()
@@ -326,6 +329,19 @@ class Worker:
                     log.exception("worker %s: settling a wake-up failed", self.identity.owner)
             self._dispatch(jobs)
             immediate = any_due and len(jobs) >= free  # more may be due: no sleep
+
+    def _gather_slots(self, free: int) -> int:
+        """Under load, wait up to BATCH_WINDOW for half the slots, so claims come in batches."""
+        half = self.concurrency // 2
+        until = time.monotonic() + BATCH_WINDOW
+        while free < half and self._busy() and not self._stopping.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._slot_freed.wait(left)
+            self._slot_freed.clear()
+            free = self._free()
+        return free
 
     def _claim(self, ids: list[str], any_due: bool, free: int) -> list[Job]:
         owner = self.identity.owner
@@ -427,15 +443,28 @@ class Worker:
                     return
                 continue
             batch = [first]
+            until = time.monotonic() + BATCH_WINDOW
             while len(batch) < self.report_batch:
                 try:
                     batch.append(self._outcomes.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                left = until - time.monotonic()
+                if left <= 0 or len(batch) >= self._in_flight():
+                    break  # nothing more is running: report now
+                try:
+                    batch.append(self._outcomes.get(timeout=left))
                 except queue.Empty:
                     break
             try:
                 self._report(batch)
             except Exception:
                 log.exception("worker %s: reporting failed", self.identity.owner)
+
+    def _in_flight(self) -> int:
+        with self._lock:
+            return sum(1 for r in self._running.values() if not r.reporting)
 
     def _busy(self) -> bool:
         with self._lock:
