@@ -305,26 +305,31 @@ class PostgresStore:
         decisions: list[Decision] = []
         lost: psycopg.Error | None = None
         with self._connection("claim") as conn:
-            conn.execute("BEGIN")
             try:
-                rows = conn.execute(statement, params).fetchall()
-                for row in rows:
+                # round trip 1: BEGIN and the lease statement, pipelined
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cursor = conn.execute(statement, params)
+                for row in cursor.fetchall():
                     before, after = _job(row[:_N]), _job(row[_N:])
                     decision = request.decide(before)
                     if decision.job != after:
                         raise StoreError(_disagreement(before, after, decision.job))
                     decisions.append(decision)
                 decisions.sort(key=lambda d: _lease_order(d.job))
-                entries = [d.entry for d in decisions if d.entry is not None]
-                if entries:
-                    conn.execute(self.sql.audit_insert, _audit_arrays(entries))
             except BaseException:
                 _rollback(conn)
                 raise
+            entries = [d.entry for d in decisions if d.entry is not None]
             try:
-                conn.execute("COMMIT")
-            except psycopg.OperationalError as err:
+                # round trip 2: the audit entries and COMMIT, pipelined
+                with conn.pipeline():
+                    if entries:
+                        conn.execute(self.sql.audit_insert, _audit_arrays(entries))
+                    conn.execute("COMMIT")
+            except psycopg.Error as err:
                 if not conn.broken:
+                    _rollback(conn)
                     raise
                 lost = err
             else:
