@@ -18,6 +18,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+def _one_line(err: BaseException) -> str:
+    """An error message on one line (driver messages often span several)."""
+    return " ".join(str(err).split())
+
+
 def main() -> None:
     debug = "--debug" in sys.argv[1:]
     try:
@@ -33,7 +38,7 @@ def main() -> None:
     except JobFSMError as err:
         if debug:
             raise
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {_one_line(err)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -41,7 +46,7 @@ def main() -> None:
     except Exception as err:  # a driver or OS error no adapter translated: still one line
         if debug:
             raise
-        text = " ".join(str(err).split()) or "(no message)"
+        text = _one_line(err) or "(no message)"
         click.echo(f"error: {type(err).__name__}: {text} (--debug shows the traceback)", err=True)
         sys.exit(1)
 

@@ -30,7 +30,7 @@ FLAKY_P = 0.35
 #: chance that a charge's provider leaves its outcome unknown (handler raises Ambiguous)
 AMBIGUOUS_P = 0.03
 #: longest a demo handler runs, in seconds (bounds the demo's runtime)
-MAX_WORK_SECONDS = 1.0
+MAX_WORK_SECONDS = 5.0
 
 
 def _rng(ctx: Context) -> random.Random:

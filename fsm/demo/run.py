@@ -39,6 +39,11 @@ from .policy import demo_policy
 STOP_GRACE = 10.0
 #: seconds between two progress lines when stdout is not a terminal
 LOG_EVERY = 2.0
+#: a worker process is killed only once it has been up (started, reclaimed the jobs of
+#: the dead, leasing) for this long, so every incarnation gets work done
+MIN_UPTIME = 1.0
+#: crashes are injected during this share of the timeout at most, so the run can settle
+CRASH_WINDOW = 0.5
 #: share of jobs an operator cancels during the run
 CANCEL_SHARE = 0.03
 #: share of jobs submitted with a short delay (run_after in the future)
@@ -73,12 +78,14 @@ class _Workers:
         self.cfg, self.url, self.queue, self.seed = cfg, url, queue, seed
         self.logdir = logdir
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.workers
+        self.ready: list[Path] = [logdir / f"ready-{slot}" for slot in range(cfg.workers)]
         self.logs: list[IO[bytes]] = []
         self.started = 0
         self.unexpected_exits = 0
 
     def _spawn(self, slot: int) -> None:
         self.started += 1
+        self.ready[slot] = self.logdir / f"worker-{slot}-{self.started}.ready"
         log = open(self.logdir / f"worker-{slot}-{self.started}.log", "wb")  # noqa: SIM115
         self.logs.append(log)
         self.procs[slot] = subprocess.Popen(
@@ -94,6 +101,8 @@ class _Workers:
                 str(self.cfg.concurrency),
                 "--seed",
                 str(self.seed + self.started),
+                "--ready-file",
+                str(self.ready[slot]),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -111,9 +120,17 @@ class _Workers:
                 self.unexpected_exits += 1
                 self._spawn(slot)
 
-    def crash(self, rng: random.Random) -> int:
-        """SIGKILL one worker and start a replacement; returns the killed pid."""
-        slot = rng.randrange(len(self.procs))
+    def crash(self, rng: random.Random) -> int | None:
+        """SIGKILL one worker up for MIN_UPTIME and start a replacement; the killed pid."""
+        now = time.time()
+        ready = [
+            i
+            for i, path in enumerate(self.ready)
+            if path.exists() and now - path.stat().st_mtime >= MIN_UPTIME
+        ]
+        if not ready:
+            return None
+        slot = rng.choice(ready)
         proc = self.procs[slot]
         assert proc is not None
         os.kill(proc.pid, signal.SIGKILL)
@@ -152,7 +169,15 @@ def _check_trail(job: Job, trail: list[AuditEntry]) -> list[str]:
             problems.append(f"job {job.id}: version or fence went backwards at {b.event}")
     rebuilt = replay(trail)
     if rebuilt is None or not same_except_heartbeats(rebuilt, job):
-        problems.append(f"job {job.id}: replaying its audit trail does not give its record")
+        differ = sorted(
+            f.name
+            for f in attrs.fields(Job)
+            if rebuilt is None or getattr(rebuilt, f.name) != getattr(job, f.name)
+        )
+        problems.append(
+            f"job {job.id}: replaying its audit trail does not give its record "
+            f"(fields differ: {', '.join(differ)})"
+        )
     if job.recoveries > job.max_recoveries:
         problems.append(f"job {job.id}: {job.recoveries} recoveries over its budget")
     if job.attempt > job.max_attempts:
@@ -229,9 +254,12 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
                 timed_out = True
                 break
             workers.check()
-            if now >= next_crash and counts.get("running", 0) > 0:
-                crashes.append(workers.crash(rng))
-                next_crash = now + cfg.crash_every * rng.uniform(0.7, 1.3)
+            in_window = elapsed < cfg.timeout * CRASH_WINDOW
+            if in_window and now >= next_crash and counts.get("running", 0) > 0:
+                pid = workers.crash(rng)
+                if pid is not None:
+                    crashes.append(pid)
+                    next_crash = now + cfg.crash_every * rng.uniform(0.7, 1.3)
             time.sleep(0.1)
     finally:
         if live:

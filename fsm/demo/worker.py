@@ -7,6 +7,8 @@ store the driver names; the driver kills it with SIGKILL and starts another.
 from __future__ import annotations
 
 import logging
+import threading
+from pathlib import Path
 
 import click
 
@@ -16,13 +18,17 @@ from ..worker import Worker
 from .app import handlers
 from .policy import demo_policy
 
+#: longest a worker may take to start before the driver stops waiting to hear it is up
+STARTUP_BOUND = 120.0
+
 
 @click.command()
 @click.option("--store", required=True)
 @click.option("--queue", required=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4)
 @click.option("--seed", type=int, default=0)
-def main(store: str, queue: str, concurrency: int, seed: int) -> None:
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None)
+def main(store: str, queue: str, concurrency: int, seed: int, ready_file: str | None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(message)s")
     engine = Engine(open_store(store), policy=demo_policy(seed))
     try:
@@ -35,6 +41,13 @@ def main(store: str, queue: str, concurrency: int, seed: int) -> None:
             poll_interval=0.2,
             shutdown_grace=5.0,
         )
+        if ready_file is not None:
+
+            def announce() -> None:
+                if worker.wait_started(STARTUP_BOUND):
+                    Path(ready_file).touch()
+
+            threading.Thread(target=announce, daemon=True).start()
         worker.run()
     finally:
         engine.store.close()
