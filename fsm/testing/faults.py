@@ -1,0 +1,278 @@
+"""The hypothesis fault suite: invariants as executable specs, for any store.
+
+Needs the extra `jobfsm[testing]` (hypothesis). Two ways to run it:
+
+From pytest, subclass `FaultSuite` and say how to make a fresh, empty store (it
+is called once per example)::
+
+    from fsm.testing import FaultSuite, KindSpec
+
+    class TestMyStoreUnderFaults(FaultSuite):
+        kinds = (KindSpec("email", retry_safe=False, outcomes={"succeed": 9, "fail": 1}),)
+
+        @pytest.fixture(autouse=True)
+        def _dir(self, tmp_path):
+            self.dir = tmp_path
+
+        def store_factory(self):
+            return MyStore(self.dir / f"{uuid.uuid4().hex}.db")
+
+From code or the CLI (`jobfsm faults --store URL`), `run_faults(url, ...)`
+makes a fresh store per example for memory://, sqlite:/// (a new file per
+example in a temporary directory) and postgresql:// (a new schema per example)
+and returns a `FaultReport`.
+
+What it checks is in specs/invariants.md; how to read a failure is in
+docs/fault-suites.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import attrs
+
+from ..errors import BadStoreURL, MissingExtra
+from ..ports import Store
+from ..registry import STORE_GROUP
+
+try:
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import settings as Settings
+    from hypothesis.reporting import with_reporter
+    from hypothesis.stateful import run_state_machine_as_test
+except ModuleNotFoundError as err:  # pragma: no cover - exercised without the extra
+    raise MissingExtra("the fault suites (fsm.testing.faults)", "testing") from err
+
+from .faults_machine import (
+    DEFAULT_KINDS,
+    FaultMachine,
+    FaultStats,
+    KindSpec,
+    fault_machine,
+    suite_policy,
+)
+from .profiles import load_profile
+
+__all__ = [
+    "DEFAULT_KINDS",
+    "FaultMachine",
+    "FaultReport",
+    "FaultStats",
+    "FaultSuite",
+    "KindSpec",
+    "fault_machine",
+    "fresh_stores",
+    "run_faults",
+    "suite_policy",
+]
+
+
+class FaultSuite:
+    """pytest base class: subclass it, define `store_factory`, optionally `kinds`.
+
+    The one test it adds runs the fault machine with the active settings profile
+    (JOBFSM_PROFILE: dev, ci or thorough), or with `settings` if set.
+    """
+
+    kinds: ClassVar[tuple[KindSpec, ...]] = DEFAULT_KINDS
+    settings: ClassVar[Settings | None] = None
+
+    def store_factory(self) -> Store:
+        """A fresh, empty store: called once per hypothesis example."""
+        raise NotImplementedError(f"{type(self).__name__} must define store_factory()")
+
+    def test_invariants_hold_under_faults(self) -> None:
+        machine = fault_machine(self.store_factory, kinds=tuple(self.kinds))
+        run_state_machine_as_test(  # type: ignore[no-untyped-call]
+            machine, settings=self.settings or Settings()
+        )
+
+
+@attrs.frozen
+class FaultReport:
+    """The outcome of `run_faults`: what ran, what was injected, what held."""
+
+    store_url: str
+    profile: str
+    seed: int | None
+    examples: int
+    steps: int
+    faults: dict[str, int]
+    checks: dict[str, int]
+    seconds: float
+    ok: bool
+    failure: str | None = None
+    #: the shrunk failing step sequence, as a runnable Python program
+    reproduction: str | None = None
+
+    @property
+    def invariants_checked(self) -> int:
+        return sum(self.checks.values())
+
+
+def _with_query(url: str, **params: str) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    query.update(params)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _opener(scheme: str) -> Callable[[str], Store]:
+    """The store opener registered for `scheme`, resolved once (entry points are slow)."""
+    for ep in entry_points(group=STORE_GROUP):
+        if ep.name == scheme:
+            try:
+                opener: Callable[[str], Store] = ep.load()
+            except ModuleNotFoundError as err:
+                raise MissingExtra(
+                    f"the {scheme!r} store ({err.name} is missing)", "postgres"
+                ) from err
+            return opener
+    raise BadStoreURL(f"no {STORE_GROUP} adapter named {scheme!r}")
+
+
+#: where per-example SQLite files go: tmpfs when there is one (the files are scratch)
+_SCRATCH = "/dev/shm"
+
+
+@contextmanager
+def fresh_stores(url: str) -> Iterator[Callable[[], Store]]:
+    """A factory that opens a fresh store per call (per example) for `url`'s kind.
+
+    memory:// -> a new memory store. sqlite:///any.db -> a new file per call in a
+    temporary directory (on tmpfs when there is one; removed afterwards), with the
+    URL's options and `synchronous=NORMAL` unless the URL sets it (scratch data).
+    postgresql://... -> a store on the URL's `?schema=` (default: a new schema
+    `jobfsm_faults_<run>`); examples do not see each other because each works in
+    its own queue. The schema is dropped afterwards if the store offers
+    `drop_schema()`; otherwise it is left for you to drop.
+    """
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme == "memory":
+        opener = _opener(scheme)
+        yield lambda: opener("memory://")
+        return
+    if scheme == "sqlite":
+        scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
+        with tempfile.TemporaryDirectory(prefix="jobfsm-faults-", dir=scratch) as tmp:
+            query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+            query.setdefault("synchronous", "NORMAL")
+            opener = _opener(scheme)
+            counter = iter(range(1 << 62))
+
+            def sqlite_factory() -> Store:
+                path = Path(tmp) / f"example-{next(counter)}.db"
+                return opener(f"sqlite:///{path}?{urlencode(query)}")
+
+            yield sqlite_factory
+        return
+    if scheme in ("postgresql", "postgres"):
+        query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        schema = query.get("schema") or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
+        per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4")
+        opener = _opener(scheme)
+        last: list[Store] = []
+
+        def pg_factory() -> Store:
+            store = opener(per_example)
+            last[:] = [store]
+            return store
+
+        try:
+            yield pg_factory
+        finally:
+            drop: Any = getattr(last[0], "drop_schema", None) if last else None
+            if callable(drop):
+                drop()
+        return
+    raise BadStoreURL(
+        f"cannot make a fresh store per example for {url!r}: run_faults knows memory://, "
+        "sqlite:/// and postgresql://; for another store subclass fsm.testing.FaultSuite "
+        "and give it a store_factory"
+    )
+
+
+def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -> str | None:
+    steps: list[str] = []
+    for ln in lines:  # the final replay is reported and noted: keep its last copy
+        if ln.startswith("state = "):
+            steps = []
+        if ln.startswith("state"):
+            steps.append(ln)
+    if not steps:
+        return None
+    kinds_src = ", ".join(repr(k) for k in kinds)
+    head = [
+        "# Reproduce: python this_file.py (the shrunk failing sequence, replayed step by step)",
+        "from fsm.testing.faults import KindSpec, fault_machine, fresh_stores",
+        "",
+        f"with fresh_stores({url!r}) as factory:",
+        f"    FaultSuiteMachine = fault_machine(factory, kinds=({kinds_src},))",
+    ]
+    return "\n".join(head + [f"    {ln}" for ln in steps]) + "\n"
+
+
+def run_faults(
+    store_url: str,
+    *,
+    examples: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    profile: str | None = None,
+    kinds: Sequence[KindSpec] = DEFAULT_KINDS,
+    progress: Callable[[FaultStats], None] | None = None,
+) -> FaultReport:
+    """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
+    a broken invariant (the report says what broke and how to reproduce it)."""
+    name = load_profile(profile)
+    base = Settings.get_profile(name)
+    chosen = Settings(
+        base,
+        max_examples=examples if examples is not None else base.max_examples,
+        stateful_step_count=steps if steps is not None else base.stateful_step_count,
+        database=None,
+        derandomize=base.derandomize if seed is None else False,
+    )
+    stats = FaultStats(progress=progress)
+    kinds_t = tuple(kinds)
+    lines: list[str] = []
+    failure: str | None = None
+    started = time.monotonic()
+    with fresh_stores(store_url) as factory:
+        machine = fault_machine(factory, kinds=kinds_t, stats=stats)
+        if seed is not None:
+            machine = hypothesis_seed(seed)(machine)
+        with with_reporter(lambda value: lines.append(str(value))):
+            try:
+                run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call]
+            except Exception as err:  # the report carries it
+                failure = f"{type(err).__name__}: {err}"
+                lines.extend(getattr(err, "__notes__", ()))
+    report_lines = [ln for text in lines for ln in text.splitlines()]
+    return FaultReport(
+        store_url=store_url,
+        profile=name,
+        seed=seed,
+        examples=stats.examples,
+        steps=stats.steps,
+        faults=dict(stats.faults),
+        checks=dict(stats.checks),
+        seconds=time.monotonic() - started,
+        ok=failure is None,
+        failure=failure,
+        reproduction=None if failure is None else _reproduction(report_lines, store_url, kinds_t),
+    )
+
+
+# FaultMachine is re-exported for users who drive it directly.
+_ = FaultMachine

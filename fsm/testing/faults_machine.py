@@ -1,0 +1,931 @@
+"""The fault suite's hypothesis state machine (specs/invariants.md, specs/scenarios.md).
+
+Simulated workers (each an `Owner` with a memory of the leases it holds and the
+reports it sent) drive real jobs through the Engine over the store under test,
+on a `FakeClock`, while rules inject faults: crashes, pauses (zombies), clock
+jumps, duplicate and reordered reports, duplicate deliveries, store errors before
+and after commit, concurrent writers, operator actions and recovery sweeps. After
+every step the invariants are read back from the store; at the end faults stop,
+time advances, sweeps run and live workers finish, and every job must be
+terminal or parked in investigate.
+
+Every bound is explicit: MAX_JOBS jobs and N_WORKERS workers per example, at
+most SENT_LOG remembered reports per worker, SETTLE_ROUNDS rounds to settle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, ClassVar, NoReturn
+
+import attrs
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from ..clock import FakeClock
+from ..engine import Engine, KindPolicy
+from ..errors import IllegalTransition, LeaseLost, TransientStoreError
+from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
+from ..ports import ScanRequest, Store
+from ..records import Job, Owner
+from ..spec import lifecycle
+from .faults_checks import owned_states, requeues, trail_problems
+from .faults_store import FAULTABLE, FaultyStore
+
+OUTCOMES = ("succeed", "fail", "retry_after", "permanent", "ambiguous")
+MAX_JOBS = 8
+N_WORKERS = 3
+SENT_LOG = 16
+SETTLE_ROUNDS = 40
+#: seconds per settle round: past the lease TTL (30 s) and the backoff cap (60 s)
+SETTLE_STEP = 100.0
+#: each example works in its own queue, so a store shared between examples (or one
+#: holding other jobs) is fine: the suite looks only at its own queue
+QUEUE_PREFIX = "fault-suite"
+HOST = "fault-sim"
+MAX_ATTEMPTS = 3
+
+
+def _weights(value: Mapping[str, int]) -> dict[str, int]:
+    out = dict(value)
+    unknown = set(out) - set(OUTCOMES)
+    if unknown:
+        raise ValueError(f"unknown handler outcomes {sorted(unknown)}; known: {OUTCOMES}")
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in out.values()):
+        raise ValueError("outcome weights must be non-negative integers")
+    if sum(out.values()) <= 0:
+        raise ValueError("at least one outcome needs a positive weight")
+    return out
+
+
+@attrs.frozen
+class KindSpec:
+    """A handler kind the simulated workers run: its retry safety and outcome weights.
+
+    Outcomes: succeed, fail (retryable), retry_after (`Retry(after=)`), permanent,
+    ambiguous (the outside effect is unknown). Weights are relative integers.
+    """
+
+    name: str
+    retry_safe: bool = True
+    outcomes: Mapping[str, int] = attrs.field(
+        factory=lambda: {"succeed": 6, "fail": 2, "retry_after": 1, "permanent": 1},
+        converter=_weights,
+    )
+
+    def pick(self, roll: int) -> str:
+        """The outcome for `roll` (any non-negative integer), by cumulative weight."""
+        total = sum(self.outcomes.values())
+        r = roll % total
+        for name in OUTCOMES:
+            weight = self.outcomes.get(name, 0)
+            if r < weight:
+                return name
+            r -= weight
+        raise AssertionError("unreachable: weights sum to total")
+
+
+DEFAULT_KINDS: tuple[KindSpec, ...] = (
+    KindSpec("fast", True, {"succeed": 8, "fail": 1, "retry_after": 1}),
+    KindSpec("flaky", True, {"succeed": 3, "fail": 4, "retry_after": 2, "permanent": 1}),
+    KindSpec("unsafe", False, {"succeed": 6, "fail": 2, "ambiguous": 2}),
+)
+
+
+def suite_policy(seed: int = 0) -> Policy:
+    """The policy of the suite: small budgets so retries, recoveries and deadlines bite."""
+    return Policy.seeded(
+        seed,
+        retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, backoff=Backoff(base=1.0, cap=60.0)),
+        lease=LeasePolicy(ttl=30.0, heartbeat_interval=5.0),
+        recovery=RecoveryPolicy(max_recoveries=2),
+        limits=Limits(
+            retention={
+                "succeeded": 3600.0,
+                "cancelled": 3600.0,
+                "failed": None,
+                "investigate": None,
+            }
+        ),
+    )
+
+
+@attrs.define
+class FaultStats:
+    """What a run did: examples, steps, faults injected by type, invariant checks."""
+
+    examples: int = 0
+    steps: int = 0
+    faults: Counter[str] = attrs.field(factory=Counter)
+    checks: Counter[str] = attrs.field(factory=Counter)
+    progress: Callable[[FaultStats], None] | None = attrs.field(default=None, eq=False)
+
+
+@attrs.define
+class Held:
+    fence: int
+    phase: str
+    effect_done: bool = False
+
+
+@attrs.frozen
+class Sent:
+    job_id: str
+    event: str
+    fence: int
+
+
+@attrs.define
+class SimWorker:
+    owner: Owner
+    alive: bool = True
+    paused: bool = False
+    held: dict[str, Held] = attrs.field(factory=dict)
+    sent: list[Sent] = attrs.field(factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.alive and not self.paused
+
+
+W = st.integers(0, N_WORKERS - 1)
+J = st.integers(0, 63)
+
+
+class FaultMachine(RuleBasedStateMachine):
+    """Workers, operators, sweeps and faults against one fresh store per example."""
+
+    store_factory: ClassVar[Callable[[], Store]]
+    kind_specs: ClassVar[tuple[KindSpec, ...]] = DEFAULT_KINDS
+    stats: ClassVar[FaultStats]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = lifecycle()
+        self.owned = owned_states(self.spec)
+        self.lease_states = frozenset(s for (s, ev) in self.spec.table if ev == "lease")
+        self.cancel_states = frozenset(s for (s, ev) in self.spec.table if ev == "cancel")
+        self.requeue_states = frozenset(s for (s, ev) in self.spec.table if ev == "requeue")
+        self.queue = f"{QUEUE_PREFIX}-{uuid.uuid4().hex[:12]}"
+        self.clock = FakeClock()
+        self.policy = suite_policy()
+        self.real: Store = type(self).store_factory()
+        self.store = FaultyStore(self.real, racer=self._race)
+        kinds = {
+            k.name: KindPolicy(queue=self.queue, retry_safe=k.retry_safe, max_attempts=MAX_ATTEMPTS)
+            for k in self.kind_specs
+        }
+        self.engine = Engine(
+            self.store, clock=self.clock, policy=self.policy, kinds=kinds, spec=self.spec
+        )
+        #: a second client on the same store, without faults: operators and racers
+        self.direct = Engine(
+            self.real, clock=self.clock, policy=self.policy, kinds=kinds, spec=self.spec
+        )
+        self.kinds_by_name = {k.name: k for k in self.kind_specs}
+        self.incarnations = 0
+        self.workers = [self._new_worker() for _ in range(N_WORKERS)]
+        self.dead: set[Owner] = set()
+        self.jobs: list[str] = []
+        self.index: dict[str, int] = {}
+        self.keys: dict[str, str] = {}
+        self.seq = 0
+        self.seen: dict[str, tuple[int, int, int]] = {}
+        self.states: dict[str, str] = {}
+        self.effects: dict[str, list[int]] = {}
+        #: job id -> (version, trail length) last found sound: unchanged jobs are not replayed
+        self.sound: dict[str, tuple[int, int]] = {}
+        self.broken = False
+        self.stats.examples += 1
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _new_worker(self) -> SimWorker:
+        self.incarnations += 1
+        n = self.incarnations
+        return SimWorker(Owner(host=HOST, pid=10_000 + n, incarnation=f"sim-incarnation-{n:04d}"))
+
+    def _fail(self, text: str) -> NoReturn:
+        self.broken = True
+        raise AssertionError(text)
+
+    def _fault(self, name: str) -> None:
+        self.stats.faults[name] += 1
+
+    def _active(self, w: int) -> SimWorker | None:
+        active = [x for x in self.workers if x.active]
+        return active[w % len(active)] if active else None
+
+    def _has_held(self, phase: str | None = None) -> bool:
+        return any(
+            x.active and any(phase is None or h.phase == phase for h in x.held.values())
+            for x in self.workers
+        )
+
+    def _pick_held(self, w: int, j: int, phase: str) -> tuple[SimWorker, str] | None:
+        pairs = [
+            (x, jid)
+            for x in self.workers
+            if x.active
+            for jid in sorted(x.held, key=self.index.__getitem__)
+            if x.held[jid].phase == phase
+        ]
+        if not pairs:
+            return None
+        return pairs[(w * 64 + j) % len(pairs)]
+
+    def _job(self, j: int) -> str:
+        return self.jobs[j % len(self.jobs)]
+
+    def judge(self, owner: Owner) -> tuple[str, str]:
+        """The sweep's liveness verdict: dead only when the process is confirmed gone."""
+        if owner in self.dead:
+            return "dead", f"pid {owner.pid} on {owner.host} is gone"
+        if any(x.owner == owner for x in self.workers):
+            return "alive", ""
+        return "unknown", f"{owner} is not a simulated worker"
+
+    def _applied_since(self, jid: str, version: int, event: str, fence: int) -> bool:
+        return any(
+            e.outcome == "applied" and e.version > version and e.event == event and e.fence == fence
+            for e in self.real.history(jid)
+        )
+
+    def _track(self, job: Job) -> None:
+        if job.id in self.index:
+            return
+        self.index[job.id] = len(self.jobs)
+        self.jobs.append(job.id)
+        if job.idempotency_key is not None:
+            self.keys[job.idempotency_key] = job.id
+
+    def _reconcile(self, w: SimWorker, jid: str) -> None:
+        """After any report the worker re-reads the job: it never assumes an outcome."""
+        held = w.held.get(jid)
+        if held is None:
+            return
+        job = self.real.get(jid)
+        if (
+            job is None
+            or job.fence != held.fence
+            or job.owner != w.owner
+            or job.state not in self.owned
+        ):
+            del w.held[jid]
+        else:
+            held.phase = job.state
+
+    def _report(
+        self, w: SimWorker, jid: str, event: str, fence: int, call: Callable[[], Job]
+    ) -> str:
+        """Send one fenced report; check that a stale one changes nothing (I7)."""
+        before = self.real.get(jid)
+        if before is None:
+            return "gone"
+        stale = before.fence != fence
+        if stale:
+            self._fault("stale report (zombie or late duplicate)")
+        try:
+            call()
+        except LeaseLost:
+            if not stale:
+                self._fail(f"I7 job {jid}: {event} with the current fence {fence} got LeaseLost")
+            outcome = "lost"
+        except IllegalTransition:
+            outcome = "illegal"
+        except TransientStoreError:
+            outcome = "unknown"
+        else:
+            outcome = "applied"
+        if stale and (
+            outcome == "applied" or self._applied_since(jid, before.version, event, fence)
+        ):
+            self._fail(
+                f"I7 job {jid}: stale report {event} with fence {fence} "
+                f"(current {before.fence}) changed the job"
+            )
+        if outcome == "applied":
+            w.sent.append(Sent(jid, event, fence))
+            del w.sent[:-SENT_LOG]
+        return outcome
+
+    def _start(self, worker: SimWorker, jid: str, fence: int) -> None:
+        self._report(worker, jid, "start", fence, partial(self.engine.start, jid, fence))
+        self._reconcile(worker, jid)
+
+    def _commit_effect(self, jid: str, fence: int) -> None:
+        """The handler's outside write, fenced: accepted only with the job's current fence."""
+        job = self.real.get(jid)
+        if job is not None and job.fence == fence and job.state in self.owned:
+            self.effects.setdefault(jid, []).append(fence)
+        else:
+            self._fault("fenced effect refused (stale fence)")
+
+    def _outcome_call(
+        self, jid: str, held: Held, outcome: str, roll: int
+    ) -> tuple[str, Callable[[], Job]]:
+        e = self.engine
+        f = held.fence
+        if outcome == "succeed":
+            if not held.effect_done:
+                self._commit_effect(jid, f)
+                held.effect_done = True
+            return "succeed", lambda: e.succeed(jid, f, {"fence": f})
+        if outcome == "fail":
+            return "fail", lambda: e.fail(jid, f, "handler raised")
+        if outcome == "retry_after":
+            return "fail", lambda: e.fail(jid, f, "Retry(after=)", delay=float(roll % 60))
+        if outcome == "permanent":
+            return "fail", lambda: e.fail(jid, f, "Permanent", permanent=True)
+        return "ambiguous", lambda: e.ambiguous(jid, f, "outside effect unknown")
+
+    # --- normal work ---------------------------------------------------------------
+
+    @initialize(kinds=st.lists(st.integers(0, 15), min_size=2, max_size=MAX_JOBS - 2))
+    def submit_batch(self, kinds: list[int]) -> None:
+        """Start every example with a few jobs of mixed kinds."""
+        for kind in kinds:
+            self.submit(kind, None, None, 0.0)
+
+    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
+    @rule(
+        kind=st.integers(0, 15),
+        key=st.one_of(st.none(), st.integers(0, 2)),
+        deadline=st.sampled_from((None, None, 45.0, 400.0)),
+        delay=st.sampled_from((0.0, 0.0, 20.0)),
+    )
+    def submit(self, kind: int, key: int | None, deadline: float | None, delay: float) -> None:
+        spec = self.kind_specs[kind % len(self.kind_specs)]
+        self.seq += 1
+        n = self.seq
+        now = self.clock.advance(0.01)
+        opts: dict[str, Any] = {"priority": n}
+        if key is not None:
+            opts["idempotency_key"] = f"{self.queue}:key-{key}"
+        if deadline is not None:
+            opts["deadline"] = now + deadline
+        if delay:
+            opts["delay"] = delay
+        existing = self.keys.get(f"{self.queue}:key-{key}") if key is not None else None
+        try:
+            job: Job | None = self.engine.submit(spec.name, {"n": n}, **opts)
+        except TransientStoreError:
+            job = self._find_submitted(n)  # did it commit? re-read, never assume
+            if job is None:
+                return
+        assert job is not None
+        if existing is not None and self.real.get(existing) is not None and job.id != existing:
+            self._fail(f"I3 idempotency key key-{key} gave job {job.id}, not {existing}")
+        if job.id not in self.index and job.payload != {"n": n}:
+            self._fail(f"I3 submit returned a job it did not create: {job.id}")
+        self._track(job)
+
+    def _find_submitted(self, n: int) -> Job | None:
+        every = self.real.scan(
+            ScanRequest(states=self.spec.states, queues=(self.queue,), limit=10_000)
+        )
+        for job in every:
+            if job.id not in self.index and job.payload == {"n": n}:
+                return job
+        return None
+
+    @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
+    @rule(w=W, limit=st.integers(1, 3))
+    def claim(self, w: int, limit: int) -> None:
+        worker = self._active(w)
+        assert worker is not None
+        self._claim(worker, limit)
+
+    def _claim(self, worker: SimWorker, limit: int, ids: list[str] | None = None) -> list[Job]:
+        try:
+            got = self.engine.claim(worker.owner, (self.queue,), limit=limit, ids=ids)
+        except TransientStoreError:
+            return []  # any lease it took is unknown to the worker: it lapses and is recovered
+        for job in got:
+            if job.state != "leased" or job.owner != worker.owner:
+                self._fail(f"I1 job {job.id}: claim returned it {job.state} for {job.owner}")
+            if job.id not in self.index:
+                self._fail(f"I3 claim returned job {job.id} that was never submitted")
+            worker.held[job.id] = Held(job.fence, job.state)
+        return got
+
+    @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
+    @rule(w=W, roll=st.integers(0, 999))
+    def run_one(self, w: int, roll: int) -> None:
+        """The happy path in one step: claim a due job, start it, report its outcome."""
+        worker = self._active(w)
+        assert worker is not None
+        for job in self._claim(worker, 1):
+            jid, f = job.id, job.fence
+            self._start(worker, jid, f)
+            if jid in worker.held and worker.held[jid].phase == "running":
+                self._finish(worker, jid, roll)
+
+    @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
+    @rule(w=W, j=J)
+    def duplicate_delivery(self, w: int, j: int) -> None:
+        """A wake-up for a job that may already be leased: only a claimable job is leased."""
+        worker = self._active(w)
+        assert worker is not None
+        jid = self._job(j)
+        before = self.real.get(jid)
+        if before is None:
+            return
+        now = self.clock.now()
+        claimable = (
+            before.state in self.lease_states
+            and before.run_after <= now
+            and (before.deadline is None or before.deadline > now)
+        )
+        if not claimable:
+            self._fault("duplicate delivery of an unclaimable job")
+        got = self._claim(worker, 1, ids=[jid])
+        if got and not claimable:
+            self._fail(f"I1 job {jid}: leased again from {before.state!r} by a duplicate delivery")
+
+    @precondition(lambda self: self._has_held("leased"))
+    @rule(w=W, j=J)
+    def start(self, w: int, j: int) -> None:
+        picked = self._pick_held(w, j, "leased")
+        assert picked is not None
+        worker, jid = picked
+        fence = worker.held[jid].fence
+        self._report(worker, jid, "start", fence, lambda: self.engine.start(jid, fence))
+        self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held("running"))
+    @rule(w=W, j=J, roll=st.integers(0, 999))
+    def finish(self, w: int, j: int, roll: int) -> None:
+        picked = self._pick_held(w, j, "running")
+        assert picked is not None
+        worker, jid = picked
+        self._finish(worker, jid, roll)
+
+    def _finish(self, worker: SimWorker, jid: str, roll: int) -> None:
+        held = worker.held[jid]
+        job = self.real.get(jid)
+        kind = self.kinds_by_name.get(job.kind) if job is not None else None
+        outcome = (kind or self.kind_specs[0]).pick(roll)
+        event, call = self._outcome_call(jid, held, outcome, roll)
+        self._report(worker, jid, event, held.fence, call)
+        self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held("cancelling"))
+    @rule(w=W, j=J)
+    def ack_cancel(self, w: int, j: int) -> None:
+        picked = self._pick_held(w, j, "cancelling")
+        assert picked is not None
+        worker, jid = picked
+        f = worker.held[jid].fence
+        self._report(
+            worker, jid, "cancelled_ack", f, lambda: self.engine.cancelled_ack(jid, f, "partial")
+        )
+        self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held("leased"))
+    @rule(w=W, j=J)
+    def release(self, w: int, j: int) -> None:
+        picked = self._pick_held(w, j, "leased")
+        assert picked is not None
+        worker, jid = picked
+        f = worker.held[jid].fence
+        self._report(worker, jid, "release", f, lambda: self.engine.release(jid, f))
+        self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held())
+    @rule(w=W)
+    def heartbeat(self, w: int) -> None:
+        active = [x for x in self.workers if x.active and x.held]
+        self._heartbeat(active[w % len(active)])
+
+    def _heartbeat(self, worker: SimWorker) -> None:
+        fences = {jid: h.fence for jid, h in worker.held.items()}
+        if not fences:
+            return
+        try:
+            renewed = self.engine.heartbeat(worker.owner, fences)
+        except TransientStoreError:
+            return  # unknown: the worker keeps its leases and tries again
+        for jid, state in renewed.items():
+            job = self.real.get(jid)
+            if (
+                jid not in fences
+                or job is None
+                or job.fence != fences[jid]
+                or job.owner != worker.owner
+                or job.state != state
+            ):
+                self._fail(
+                    f"I1 job {jid}: a heartbeat of {worker.owner} with fence {fences.get(jid)} "
+                    f"renewed a lease it does not hold ({job})"
+                )
+        for jid in fences:
+            if jid in renewed:
+                worker.held[jid].phase = renewed[jid]
+            else:
+                del worker.held[jid]  # ctx.lease_lost: the result is discarded
+
+    # --- faults --------------------------------------------------------------------
+
+    @precondition(lambda self: any(x.alive for x in self.workers))
+    @rule(w=W)
+    def crash_worker(self, w: int) -> None:
+        """kill -9: the worker's memory is gone and its pid is dead."""
+        alive = [x for x in self.workers if x.alive]
+        worker = alive[w % len(alive)]
+        worker.alive = False
+        worker.held.clear()
+        worker.sent.clear()
+        self.dead.add(worker.owner)
+        self._fault("worker crash")
+
+    @precondition(lambda self: any(not x.alive for x in self.workers))
+    @rule(w=W)
+    def restart_worker(self, w: int) -> None:
+        """A new incarnation takes the crashed one's place and reclaims its jobs at once."""
+        crashed = [i for i, x in enumerate(self.workers) if not x.alive]
+        i = crashed[w % len(crashed)]
+        self.workers[i] = self._new_worker()
+        self._fault("worker restart")
+        self._sweep(judged=True)
+
+    @precondition(lambda self: any(x.active for x in self.workers))
+    @rule(w=W)
+    def pause_worker(self, w: int) -> None:
+        """A GC pause or SIGSTOP: alive, silent, still believing it holds its leases."""
+        worker = self._active(w)
+        assert worker is not None
+        worker.paused = True
+        self._fault("worker pause")
+
+    @precondition(lambda self: any(x.paused and x.alive for x in self.workers))
+    @rule(w=W)
+    def resume_worker(self, w: int) -> None:
+        """The zombie wakes and goes on reporting with the fences it remembers."""
+        paused = [x for x in self.workers if x.paused and x.alive]
+        paused[w % len(paused)].paused = False
+        self._fault("zombie wakes")
+
+    @precondition(lambda self: self._has_held() and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, roll=st.integers(0, 999))
+    def zombie_returns(self, w: int, roll: int) -> None:
+        """The classic zombie, in one step: a worker stalls past its lease, a sweep takes
+        its jobs back, another worker leases them, and the zombie wakes to heartbeat
+        and report with the fences it remembers. Every one of those must be refused."""
+        holders = [x for x in self.workers if x.active and x.held]
+        zombie = holders[w % len(holders)]
+        zombie.paused = True
+        self._fault("worker pause")
+        self.clock.advance(self.policy.lease.ttl + 1.0)
+        self._fault("clock jump past leases")
+        self._sweep(judged=False)
+        for other in self.workers:
+            if other.active:
+                self._claim(other, MAX_JOBS)
+        zombie.paused = False
+        self._fault("zombie wakes")
+        self._heartbeat(zombie)
+        for jid in sorted(zombie.held, key=self.index.__getitem__):
+            held = zombie.held[jid]
+            if held.phase == "running":
+                self._finish(zombie, jid, roll)
+            elif held.phase == "leased":
+                self._start(zombie, jid, held.fence)
+
+    @rule(seconds=st.sampled_from((1.0, 6.0, 31.0, 61.0, 400.0, 4000.0)))
+    def advance_clock(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        if seconds >= self.policy.lease.ttl:
+            self._fault("clock jump past leases")
+
+    @precondition(lambda self: any(x.sent for x in self.workers if x.active))
+    @rule(w=W, k=st.integers(0, SENT_LOG - 1))
+    def duplicate_report(self, w: int, k: int) -> None:
+        """A report delivered again, late: it must change nothing."""
+        senders = [x for x in self.workers if x.active and x.sent]
+        worker = senders[w % len(senders)]
+        s = worker.sent[k % len(worker.sent)]
+        e = self.engine
+        calls: dict[str, Callable[[], Job]] = {
+            "start": lambda: e.start(s.job_id, s.fence),
+            "succeed": lambda: e.succeed(s.job_id, s.fence, {"fence": s.fence}),
+            "fail": lambda: e.fail(s.job_id, s.fence, "handler raised"),
+            "ambiguous": lambda: e.ambiguous(s.job_id, s.fence, "outside effect unknown"),
+            "release": lambda: e.release(s.job_id, s.fence),
+            "cancelled_ack": lambda: e.cancelled_ack(s.job_id, s.fence, "partial"),
+        }
+        self._fault("duplicate report")
+        before = self.real.get(s.job_id)
+        if before is None:
+            return
+        outcome = self._report(worker, s.job_id, s.event, s.fence, calls[s.event])
+        if outcome == "applied" or self._applied_since(s.job_id, before.version, s.event, s.fence):
+            self._fail(f"I7 job {s.job_id}: a duplicate {s.event} (fence {s.fence}) was applied")
+        self._reconcile(worker, s.job_id)
+
+    @precondition(lambda self: self._has_held("leased"))
+    @rule(w=W, j=J)
+    def reordered_report(self, w: int, j: int) -> None:
+        """A succeed that overtakes its start: illegal in leased, so nothing changes."""
+        picked = self._pick_held(w, j, "leased")
+        assert picked is not None
+        worker, jid = picked
+        f = worker.held[jid].fence
+        self._fault("reordered report")
+        before = self.real.get(jid)
+        outcome = self._report(worker, jid, "succeed", f, lambda: self.engine.succeed(jid, f))
+        if before is not None and before.state == "leased" and outcome == "applied":
+            self._fail(f"I8 job {jid}: succeed was applied to a leased job")
+        self._reconcile(worker, jid)
+
+    @rule(method=st.sampled_from(FAULTABLE), when=st.sampled_from(("before", "after")))
+    def store_fault(self, method: str, when: str) -> None:
+        """Arm a one-shot store error for the next call of `method`."""
+        self.store.arm(method, when)
+
+    @rule()
+    def concurrent_write(self) -> None:
+        """Arm a concurrent writer that changes the job just before the next apply."""
+        self.store.arm_race()
+
+    def _race(self, jid: str) -> str | None:
+        job = self.real.get(jid)
+        if job is None:
+            return None
+        if job.state in self.cancel_states:
+            self.direct.cancel(jid, actor="racer", reason="concurrent cancel")
+            return "operator cancel"
+        if job.state in self.owned and job.owner is not None:
+            self.direct.heartbeat(job.owner, {jid: job.fence})
+            return "heartbeat"
+        return None
+
+    # --- operators and sweeps ------------------------------------------------------
+
+    @precondition(lambda self: self.jobs)
+    @rule(judged=st.booleans())
+    def sweep(self, judged: bool) -> None:
+        self._sweep(judged)
+
+    def _sweep(self, judged: bool) -> None:
+        # A store error leaves the sweep's work to the next sweep.
+        with contextlib.suppress(TransientStoreError):
+            self.engine.recover(judge=self.judge if judged else None)
+
+    @precondition(lambda self: self.jobs)
+    @rule(j=J)
+    def operator_cancel(self, j: int) -> None:
+        jid = self._job(j)
+        before = self.real.get(jid)
+        if before is None:
+            return
+        if before.state == "running":
+            self._fault("cancel of a running job")
+
+        def cancel(engine: Engine) -> Job:
+            return engine.cancel(jid, actor="operator", reason="fault suite cancel")
+
+        with contextlib.suppress(IllegalTransition, TransientStoreError):
+            cancel(self.engine)
+        self._repeat_is_noop(jid, lambda j: j.state in ("cancelled", "cancelling"), cancel)
+
+    def _repeat_is_noop(
+        self, jid: str, settled: Callable[[Job], bool], again: Callable[[Engine], Job]
+    ) -> None:
+        """S04: repeating an operator action that took effect changes nothing."""
+        before = self.real.get(jid)
+        if before is None or not settled(before):
+            return
+        trail = len(self.real.history(jid))
+        try:
+            again(self.direct)
+        except IllegalTransition as err:
+            self._fail(f"S04 job {jid}: repeating a settled operator action raised {err}")
+        after = self.real.get(jid)
+        if after is None or after.version != before.version or len(self.real.history(jid)) != trail:
+            self._fail(f"S04 job {jid}: repeating an operator action changed the job")
+        self.stats.checks["S04 operator actions idempotent"] += 1
+
+    @precondition(lambda self: any(s in self.requeue_states for s in self.states.values()))
+    @rule(j=J, attempts=st.integers(1, 3))
+    def operator_requeue(self, j: int, attempts: int) -> None:
+        picks = [jid for jid in self.jobs if self.states.get(jid) in self.requeue_states]
+        jid = picks[j % len(picks)]
+        with contextlib.suppress(IllegalTransition, TransientStoreError):
+            self.engine.requeue(
+                jid, actor="operator", reason="fault suite requeue", attempts=attempts
+            )
+
+    @precondition(lambda self: "investigate" in self.states.values())
+    @rule(j=J, succeeded=st.booleans())
+    def operator_resolve(self, j: int, succeeded: bool) -> None:
+        picks = [jid for jid in self.jobs if self.states.get(jid) == "investigate"]
+        jid = picks[j % len(picks)]
+        outcome = "succeeded" if succeeded else "failed"
+
+        def resolve(engine: Engine) -> Job:
+            return engine.resolve(jid, outcome=outcome, actor="operator", reason="checked by hand")
+
+        with contextlib.suppress(IllegalTransition, TransientStoreError):
+            resolve(self.engine)
+        self._repeat_is_noop(jid, lambda j: j.state == outcome, resolve)
+
+    @precondition(lambda self: self.jobs)
+    @rule()
+    def prune(self) -> None:
+        """Retention: only finished jobs past their retention may disappear."""
+        before = {jid: self.real.get(jid) for jid in self.jobs}
+        with contextlib.suppress(TransientStoreError):
+            self.engine.prune()
+        now = self.clock.now()
+        retention = self.policy.limits.retention
+        for jid, job in before.items():
+            if job is None or self.real.get(jid) is not None:
+                continue
+            keep = retention.get(job.state)
+            if (
+                job.state not in self.spec.terminal
+                or keep is None
+                or job.finished_at is None
+                or job.finished_at >= now - keep
+            ):
+                self._fail(f"I3 job {jid}: pruned while {job.state!r} (finished {job.finished_at})")
+            self._forget(jid)
+            self._fault("finished job pruned")
+
+    def _forget(self, jid: str) -> None:
+        self.jobs.remove(jid)
+        self.index = {x: i for i, x in enumerate(self.jobs)}
+        self.seen.pop(jid, None)
+        self.states.pop(jid, None)
+        for w in self.workers:
+            w.held.pop(jid, None)
+            w.sent = [s for s in w.sent if s.job_id != jid]
+
+    # --- invariants ----------------------------------------------------------------
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        self.stats.steps += 1
+        checks = self.stats.checks
+        listed = self.real.scan(
+            ScanRequest(states=self.spec.states, queues=(self.queue,), limit=10_000)
+        )
+        by_id: dict[str, Job] = {}
+        for job in listed:
+            if job.id in by_id:
+                self._fail(
+                    f"I3 job {job.id} is listed twice (states {by_id[job.id].state}, {job.state})"
+                )
+            by_id[job.id] = job
+        checks["I3 every job in exactly one state"] += 1
+        for jid in self.jobs:
+            if jid not in by_id:
+                self._fail(f"I3 job {jid} is lost: the store no longer has it")
+        extra = set(by_id) - set(self.index)
+        if extra:
+            self._fail(f"I3 the store holds jobs nobody submitted: {sorted(extra)}")
+        tally: Counter[tuple[str, str]] = Counter((j.queue, j.state) for j in listed)
+        counts = {k: v for k, v in self.real.counts().items() if v and k[0] == self.queue}
+        if counts != dict(tally):
+            self._fail(f"I3 counts() {counts} disagree with the jobs listed {dict(tally)}")
+        checks["I3 counts agree"] += 1
+        for jid in self.jobs:
+            self._check_job(by_id[jid])
+        self._check_owners(by_id)
+        self.states = {jid: by_id[jid].state for jid in self.jobs}
+
+    def _check_job(self, job: Job) -> None:
+        checks = self.stats.checks
+        history = self.real.history(job.id)
+        key = (job.version, len(history))
+        if self.sound.get(job.id) != key:
+            problems = trail_problems(job, history, self.spec, self.policy)
+            if problems:
+                self._fail("; ".join(problems))
+            self.sound[job.id] = key
+        checks["I2/I4/I5/I6/I8 audit trail and replay"] += 1
+        last = self.seen.get(job.id)
+        now = (job.fence, job.version, job.recoveries)
+        if last is not None and any(a < b for a, b in zip(now, last, strict=True)):
+            self._fail(f"I2 job {job.id}: (fence, version, recoveries) went from {last} to {now}")
+        self.seen[job.id] = now
+        checks["I2 fences, versions and recoveries only grow"] += 1
+        fences = self.effects.get(job.id, [])
+        if len(set(fences)) != len(fences):
+            self._fail(f"I7 job {job.id}: a fenced effect committed twice under one fence {fences}")
+        if not job.retry_safe and len(fences) > 1 + requeues(history):
+            self._fail(
+                f"I7 job {job.id} (not retry-safe): its outside effect committed "
+                f"{len(fences)} times with {requeues(history)} operator requeues"
+            )
+        checks["I7 fenced effects at most once"] += 1
+
+    def _check_owners(self, by_id: Mapping[str, Job]) -> None:
+        for jid in self.jobs:
+            job = by_id[jid]
+            if job.state not in self.owned:
+                continue
+            holders = [
+                x
+                for x in self.workers
+                if x.alive and jid in x.held and x.held[jid].fence == job.fence
+            ]
+            if len(holders) > 1 or (holders and holders[0].owner != job.owner):
+                names = [str(x.owner) for x in holders]
+                self._fail(
+                    f"I1 job {jid} ({job.state}, fence {job.fence}, owner {job.owner}) "
+                    f"is held by {names}"
+                )
+        self.stats.checks["I1 at most one live owner"] += 1
+
+    # --- the end: stop faults, let time pass, settle, check liveness ---------------
+
+    def teardown(self) -> None:
+        try:
+            if sys.exc_info()[1] is None and not self.broken:
+                self._settle()
+        finally:
+            self.stats.faults.update(self.store.fired)
+            self.store.close()
+            if self.stats.progress is not None:
+                self.stats.progress(self.stats)
+
+    def _settle(self) -> None:
+        self.store.disarm()
+        for i, x in enumerate(self.workers):
+            x.paused = False
+            if not x.alive:
+                self.workers[i] = self._new_worker()
+        for rnd in range(SETTLE_ROUNDS):
+            if all(self.spec.is_final(j.state) for j in self._tracked()):
+                break
+            for x in self.workers:
+                self._heartbeat(x)
+            self._sweep(judged=True)
+            for x in self.workers:
+                self._claim(x, MAX_JOBS)
+                for jid in sorted(x.held, key=self.index.__getitem__):
+                    self._drive(x, jid, rnd)
+            self.clock.advance(SETTLE_STEP)
+        now = self.clock.now()
+        stuck = [
+            f"{j.id} {j.state}"
+            + (
+                f" (deadline {j.deadline} passed: the sweep never failed it)"
+                if j.deadline and j.deadline <= now
+                else ""
+            )
+            for j in self._tracked()
+            if not self.spec.is_final(j.state)
+        ]
+        if stuck:
+            self._fail(f"I3 liveness: after {SETTLE_ROUNDS} fault-free rounds, not final: {stuck}")
+        self.stats.checks["I3 liveness: every job terminal or in investigate"] += 1
+        self.invariants_hold()
+
+    def _tracked(self) -> list[Job]:
+        return [j for j in (self.real.get(jid) for jid in self.jobs) if j is not None]
+
+    def _drive(self, worker: SimWorker, jid: str, rnd: int) -> None:
+        for step in range(4):
+            held = worker.held.get(jid)
+            if held is None:
+                return
+            if held.phase == "leased":
+                self._start(worker, jid, held.fence)
+            elif held.phase == "running":
+                self._finish(worker, jid, rnd * 37 + step * 11 + self.index[jid])
+            else:
+                ack = partial(self.engine.cancelled_ack, jid, held.fence, "partial")
+                self._report(worker, jid, "cancelled_ack", held.fence, ack)
+                self._reconcile(worker, jid)
+
+
+def fault_machine(
+    store_factory: Callable[[], Store],
+    *,
+    kinds: tuple[KindSpec, ...] = DEFAULT_KINDS,
+    stats: FaultStats | None = None,
+    name: str = "FaultSuiteMachine",
+) -> type[FaultMachine]:
+    """A FaultMachine subclass over `store_factory` (called once per example)."""
+    if not kinds:
+        raise ValueError("the fault suite needs at least one handler kind")
+    attrs_: dict[str, Any] = {
+        "store_factory": staticmethod(store_factory),
+        "kind_specs": tuple(kinds),
+        "stats": stats if stats is not None else FaultStats(),
+    }
+    return type(name, (FaultMachine,), attrs_)

@@ -1,0 +1,55 @@
+"""The mutation check: the fault suite must fail against each broken store.
+
+Each mutant in tests/property/mutants.py breaks one promise. The suite runs
+against it with the ci size (200 examples x 50 steps, derandomized, no
+shrinking: finding the bug is what is checked, not its minimal form) and must
+fail with the invariant that names the broken promise.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from adapters.memory import MemoryStore
+from fsm.testing.faults import fault_machine
+
+from . import mutants
+
+FIND_ONLY = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=(Phase.explicit, Phase.generate),
+)
+
+EXPECTED = [
+    (mutants.NoVersionCheckStore, r"I[28] .*(starts from|version does not grow)"),
+    (mutants.NoFenceRenewStore, r"I1 .*renewed a lease it does not hold"),
+    (mutants.DoubleLeaseStore, r"I1 |I6 .*owner"),
+    (mutants.UncountedRecoveryStore, r"I6 .*recoveries"),
+    (mutants.PruneAnythingStore, r"I3 .*pruned while"),
+    (mutants.PhantomAuditStore, r"I[28] .*(starts from|version does not grow)"),
+]
+
+
+def test_every_mutant_is_listed_with_its_expected_failure() -> None:
+    assert {cls for cls, _ in EXPECTED} == set(mutants.MUTANTS)
+
+
+@pytest.mark.parametrize(
+    ("store_class", "names"), EXPECTED, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_the_fault_suite_catches_a_broken_store(store_class: type[MemoryStore], names: str) -> None:
+    # given a store with one real bug
+    machine = fault_machine(store_class)
+    # when the fault suite runs against it
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(machine, settings=FIND_ONLY)
+    # then it fails, naming the invariant the bug breaks
+    assert re.search(names, str(caught.value)), str(caught.value)[:2000]
