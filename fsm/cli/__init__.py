@@ -55,6 +55,7 @@ def main() -> None:
 from . import (  # noqa: E402
     demo_cmd,  # noqa: F401
     diagram_cmd,  # noqa: F401
+    faults_cmd,  # noqa: F401
     ops_cmd,  # noqa: F401
     spec_cmd,  # noqa: F401
     worker_cmd,  # noqa: F401
