@@ -343,7 +343,11 @@ def migrate(url: str | None) -> None:
         if run is None:
             click.echo(f"{redact(target)}: nothing to migrate")
             return
-        outcome = run()
+        applied = run()
     finally:
         store.close()
-    click.echo(f"{redact(target)}: schema up to date" + (f" ({outcome})" if outcome else ""))
+    if applied:
+        versions = ", ".join(str(v) for v in applied)
+        click.echo(f"{redact(target)}: applied schema migration(s) {versions}")
+    else:
+        click.echo(f"{redact(target)}: schema already up to date")

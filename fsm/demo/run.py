@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import attrs
 
@@ -28,6 +28,7 @@ from ..core import replay, same_except_heartbeats
 from ..diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
 from ..engine import Engine
 from ..errors import JobNotFound
+from ..ports import ScanRequest
 from ..records import AuditEntry, Job
 from ..registry import open_store
 from ..spec import lifecycle
@@ -44,6 +45,8 @@ LOG_EVERY = 2.0
 MIN_UPTIME = 1.0
 #: crashes are injected during this share of the timeout at most, so the run can settle
 CRASH_WINDOW = 0.5
+#: seconds between two reads of every demo job (to show recoveries live)
+RECOVERY_SCAN_EVERY = 0.5
 #: share of jobs an operator cancels during the run
 CANCEL_SHARE = 0.03
 #: share of jobs submitted with a short delay (run_after in the future)
@@ -79,35 +82,34 @@ class _Workers:
         self.logdir = logdir
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * cfg.workers
         self.ready: list[Path] = [logdir / f"ready-{slot}" for slot in range(cfg.workers)]
-        self.logs: list[IO[bytes]] = []
         self.started = 0
         self.unexpected_exits = 0
 
     def _spawn(self, slot: int) -> None:
         self.started += 1
         self.ready[slot] = self.logdir / f"worker-{slot}-{self.started}.ready"
-        log = open(self.logdir / f"worker-{slot}-{self.started}.log", "wb")  # noqa: SIM115
-        self.logs.append(log)
-        self.procs[slot] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fsm.demo.worker",
-                "--store",
-                self.url,
-                "--queue",
-                self.queue,
-                "--concurrency",
-                str(self.cfg.concurrency),
-                "--seed",
-                str(self.seed + self.started),
-                "--ready-file",
-                str(self.ready[slot]),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        log_path = self.logdir / f"worker-{slot}-{self.started}.log"
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
+            self.procs[slot] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "fsm.demo.worker",
+                    "--store",
+                    self.url,
+                    "--queue",
+                    self.queue,
+                    "--concurrency",
+                    str(self.cfg.concurrency),
+                    "--seed",
+                    str(self.seed + self.started),
+                    "--ready-file",
+                    str(self.ready[slot]),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def start(self) -> None:
         for slot in range(self.cfg.workers):
@@ -149,15 +151,13 @@ class _Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        for log in self.logs:
-            log.close()
 
 
-def _progress_line(elapsed: float, counts: Counter[str], crashes: int) -> str:
+def _progress_line(elapsed: float, counts: Counter[str], crashes: int, recovered: int) -> str:
     lc = lifecycle()
     active = " ".join(f"{s} {counts.get(s, 0)}" for s in lc.states if not lc.is_final(s))
     final = " ".join(f"{s} {counts.get(s, 0)}" for s in lc.states if lc.is_final(s))
-    return f"[{elapsed:5.1f}s] {active} | {final} | crashes {crashes}"
+    return f"[{elapsed:5.1f}s] {active} | {final} | crashes {crashes}, recoveries {recovered}"
 
 
 def _check_trail(job: Job, trail: list[AuditEntry]) -> list[str]:
@@ -228,7 +228,8 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
     workers.start()
     crashes: list[int] = []
     next_crash = time.monotonic() + cfg.crash_every * rng.uniform(0.7, 1.3)
-    last_log = 0.0
+    last_log = last_scan = 0.0
+    recovered = 0
     counts: Counter[str] = Counter()
     timed_out = False
     try:
@@ -241,7 +242,11 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
                     del to_cancel[job_id]
             counts = Counter({s: n for (q, s), n in engine.counts().items() if q == queue and n})
             active = sum(n for s, n in counts.items() if not lc.is_final(s))
-            line = _progress_line(elapsed, counts, len(crashes))
+            if now - last_scan >= RECOVERY_SCAN_EVERY:
+                mine = engine.scan(ScanRequest(states=lc.states, queues=(queue,), limit=cfg.jobs))
+                recovered = sum(j.recoveries for j in mine)
+                last_scan = now
+            line = _progress_line(elapsed, counts, len(crashes), recovered)
             if live:
                 sys.stdout.write("\r" + line + "\x1b[K")
                 sys.stdout.flush()

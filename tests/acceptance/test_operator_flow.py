@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -27,6 +28,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _worker(store: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return _spawn_worker(store, out)
+
+
+def _spawn_worker(store: str, out: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -46,7 +52,7 @@ def _worker(store: str, log: Path) -> subprocess.Popen[bytes]:
             "--log-level",
             "WARNING",
         ],
-        stdout=log.open("wb"),
+        stdout=out,
         stderr=subprocess.STDOUT,
     )
 
