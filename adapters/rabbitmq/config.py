@@ -83,6 +83,16 @@ class RabbitConfig:
     heartbeat: int = attrs.field(default=30, validator=_integer(1))
     #: reconnect-and-retry rounds of one publish call after a connection loss
     publish_retries: int = attrs.field(default=1, validator=_integer(0))
+    #: False: `publish` returns once wake-ups are queued (confirms handled by sender threads)
+    publish_wait: bool = attrs.field(default=False, validator=_flag)
+    #: sender threads, one connection each, for asynchronous publishing
+    publisher_threads: int = attrs.field(default=4, validator=_integer(1))
+    #: wake-ups queued in memory at most; beyond, they are left to the repair sweep
+    outbox_limit: int = attrs.field(default=10_000, validator=_integer(1))
+    #: longest wait for queued wake-ups at close, and for a waiting publish
+    publish_timeout: float = attrs.field(default=10.0, validator=_number(0, strict=True))
+    #: with an engine: dead-letter wake-ups naming a job the store does not know (one read each)
+    verify_job_ids: bool = attrs.field(default=True, validator=_flag)
     #: largest message body accepted from the broker; larger is dead-lettered
     max_message_bytes: int = attrs.field(default=64 * 1024, validator=_integer(64))
     #: repair sweep period (needs an engine), seconds

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,10 +16,14 @@ from .config import RabbitConfig
 from .consumer import Consumer, Token
 from .errors import DeliveryFailed
 from .messages import PoisonMessage, decode
+from .outbox import Outbox
 from .publisher import Publisher
 from .repair import Repairer
 
 log = logging.getLogger(__name__)
+
+#: wake-ups awaiting the unknown-job check at most; beyond, the oldest go unchecked
+VERIFY_LIMIT = 10_000
 
 
 class RabbitDelivery:
@@ -44,16 +49,35 @@ class RabbitDelivery:
         self.config = config
         self.engine = engine
         self.publisher = Publisher(config)
+        self.outbox = Outbox(config)
         self.consumer = Consumer(config)
-        self.repairer = None if engine is None else Repairer(engine, self.publisher, config)
+        self.repairer = (
+            None if engine is None else Repairer(engine, self.publisher, config, self.outbox.lost)
+        )
         self._queues: tuple[str, ...] = ()
+        # Unknown-job checks run after settle, off the claim loop (one store read each).
+        self._verifying = engine is not None and config.verify_job_ids
+        self._unverified: dict[Token, tuple[str, bytes]] = {}
+        self._to_verify: deque[tuple[str, bytes, str]] = deque(maxlen=VERIFY_LIMIT)
+        self._verify_wanted = threading.Event()
+        self.unknown_jobs = 0
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._verifier: threading.Thread | None = None
 
     # --- publishing (any thread) ------------------------------------------------------
 
-    def publish(self, jobs: Sequence[Job]) -> None:
-        """Publish wake-ups for committed jobs; raises PublishFailed (the jobs stay queued)."""
+    def publish(self, jobs: Sequence[Job], *, wait: bool | None = None) -> None:
+        """Announce committed jobs.
+
+        By default (`publish_wait=False`) the wake-ups are queued for the sender
+        threads and this returns at once; failures are logged and repaired. With
+        `wait=True` it returns once the broker confirmed every one, or raises
+        PublishFailed (unroutable, nacked, broker gone); the jobs stay queued.
+        """
+        if not (self.config.publish_wait if wait is None else wait):
+            self.outbox.put(jobs)
+            return
         try:
             self.publisher.publish(jobs)
         except Exception:
@@ -76,6 +100,11 @@ class RabbitDelivery:
                 target=self._sweep_loop, name="jobfsm-rabbitmq-repair", daemon=True
             )
             self._sweeper.start()
+        if self._verifying:
+            self._verifier = threading.Thread(
+                target=self._verify_loop, name="jobfsm-rabbitmq-verify", daemon=True
+            )
+            self._verifier.start()
 
     def poll(self, capacity: int, timeout: float) -> list[Wakeup]:
         self.check()
@@ -87,8 +116,6 @@ class RabbitDelivery:
             try:
                 hint = decode(item.body, limit=self.config.max_message_bytes)
                 job_id = str(hint["job_id"])
-                if self.engine is not None and self.engine.store.get(job_id) is None:
-                    raise PoisonMessage(f"unknown job {job_id!r}")
             except PoisonMessage as err:
                 log.warning(
                     "dead-lettering a message from queue %r: %s",
@@ -97,6 +124,10 @@ class RabbitDelivery:
                 )
                 self.consumer.dead_letter(item.token, item.body, err.reason)
                 continue
+            if self._verifying:
+                self._unverified[item.token] = (job_id, item.body)
+                while len(self._unverified) > VERIFY_LIMIT:
+                    del self._unverified[next(iter(self._unverified))]
             wakeups.append(Wakeup(job_id, item.token))
         return wakeups
 
@@ -107,6 +138,14 @@ class RabbitDelivery:
             raise ValueError(f"settle() got a wake-up RabbitDelivery did not hand out: {wakeup}")
         if self.config.ack_on_settle:
             self.consumer.ack(token)
+        entry = self._unverified.pop(token, None) if self._verifying else None
+        if entry is not None:
+            self._to_verify.append((entry[0], entry[1], token.queue))
+            self._verify_wanted.set()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until queued wake-ups are published (or failed); False on timeout."""
+        return self.outbox.flush(self.config.publish_timeout if timeout is None else timeout)
 
     def wake(self) -> None:
         """Interrupt a blocked `poll` (the Worker calls it when it stops)."""
@@ -135,11 +174,32 @@ class RabbitDelivery:
             except Exception:  # a failed sweep is retried at the next interval
                 log.warning("RabbitMQ repair sweep failed", exc_info=True)
 
+    def _verify_loop(self) -> None:
+        assert self.engine is not None
+        while not self._stop.is_set():
+            self._verify_wanted.wait(1.0)
+            self._verify_wanted.clear()
+            while self._to_verify:
+                job_id, body, queue = self._to_verify.popleft()
+                try:
+                    if self.engine.store.get(job_id) is not None:
+                        continue
+                    reason = f"unknown job {job_id!r}"
+                    log.warning("dead-lettering a wake-up from queue %r: %s", queue, reason)
+                    self.publisher.dead_letter(body, reason, self.config.queue_name(queue))
+                    self.unknown_jobs += 1
+                except Exception:  # a store or broker hiccup: the message was already acked
+                    log.warning("checking the wake-up of job %s failed", job_id, exc_info=True)
+
     def close(self) -> None:
         self._stop.set()
+        self._verify_wanted.set()
         self.consumer.close()
         if self._sweeper is not None:
             self._sweeper.join(self.config.connect_timeout * 4 + 5)
+        if self._verifier is not None:
+            self._verifier.join(self.config.publish_timeout)
+        self.outbox.close(self.config.publish_timeout)
         self.publisher.close()
 
 

@@ -133,6 +133,20 @@ class Publisher:
                 mandatory=True,
             )
 
+    def dead_letter(self, body: bytes, reason: str, queue_name: str) -> None:
+        """Publish a copy of a message to the dead-letter exchange with the reason."""
+        with self._lock:
+            channel = self._ensure()
+            channel.basic_publish(
+                exchange=self._config.dead_letter_exchange,
+                routing_key=queue_name,
+                body=body,
+                properties=pika.BasicProperties(
+                    delivery_mode=pika.DeliveryMode.Persistent,
+                    headers={messages.REASON_HEADER: reason, messages.QUEUE_HEADER: queue_name},
+                ),
+            )
+
     def ready_counts(self, queues: Iterable[str]) -> dict[str, int]:
         """Messages waiting (ready, not delivered) in each queue's broker queue."""
         with self._lock:

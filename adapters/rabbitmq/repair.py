@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from fsm.engine import Engine
@@ -36,10 +37,18 @@ def _announced_at_submit(job: Job) -> bool:
 class Repairer:
     """Runs repair sweeps for some queues; remembers what it republished recently."""
 
-    def __init__(self, engine: Engine, publisher: Publisher, config: RabbitConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        publisher: Publisher,
+        config: RabbitConfig,
+        lost: deque[str] | None = None,
+    ) -> None:
         self._engine = engine
         self._publisher = publisher
         self._config = config
+        #: ids whose publish is known to have failed: republished at once, no deficit rule
+        self._lost: deque[str] = deque() if lost is None else lost
         self._recent: dict[str, float] = {}  # job id -> monotonic time of republish
         self.republished = 0
 
@@ -63,14 +72,18 @@ class Repairer:
         jobs = self._engine.scan(
             ScanRequest(states=WAITING, queues=tuple(queues), limit=config.repair_scan_limit)
         )
-        stale = [j for j in self.stale(jobs, now) if j.id not in self._recent]
-        if not stale:
+        known_lost = self._known_lost(queues, now)
+        lost_ids = {j.id for j in known_lost}
+        stale = [
+            j for j in self.stale(jobs, now) if j.id not in self._recent and j.id not in lost_ids
+        ]
+        if not stale and not known_lost:
             return 0
         by_queue: dict[str, list[Job]] = {}
         for job in stale:
             by_queue.setdefault(job.queue, []).append(job)
-        ready = self._publisher.ready_counts(sorted(by_queue))
-        chosen: list[Job] = []
+        ready = self._publisher.ready_counts(sorted(by_queue)) if by_queue else {}
+        chosen: list[Job] = list(known_lost)
         for queue, waiting in sorted(by_queue.items()):
             deficit = len(waiting) - ready.get(queue, 0)
             chosen.extend(waiting[: max(deficit, 0)])
@@ -83,3 +96,14 @@ class Repairer:
         self.republished += len(chosen)
         log.info("repair sweep republished %d lost or missing wake-ups", len(chosen))
         return len(chosen)
+
+    def _known_lost(self, queues: Sequence[str], now: float) -> list[Job]:
+        """Waiting, due jobs of `queues` whose wake-up failed to publish (at most a batch)."""
+        out: list[Job] = []
+        while self._lost and len(out) < self._config.repair_batch:
+            job = self._engine.store.get(self._lost.popleft())
+            if job is None or job.state not in WAITING or job.queue not in queues:
+                continue  # leased, finished or pruned since: nothing to announce
+            if job.run_after <= now:
+                out.append(job)  # not due yet: the stale rule announces it once due
+        return out

@@ -1,0 +1,249 @@
+"""RabbitMQ delivery benchmark: no-op jobs through the broker, against dramatiq and raw pika.
+
+    python benchmarks/rabbitmq.py [--jobs 2000] [--runs 3] [--threads 8] [--store postgres]
+
+Three pipelines on the same broker, in the same run, each end to end (the clock
+starts before the first message is produced and stops when the last job is done):
+
+- raw pika: publish with confirms (persistent, one confirm per message) and a
+  consumer acking each message; no work, no store. The physical limit.
+- dramatiq: `actor.send()` per job (RabbitmqBroker with publisher confirms, as
+  jobfsm always has them) and a dramatiq Worker with `--threads` threads.
+- jobfsm: `engine.submit()` per job (a store transaction, then a confirmed
+  publish) and a jobfsm Worker with `--threads` thread slots, woken through
+  RabbitDelivery: consume -> lease by id -> ack -> start -> run -> succeed. A
+  second line submits in batches of 100 (`submit_many`).
+
+dramatiq keeps no state: a job it loses is gone. jobfsm writes every job and every
+transition to the store (PostgreSQL by default) with an audit trail; that is the
+price the ratio shows. Needs `pip install -r benchmarks/requirements.txt`.
+The machine has 2 cores and other work runs beside it: figures move between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import pika  # noqa: E402
+
+from adapters.rabbitmq import RabbitDelivery  # noqa: E402
+from fsm import Engine, open_store  # noqa: E402
+from fsm.owner import Identity  # noqa: E402
+from fsm.worker import Worker  # noqa: E402
+
+RABBIT = os.environ.get("JOBFSM_TEST_RABBIT", "amqp://guest:guest@127.0.0.1:5672/%2F")
+PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+WAIT_LIMIT = 600.0  # seconds one pipeline may take before the benchmark gives up
+
+
+def wait_for(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not finish within {WAIT_LIMIT} s")
+        time.sleep(0.005)
+
+
+def delete_queues(names: list[str]) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
+    try:
+        channel = conn.channel()
+        for name in names:
+            channel.queue_delete(name)
+    finally:
+        conn.close()
+
+
+# --- raw pika ---------------------------------------------------------------------------
+
+
+def run_raw(jobs: int, prefetch: int) -> float:
+    queue = f"bench.raw.{uuid.uuid4().hex[:8]}"
+    setup = pika.BlockingConnection(pika.URLParameters(RABBIT))
+    setup.channel().queue_declare(queue, durable=True)
+    setup.close()
+    got = 0
+    ready = threading.Event()
+
+    def consume() -> None:
+        nonlocal got
+        conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=prefetch)
+
+        def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+            nonlocal got
+            ch.basic_ack(method.delivery_tag)
+            got += 1
+            if got >= jobs:
+                ch.stop_consuming()
+
+        channel.basic_consume(queue, on_message)
+        ready.set()
+        channel.start_consuming()
+        conn.close()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    ready.wait(10)
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
+    channel = conn.channel()
+    channel.confirm_delivery()
+    props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+    started = time.perf_counter()
+    for i in range(jobs):
+        channel.basic_publish("", queue, b'{"job_id":"%d"}' % i, props, mandatory=True)
+    consumer.join(WAIT_LIMIT)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    delete_queues([queue])
+    return jobs / elapsed
+
+
+# --- dramatiq ---------------------------------------------------------------------------
+
+
+def run_dramatiq(jobs: int, threads: int) -> float:
+    import dramatiq
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    queue = f"bench_dramatiq_{uuid.uuid4().hex[:8]}"
+    broker = RabbitmqBroker(url=RABBIT, confirm_delivery=True)
+    dramatiq.set_broker(broker)
+    lock = threading.Lock()
+    done = 0
+
+    def noop() -> None:
+        nonlocal done
+        with lock:
+            done += 1
+
+    actor = dramatiq.actor(noop, queue_name=queue, broker=broker, actor_name=queue)
+    broker.declare_queue(queue)
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=100)
+    worker.start()
+    try:
+        started = time.perf_counter()
+        for _ in range(jobs):
+            actor.send()
+        wait_for(lambda: done >= jobs, "dramatiq")
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+        broker.close()
+        delete_queues([queue, f"{queue}.DQ", f"{queue}.XQ"])
+    return jobs / elapsed
+
+
+# --- jobfsm -----------------------------------------------------------------------------
+
+
+@contextmanager
+def store_url(kind: str) -> Iterator[str]:
+    if kind == "sqlite":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            yield f"sqlite:///{folder}/bench.db"
+        return
+    import psycopg
+
+    name = f"jobfsm_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_jobfsm(jobs: int, threads: int, store: str, batch: int) -> float:
+    prefix = f"bench.jobfsm.{uuid.uuid4().hex[:8]}."
+    with store_url(store) as url:
+        engine = Engine(open_store(url))
+        delivery = RabbitDelivery(RABBIT, engine=engine, prefix=prefix)
+        engine.publisher = delivery
+        worker = Worker(
+            engine,
+            {"noop": lambda ctx: None},
+            delivery=delivery,
+            concurrency=threads,
+            install_signals=False,
+            identity=Identity(),
+        )
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        worker.wait_started(30)
+
+        def finished() -> bool:
+            return sum(n for (_q, s), n in engine.counts().items() if s == "succeeded") >= jobs
+
+        try:
+            started = time.perf_counter()
+            if batch <= 1:
+                for _ in range(jobs):
+                    engine.submit("noop")
+            else:
+                for i in range(0, jobs, batch):
+                    engine.submit_many([("noop", None, {})] * min(batch, jobs - i))
+            wait_for(finished, "jobfsm")
+            elapsed = time.perf_counter() - started
+        finally:
+            worker.stop()
+            runner.join(60)
+            engine.store.close()
+            delete_queues([f"{prefix}default", f"{prefix}dead-letter"])
+    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
+    conn.channel().exchange_delete(f"{prefix}dead-letter")
+    conn.close()
+    return jobs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {}
+    pipelines: dict[str, Callable[[], float]] = {
+        "raw pika (confirm + ack)": lambda: run_raw(args.jobs, args.threads * 2),
+        "dramatiq": lambda: run_dramatiq(args.jobs, args.threads),
+        f"jobfsm ({args.store}, submit)": lambda: run_jobfsm(
+            args.jobs, args.threads, args.store, 1
+        ),
+        f"jobfsm ({args.store}, submit_many 100)": lambda: run_jobfsm(
+            args.jobs, args.threads, args.store, 100
+        ),
+    }
+    for run in range(args.runs):
+        for name, pipeline in pipelines.items():  # interleaved: load hits all alike
+            rate = pipeline()
+            results.setdefault(name, []).append(rate)
+            print(f"run {run + 1}: {name}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
+    medians = {name: statistics.median(rates) for name, rates in results.items()}
+    raw, dram = medians["raw pika (confirm + ack)"], medians["dramatiq"]
+    print(f"\n{args.jobs} no-op jobs, {args.threads} threads, median of {args.runs} runs")
+    print(f"{'pipeline':42} {'jobs/s':>9} {'vs dramatiq':>12} {'vs raw':>8}")
+    for name, rate in medians.items():
+        print(f"{name:42} {rate:9,.0f} {rate / dram:11.2f}x {rate / raw:7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
