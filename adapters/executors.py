@@ -44,8 +44,6 @@ Done = Callable[[Attempt, Outcome], None]
 TICK = 0.05
 #: Seconds a timed-out or hard-cancelled thread gets to stop before it is abandoned.
 DEFAULT_STOP_GRACE = 1.0
-#: Seconds a process executor waits for a new child to come up.
-SPAWN_TIMEOUT = 30.0
 
 _tokens = itertools.count(1)
 
@@ -399,9 +397,9 @@ class ProcessExecutor:
                 if child.process.sentinel in ready and not gen.closed.is_set():
                     if child.token is not None and child.conn.poll():
                         self._read(gen, child)
+                    child.process.join(timeout=1.0)  # reap it, so its exit status is known
                     if child.token is not None:
                         self._finish(gen, child, None)
-                    child.process.join(timeout=1.0)
                     with contextlib.suppress(Exception):
                         child.conn.close()
                     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ DEFAULT_POLL_INTERVAL = 1.0
 #: Bounds a caller may choose for the poll interval.
 MIN_POLL_INTERVAL = 0.01
 MAX_POLL_INTERVAL = 60.0
+#: Longest single wait on the store's notifications, so `wake()` is seen this soon.
+WAKE_SLICE = 0.1
 
 
 class PollingDelivery:
@@ -57,15 +60,24 @@ class PollingDelivery:
         timeout = max(0.0, min(timeout, self.poll_interval))
         if timeout > 0 and not self._woken.is_set():
             if self._waiter is not None:
-                try:
-                    self._waiter(self._queues, timeout)
-                except Exception as err:  # a broken listener only costs latency
-                    log.warning("waiting for store notifications failed: %s", err)
-                    self._woken.wait(timeout)
+                self._wait_store(timeout)
             else:
                 self._woken.wait(timeout)
         self._woken.clear()
         return [Wakeup(None)]
+
+    def _wait_store(self, timeout: float) -> None:
+        """Wait for a store notification in slices, so a local wake is seen too."""
+        assert self._waiter is not None
+        until = time.monotonic() + timeout
+        while not self._woken.is_set() and (left := until - time.monotonic()) > 0:
+            try:
+                if self._waiter(self._queues, min(left, WAKE_SLICE)):
+                    return
+            except Exception as err:  # a broken listener only costs latency
+                log.warning("waiting for store notifications failed: %s", err)
+                self._woken.wait(left)
+                return
 
     def settle(self, wakeup: Wakeup) -> None:
         """Nothing to acknowledge: a polling wake-up carries no message."""

@@ -708,9 +708,28 @@ class Worker:
             errors=lapsed.errors,
         )
         self.last_sweep = report
+        if report.expired and self.delivery is not None:
+            wake = getattr(self.delivery, "wake", None)
+            if callable(wake):
+                wake()  # recovered jobs are due now: claim without waiting for the poll
         return report
 
     # --- shutdown --------------------------------------------------------------------
+
+    def _give_up(self, runs: list[_Run]) -> None:
+        """Expire the jobs hard-cancelled at shutdown now, with the reason in the audit.
+
+        One try each: if the store is away, recovery by another worker does it later
+        (by pid on this host, by lease elsewhere).
+        """
+        for run in runs:
+            try:
+                job = self.engine.get(run.job.id)
+                if job.owner != self.identity.owner or job.fence != run.job.fence:
+                    continue
+                self.engine.expire_seen(job, verdict="dead", reason=run.dropped or "shutdown")
+            except Exception as err:
+                log.warning("job %s: left to recovery by others: %s", run.job.id, err)
 
     def _shutdown(self) -> None:
         self._stopping.set()
@@ -740,6 +759,7 @@ class Worker:
         self._quiet.set()
         for t in self._threads:
             t.join(timeout=5.0)
+        self._give_up(left)
         if self.executor is not None:
             self.executor.shutdown(wait=1.0)
         if self.delivery is not None:

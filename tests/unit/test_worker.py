@@ -361,12 +361,11 @@ def test_stop_drains_running_jobs_and_leaves_no_lease(
     assert all(engine.get(j.id).owner is None for j in jobs)
 
 
-def test_stop_now_hard_cancels_and_leaves_running_jobs_to_recovery() -> None:
+def test_stop_now_hard_cancels_and_expires_running_jobs_with_the_reason() -> None:
     engine = _engine(ttl=60.0, grace=30.0)
-    identity = Identity()
     hold = threading.Event()
-    worker = _worker(engine, identity=identity, handlers={"k": lambda ctx: hold.wait(10)})
-    job = engine.submit("k")
+    worker = _worker(engine, handlers={"k": lambda ctx: hold.wait(10)})
+    job = engine.submit("k", retry_safe=False)
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     wait_for(lambda: _state(engine, job) == "running", what="start")
@@ -377,10 +376,10 @@ def test_stop_now_hard_cancels_and_leaves_running_jobs_to_recovery() -> None:
     hold.set()
 
     assert time.monotonic() - began < 5.0
-    assert engine.get(job.id).state == "running"  # left to recovery, not reported
-    verdict = identity.judge(engine.get(job.id).owner, job.id)
-    assert verdict.dead
-    assert "stopped at once" in verdict.reason
+    given_up = engine.get(job.id)
+    assert given_up.state == "investigate"  # not retry-safe: an operator decides
+    assert given_up.last_error == "worker stopped at once"
+    assert [e.event for e in engine.history(job.id)][-1] == "expire"
 
 
 def test_thread_executor_abandons_an_attempt_past_its_timeout_to_recovery(

@@ -57,7 +57,7 @@ def test_a_worker_that_loses_its_liveness_connection_stops_and_never_reports(
 ) -> None:
     # given: A ("host-a") runs a job; B ("host-b") is ready
     engine = open_engine(pg_url)
-    job = engine.submit("sleep", {"dir": str(marks), "first": 5, "then": 0.2})
+    job = engine.submit("sleep", {"dir": str(marks), "first": 15, "then": 0.2})
     a = workers.start(pg_url, host_id="host-a", ttl=30.0)
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "A to start the job")
     b = workers.start(pg_url, host_id="host-b", ttl=30.0)
@@ -72,7 +72,7 @@ def test_a_worker_that_loses_its_liveness_connection_stops_and_never_reports(
     # then: B takes the job over and completes it; A stopped its handler and
     # reported nothing (no rejected report in the trail, no "done" marker from A)
     wait_for(lambda: engine.get(job.id).state == "succeeded", 10, "B to complete the job")
-    wait_for(lambda: "liveness connection lost" in workers.log_of(a), 5, "A to notice")
+    wait_for(lambda: "liveness connection lost" in workers.log_of(a), 10, "A to notice")
     done = engine.get(job.id)
     assert done.result == {"pid": b.pid, "attempt": 2}
     assert [e for e in engine.history(job.id) if e.outcome == "rejected"] == []
