@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -198,3 +199,22 @@ def admin(pg_url: str) -> Iterator[Admin]:
         yield a
     finally:
         a.conn.close()
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_server: str) -> Iterator[str]:
+    """One fresh database for a whole test module, dropped afterwards."""
+    name = f"jobfsm_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{pg_server.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_schema_url(pg_module_url: str) -> str:
+    """A store URL with a schema of its own (created on first open) in the module's database."""
+    return f"{pg_module_url}?schema=t_{uuid.uuid4().hex[:12]}"

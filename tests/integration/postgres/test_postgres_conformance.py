@@ -13,9 +13,10 @@ pytestmark = pytest.mark.postgres
 
 class TestPostgresConformance(SharedStoreConformance, PersistentStoreConformance):
     @pytest.fixture(autouse=True)
-    def _database(self, pg_url: str) -> None:
-        # a fresh database per test; a small pool keeps the server's connections free
-        self.url = f"{pg_url}?pool_max=4"
+    def _schema(self, pg_schema_url: str) -> None:
+        # a fresh schema per test (one database per module); a small pool keeps the
+        # server's connections free for the other tests running beside these
+        self.url = f"{pg_schema_url}&pool_max=4"
 
     def make_store(self) -> Store:
         return open_store(self.url)

@@ -83,7 +83,8 @@ def test_a_terminated_liveness_session_calls_on_lost_once_within_its_bound(
         # given the server ends the holder's session (admin, failover, network cut)
         pid = admin.one(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = %s "
-            "AND objid::bigint = %s::bigint & 4294967295 AND granted",
+            "AND objid::bigint = %s::bigint & 4294967295 AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             LIVENESS_CLASS,
             lock_key(owner)[1],
         )
@@ -135,8 +136,10 @@ def test_holding_again_while_held_is_a_no_op(pg_url: str, admin: Any) -> None:
         store.liveness.hold(owner, lambda: None)
         held = admin.one(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid::bigint = %s",
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid::bigint = %s AND objid::bigint = %s::bigint & 4294967295",
             LIVENESS_CLASS,
+            lock_key(owner)[1],
         )
         assert held == 1
     finally:

@@ -23,10 +23,10 @@ def test_postgres_agrees_with_the_memory_store_after_every_step(pg_url: str) -> 
         return open_store(f"{pg_url}?schema=example_{next(counter)}&pool_max=2")
 
     # each example opens a fresh schema on a real server (about 1 s under load), so
-    # PostgreSQL runs at most 40 examples of the active profile's step count
+    # PostgreSQL runs at most 20 examples of the active profile's step count
     active = settings()
     run_comparison(
         MemoryStore,
         postgres_store,
-        settings=settings(active, max_examples=min(active.max_examples, 40)),
+        settings=settings(active, max_examples=min(active.max_examples, 20)),
     )

@@ -116,11 +116,11 @@ def _migrate_child(url: str, start: Any, out: Any) -> None:
 
 
 def test_processes_migrating_at_once_apply_each_migration_once(pg_url: str, admin: Any) -> None:
-    # given four processes ready to migrate the same fresh schema
+    # given three processes ready to migrate the same fresh schema
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     url = f"{pg_url}?schema=raced"
-    procs = [ctx.Process(target=_migrate_child, args=(url, start, out)) for _ in range(4)]
+    procs = [ctx.Process(target=_migrate_child, args=(url, start, out)) for _ in range(3)]
     for p in procs:
         p.start()
     # when they all migrate at once
@@ -129,7 +129,7 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_url: str, admi
     for p in procs:
         p.join(30)
     # then exactly one applied the migrations and they are recorded once
-    assert sorted(results) == [[], [], [], list(range(1, LATEST + 1))]
+    assert sorted(results) == [[], [], list(range(1, LATEST + 1))]
     assert admin.one("SELECT count(*) FROM raced.schema_version") == LATEST
 
 
