@@ -89,7 +89,8 @@ def edge_label(
         label += " (operator)"
     edge = edge_of(rule)
     if counts is not None:
-        label += f" (n={counts.get(edge, 0)})"
+        audited = lc.events[rule.event].audited
+        label += f" (n={counts.get(edge, 0)})" if audited else " (not counted: unaudited)"
     if path and edge in path:
         label += f" (step {', '.join(str(i) for i in path[edge])})"
     return label

@@ -166,6 +166,7 @@ def test_edge_counts_label_every_edge_with_how_often_it_was_taken() -> None:
     assert "running --> succeeded : succeed (n=3)" in text
     assert "queued --> leased : lease [due, before_deadline] (n=3)" in text
     assert "investigate --> queued : requeue (operator) (n=0)" in text
+    assert "running --> running : heartbeat (not counted: unaudited)" in text
 
 
 def test_image_without_graphviz_names_what_to_install(
