@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import signal
 import threading
 import time
@@ -49,7 +50,7 @@ _tokens = itertools.count(1)
 
 
 class _Record:
-    __slots__ = ("attempt", "deadline", "done", "kill", "stop_by", "timed_out")
+    __slots__ = ("abandoned", "attempt", "deadline", "done", "kill", "stop_by", "timed_out")
 
     def __init__(self, attempt: Attempt, done: Done) -> None:
         self.attempt = attempt
@@ -57,6 +58,7 @@ class _Record:
         self.deadline = time.monotonic() + attempt.timeout
         self.stop_by: float | None = None  # thread: abandon if still running by then
         self.timed_out = False
+        self.abandoned = False  # thread: left running; its thread retires when it ends
         self.kill: tuple[str, str] | None = None  # process: (status, reason) of a kill we did
 
 
@@ -104,9 +106,31 @@ class ThreadExecutor:
         self._abandoned_alive = 0
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._tasks: queue.SimpleQueue[tuple[_Slots, int, _Record] | None] = queue.SimpleQueue()
+        self._serving = 0
+
+    def _spawn(self) -> None:
+        """One more long-lived thread serving attempts (call with the lock held)."""
+        self._serving += 1
+        threading.Thread(
+            target=self._serve, name=f"jobfsm-thread-{self._serving}", daemon=True
+        ).start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                return
+            gen, token, record = item
+            self._run(gen, token, record)
+            if record.abandoned:
+                return  # a replacement took this thread's place
 
     def start(self, slots: int) -> None:
         self._slots_n = slots
+        with self._lock:
+            for _ in range(slots):
+                self._spawn()
         if self._watchdog is None:
             self._watchdog = threading.Thread(
                 target=self._watch, name="jobfsm-thread-watchdog", daemon=True
@@ -131,12 +155,7 @@ class ThreadExecutor:
         with self._lock:
             gen = self._gen
             token = gen.add(record)
-        threading.Thread(
-            target=self._run,
-            args=(gen, token, record),
-            name=f"jobfsm-job-{attempt.job.id}",
-            daemon=True,
-        ).start()
+        self._tasks.put((gen, token, record))
 
     def _run(self, gen: _Slots, token: int, record: _Record) -> None:
         try:
@@ -145,7 +164,7 @@ class ThreadExecutor:
             outcome = Outcome(status="failed", error=f"{type(err).__name__}: {err}")
         with self._lock:
             live = gen is self._gen and gen.pop(token) is not None
-            if not live and record.stop_by is not None:
+            if not live and record.abandoned:
                 self._abandoned_alive -= 1
         if not live:
             log.info("job %s: late result of an abandoned attempt dropped", record.attempt.job.id)
@@ -173,8 +192,9 @@ class ThreadExecutor:
             record = gen.pop(token) if gen is self._gen else None
             if record is None:
                 return
-            record.stop_by = record.stop_by or time.monotonic()
+            record.abandoned = True
             self._abandoned_alive += 1
+            self._spawn()  # its thread is stuck: keep `slots` threads serving
         log.warning("job %s: attempt abandoned: %s", record.attempt.job.id, why)
         _settle(record, Outcome(status="abandoned", error=why))
 
@@ -206,14 +226,20 @@ class ThreadExecutor:
             old.records.clear()
             old.by_job.clear()
             for record in records:
-                record.stop_by = time.monotonic()
+                record.abandoned = True
                 self._abandoned_alive += 1
+                self._spawn()
         for record in records:
             record.attempt.cancelled.set()
             _settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
 
     def shutdown(self, wait: float) -> None:
+        """Stop the serving threads once idle (threads still running are daemons)."""
         self._closed.set()
+        with self._lock:
+            serving, self._serving = self._serving, 0
+        for _ in range(serving):
+            self._tasks.put(None)
 
 
 # --- processes ---------------------------------------------------------------------------

@@ -535,10 +535,14 @@ class Worker:
             runs.append(run)
         if not reports:
             return
-        results = self._with_retries("report", lambda: self.engine.report_many(reports))
+        try:
+            results = self._with_retries("report", lambda: self.engine.report_many(reports))
+        except Exception:
+            log.exception("worker %s: reporting %d outcomes failed", self.identity.owner, len(runs))
+            results = None
         if results is None:
             for run in runs:  # the store stayed away: the leases lapse, recovery decides
-                self._finish(run, abandoned="result could not be reported: store unreachable")
+                self._finish(run, abandoned="the result could not be reported")
             return
         for run, result in zip(runs, results, strict=True):
             if isinstance(result, LeaseLost):
