@@ -80,8 +80,13 @@ class Outbox:
                 )
 
     def _send_loop(self, publisher: Publisher) -> None:
+        idle = self._config.heartbeat / 2
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=idle)
+            except queue.Empty:
+                publisher.keepalive()  # answer heartbeats so the broker keeps the connection
+                continue
             try:
                 if job is None:
                     return

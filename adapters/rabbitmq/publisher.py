@@ -133,6 +133,17 @@ class Publisher:
                 mandatory=True,
             )
 
+    def keepalive(self) -> None:
+        """Service heartbeats of an idle connection; a dead one is dropped quietly."""
+        with self._lock:
+            if self._conn is None:
+                return
+            try:
+                self._conn.process_data_events(0)
+            except Exception as err:
+                log.debug("idle publisher connection lost: %s", err)
+                self._drop()
+
     def dead_letter(self, body: bytes, reason: str, queue_name: str) -> None:
         """Publish a copy of a message to the dead-letter exchange with the reason."""
         with self._lock:

@@ -269,3 +269,31 @@ def test_failed_asynchronous_publish_is_republished_by_the_next_sweep_at_once(
     bodies = [json.loads(b)["job_id"] for _, b in drain_queue(rabbit_url, f"{prefix}default")]
     assert bodies == [job.id]
     delivery.close()
+
+
+def test_quorum_queues_carry_wakeups_like_classic_ones(rabbit_url: str, prefix: str) -> None:
+    # given a delivery configured for quorum queues
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, queue_type="quorum")
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        # when a job is submitted
+        job = engine.submit("noop")
+        # then its wake-up arrives through a quorum queue and is settled after the lease
+        (wakeup,) = delivery.poll(4, 10.0)
+        assert wakeup.job_id == job.id
+        engine.claim(OWNER, ["default"], 1, ids=[job.id])
+        delivery.settle(wakeup)
+        assert delivery.flush(10)
+    finally:
+        delivery.close()
+    conn, channel = raw_channel(rabbit_url)
+    with pytest.raises(Exception, match="inequivalent arg 'x-queue-type'"):
+        channel.queue_declare(  # same arguments but classic: the broker says it is not
+            f"{prefix}default",
+            durable=True,
+            arguments={"x-queue-type": "classic", "x-dead-letter-exchange": f"{prefix}dead-letter"},
+        )
+    conn.close()
+    assert ready_count(rabbit_url, f"{prefix}default") == 0
