@@ -239,3 +239,39 @@ def test_a_running_job_that_ignores_cancel_is_killed_after_the_grace_and_acknowl
     events = [e.event for e in engine.history(job.id)]
     assert events[-2:] == ["cancel", "cancelled_ack"]
     assert 0.5 <= took < 5.0  # one heartbeat + the grace + the kill
+
+
+def test_thread_executor_keeps_serving_after_it_abandons_a_stuck_attempt() -> None:
+    ex = ThreadExecutor(stop_grace=0.1)
+    ex.start(1)
+    results = Results()
+    stuck = threading.Event()
+    try:
+        ex.submit(_attempt(lambda ctx: stuck.wait(10), _job("k"), timeout=0.2), results)
+        first = results.next()
+        wait_for(lambda: ex.free == 1, 5, "the slot back")
+        ex.submit(_attempt(lambda ctx: "next", _job("k")), results)
+        second = results.next()
+    finally:
+        stuck.set()
+        ex.shutdown(wait=1.0)
+
+    assert first[1].status == "abandoned"
+    assert "did not stop within 0.1s" in (first[1].error or "")
+    assert second[1].status == "succeeded"
+
+
+def test_thread_executor_reports_a_handler_that_stops_at_its_timeout_as_timed_out() -> None:
+    ex = ThreadExecutor(stop_grace=2.0)
+    ex.start(1)
+    results = Results()
+    try:
+        ex.submit(
+            _attempt(lambda ctx: ctx.cancelled.wait(10) and None, _job("k"), timeout=0.2), results
+        )
+        outcome = results.next()[1]
+    finally:
+        ex.shutdown(wait=1.0)
+
+    assert outcome.status == "timeout"
+    assert "timed out after 0.2s" in (outcome.error or "")
