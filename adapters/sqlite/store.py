@@ -95,6 +95,9 @@ class SqliteStore:
         #: connections inherited across fork: never used and never closed in the child.
         self._inherited: list[sqlite3.Connection] = []
         self._closed = False
+        #: serializes this process's write transactions (see `_write`)
+        self._writer = threading.Lock()
+        self._writer_pid = os.getpid()
 
     # --- connections -----------------------------------------------------------
 
@@ -138,22 +141,44 @@ class SqliteStore:
         self._local.pid = pid
         return conn
 
+    def _writer_lock(self) -> threading.Lock:
+        pid = os.getpid()
+        if self._writer_pid != pid:  # after fork: the parent's lock state means nothing here
+            self._writer = threading.Lock()
+            self._writer_pid = pid
+        return self._writer
+
     @contextmanager
     def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with BEGIN IMMEDIATE (waits up to the busy timeout)."""
+        """One write transaction, taken with BEGIN IMMEDIATE (waits up to the busy timeout).
+
+        Threads of one process queue on a lock first, so SQLite's busy handler
+        (which polls and is not fair) only arbitrates between processes.
+        Both waits are bounded by the busy timeout.
+        """
         conn = self._conn()
-        with _translated(self.path, what):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        log.warning("rollback failed on %s", self.path, exc_info=True)
-                raise
+        writer = self._writer_lock()
+        timeout = self.options.busy_timeout_ms / 1000
+        if not writer.acquire(timeout=timeout):
+            raise TransientStoreError(
+                f"SQLite store {self.path}: {what}: database is locked (waited "
+                f"{self.options.busy_timeout_ms} ms for this process's other writers)"
+            )
+        try:
+            with _translated(self.path, what):
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        try:
+                            conn.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            log.warning("rollback failed on %s", self.path, exc_info=True)
+                    raise
+        finally:
+            writer.release()
 
     def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         conn = self._conn()

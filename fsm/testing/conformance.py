@@ -547,6 +547,8 @@ class StoreConformance:
         kinds = self.store.scan(ScanRequest(states=("queued",), kinds=("conformance",)))
         assert {j.id for j in kinds} == {queued.id, later.id}
         assert len(self.store.scan(ScanRequest(states=active, limit=1))) == 1
+        boundary = self.store.scan(ScanRequest(states=leased_states, lease_expired_at=start + TTL))
+        assert [j.id for j in boundary] == [lapsed.id]  # a lease ending now has lapsed
 
     def test_recover_expires_lapsed_leases_through_the_core(self) -> None:
         engine, clock = self.engine()
