@@ -123,13 +123,15 @@ class _Workers:
                 self._spawn(slot)
 
     def crash(self, rng: random.Random) -> int | None:
-        """SIGKILL one worker up for MIN_UPTIME and start a replacement; the killed pid."""
+        """SIGKILL one worker up for MIN_UPTIME and start a replacement; the killed pid.
+
+        Nothing happens (None) while any worker is still starting, so at most one
+        worker is down at a time however slow the machine is.
+        """
+        if not all(path.exists() for path in self.ready):
+            return None  # one worker down at a time: a replacement is still starting
         now = time.time()
-        ready = [
-            i
-            for i, path in enumerate(self.ready)
-            if path.exists() and now - path.stat().st_mtime >= MIN_UPTIME
-        ]
+        ready = [i for i, path in enumerate(self.ready) if now - path.stat().st_mtime >= MIN_UPTIME]
         if not ready:
             return None
         slot = rng.choice(ready)
