@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[2]
 #: longest any single CLI call may take in these tests (the demo gets its own bound)
 CALL_TIMEOUT = 60.0
 
