@@ -1,0 +1,385 @@
+"""Store benchmarks: full job lifecycles per second and lease latency, against raw baselines.
+
+    python benchmarks/stores.py [--store sqlite] [--full] [--jobs N]
+
+Every figure is printed next to a baseline measured in the same run:
+
+- lifecycles/s: each job is submitted, leased, started and succeeded, each step
+  its own transaction (as a worker does it), by 1 and by 4 worker processes.
+  Baseline: the same row changes (job row and audit row per step, the same
+  transactions) written with the raw driver and no engine. Ratio engine/raw
+  (target >= 0.6).
+- lease latency: p50/p99 of leasing one job with 10,000 queued jobs next to
+  100,000 (default) or 1,000,000 (--full) finished jobs; baseline: the same
+  with no finished jobs. Ratio loaded/empty (target <= 2).
+
+Each store is one function in STORES; `run_store` prints its rows through the
+shared printer. The PostgreSQL part plugs in at `postgres_benchmarks` below.
+The machine has 2 cores and other work runs beside it: figures move between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import attrs  # noqa: E402
+
+from fsm import Engine, Job, Owner, open_store  # noqa: E402
+from fsm.records import AuditEntry, new_id  # noqa: E402
+
+#: bound on one child process of a benchmark
+CHILD_TIMEOUT = 900.0
+
+
+# --- the shared runner and printer ---------------------------------------------------------
+
+
+@attrs.frozen
+class Row:
+    """One printed figure with its same-run baseline."""
+
+    store: str
+    what: str
+    value: float
+    baseline: float
+    unit: str
+    target: str
+    higher_is_better: bool = True
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else float("nan")
+
+
+def print_rows(rows: list[Row]) -> None:
+    print(f"{'store':<22} {'measure':<44} {'value':>12} {'baseline':>12}  {'ratio':>6}  target")
+    for r in rows:
+        print(
+            f"{r.store:<22} {r.what:<44} {r.value:>12.1f} {r.baseline:>12.1f}  "
+            f"{r.ratio:>6.2f}  {r.target} ({r.unit})"
+        )
+
+
+def run_children(argv_for: Callable[[int], list[str]], n: int) -> list[dict[str, Any]]:
+    """Start `n` copies of this script in child mode at once; collect their JSON lines."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, *argv_for(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=CHILD_TIMEOUT)
+        if p.returncode != 0:
+            raise SystemExit(f"benchmark child failed:\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def throughput(results: list[dict[str, Any]]) -> float:
+    """Jobs per second over the span from the first child's start to the last one's end."""
+    jobs = sum(r["jobs"] for r in results)
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return jobs / span
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- lifecycles: engine and raw children ---------------------------------------------------
+
+
+def engine_lifecycles(url: str, jobs: int, name: str) -> dict[str, Any]:
+    store = open_store(url)
+    engine = Engine(store)
+    me = Owner("bench", os.getpid(), name)
+    done = 0
+    start = time.time()
+
+    def work() -> int:
+        for leased in engine.claim(me, limit=1):
+            running = engine.start(leased.id, leased.fence)
+            engine.succeed(running.id, running.fence, None)
+            return 1
+        return 0
+
+    for i in range(jobs):
+        engine.submit("bench", {"i": i})
+        done += work()
+    while n := work():  # jobs other workers left behind
+        done += n
+    end = time.time()
+    store.close()
+    return {"jobs": done, "start": start, "end": end}
+
+
+def raw_sqlite_lifecycles(path: str, sync: str, jobs: int, name: str) -> dict[str, Any]:
+    """The same rows and transactions with sqlite3 and hand-written SQL: no engine."""
+    import sqlite3
+
+    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
+
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute(f"PRAGMA synchronous = {sync}")
+    cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
+    acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
+    owner = owner_to_text(Owner("bench", os.getpid(), name))
+
+    Move = tuple[str | None, str]
+
+    def audit(job_id: str, version: int, event: str, move: Move, fence: int) -> None:
+        entry = AuditEntry(job_id, version, time.time(), event, move[0], move[1], fence, 0)
+        conn.execute(
+            f"INSERT INTO job_events ({acols}) VALUES ({amarks})",
+            [getattr(entry, c) for c in AUDIT_COLUMNS],
+        )
+
+    def tx(fn: Callable[[], Any]) -> Any:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            value = fn()
+            conn.execute("COMMIT")
+            return value
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def submit(i: int) -> None:
+        now = time.time()
+        job = Job(new_id(now), "bench", "default", json.dumps({"i": i}), "queued", now, now, now)
+        row = job_to_row(job)
+        conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", [row[c] for c in JOB_COLUMNS])
+        audit(job.id, 1, "submit", (None, "queued"), 0)
+
+    def lease() -> tuple[str, int] | None:
+        now = time.time()
+        row = conn.execute(
+            "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
+            "AND queue IN ('default') AND run_after <= ? AND (deadline IS NULL OR deadline > ?) "
+            "ORDER BY priority, run_after, id LIMIT 1",
+            (now, now),
+        ).fetchone()
+        if row is None:
+            return None
+        job_id, fence, version = row
+        conn.execute(
+            "UPDATE jobs SET state = 'leased', fence = ?, owner = ?, lease_until = ?, "
+            "version = ?, updated_at = ? WHERE id = ? AND version = ?",
+            (fence + 1, owner, now + 30, version + 1, now, job_id, version),
+        )
+        audit(job_id, version + 1, "lease", ("queued", "leased"), fence + 1)
+        return job_id, fence + 1
+
+    def step(job_id: str, event: str, move: tuple[str, str], sets: str, *values: Any) -> None:
+        version = conn.execute("SELECT version FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+        now = time.time()
+        cur = conn.execute(
+            f"UPDATE jobs SET state = ?, version = ?, updated_at = ?, {sets} "
+            "WHERE id = ? AND version = ?",
+            (move[1], version + 1, now, *values, job_id, version),
+        )
+        assert cur.rowcount == 1
+        audit(job_id, version + 1, event, move, 1)
+
+    def work() -> int:
+        got = tx(lease)
+        if got is None:
+            return 0
+        job_id, _ = got
+        started = "attempt = attempt + 1, started_at = ?"
+        finished = "owner = NULL, lease_until = NULL, result_json = 'null', finished_at = ?"
+        tx(lambda: step(job_id, "start", ("leased", "running"), started, time.time()))
+        tx(lambda: step(job_id, "succeed", ("running", "succeeded"), finished, time.time()))
+        return 1
+
+    done = 0
+    start = time.time()
+    for i in range(jobs):
+        tx(lambda i=i: submit(i))
+        done += work()
+    while n := work():
+        done += n
+    end = time.time()
+    conn.close()
+    return {"jobs": done, "start": start, "end": end}
+
+
+def lease_latencies(url: str, finished: int, queued: int, samples: int) -> dict[str, Any]:
+    """Fill the store (finished rows written in bulk), then time `samples` single leases."""
+    store = open_store(url)
+    engine = Engine(store)
+    now = time.time()
+    batch: list[tuple[str, Any, dict[str, Any]]] = []
+    for i in range(queued):
+        batch.append(("bench", {"i": i}, {"priority": i % 10}))
+        if len(batch) == 5000:
+            engine.submit_many(batch)
+            batch = []
+    if batch:
+        engine.submit_many(batch)
+    if finished:
+        bulk_finished_sqlite(store, finished, now)
+    me = Owner("bench", os.getpid(), "latency")
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        leased = engine.claim(me, limit=1)
+        times.append(time.perf_counter() - t0)
+        assert len(leased) == 1
+    store.close()
+    return {"p50": percentile(times, 0.5) * 1000, "p99": percentile(times, 0.99) * 1000}
+
+
+def bulk_finished_sqlite(store: Any, n: int, now: float) -> None:
+    """Write `n` succeeded jobs (4 audit rows each) straight into the file: setup only."""
+    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row
+
+    cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
+    acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
+    conn = store._conn()
+    chunk = 20_000
+    for base in range(0, n, chunk):
+        rows, events = [], []
+        for i in range(base, min(n, base + chunk)):
+            t = now - 86400 + i * 1e-3
+            job = Job(
+                new_id(t), "bench", "default", "{}", "succeeded", t, t, t,
+                attempt=1, fence=1, version=4, started_at=t, finished_at=t, result_json="null",
+            )  # fmt: skip
+            r = job_to_row(job)
+            rows.append([r[c] for c in JOB_COLUMNS])
+            for v, (ev, a, b) in enumerate(
+                [("submit", None, "queued"), ("lease", "queued", "leased"),
+                 ("start", "leased", "running"), ("succeed", "running", "succeeded")], start=1
+            ):  # fmt: skip
+                e = AuditEntry(job.id, v, t, ev, a, b, 1 if v > 1 else 0, 1 if v > 2 else 0)
+                events.append([getattr(e, c) for c in AUDIT_COLUMNS])
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(f"INSERT INTO jobs ({cols}) VALUES ({marks})", rows)
+        conn.executemany(f"INSERT INTO job_events ({acols}) VALUES ({amarks})", events)
+        conn.execute("COMMIT")
+
+
+# --- SQLite -------------------------------------------------------------------------------
+
+
+def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    folder = Path(tempfile.mkdtemp(prefix="jobfsm-bench-"))
+    for sync in ("FULL", "NORMAL"):
+        for workers in (1, 4):
+            per = max(1, args.jobs // workers)
+            figures = {}
+            for mode in ("engine", "raw"):
+                db = folder / f"{mode}-{sync}-{workers}.db"
+                url = f"sqlite:///{db}?synchronous={sync}"
+                open_store(url).close()  # same migrated schema for both
+                argv = ["--child", f"{mode}-sqlite", url, str(db), sync, str(per)]
+                figures[mode] = throughput(
+                    run_children(lambda i, argv=argv: [*argv, f"w{i}"], workers)
+                )
+            rows.append(
+                Row(
+                    f"sqlite sync={sync}",
+                    f"lifecycles/s, {workers} worker process(es)",
+                    figures["engine"],
+                    figures["raw"],
+                    "jobs/s; baseline raw sqlite3",
+                    ">= 0.6",
+                )
+            )
+    finished = 1_000_000 if args.full else 100_000
+    latency = {}
+    for label, n in (("loaded", finished), ("empty", 0)):
+        url = f"sqlite:///{folder / f'latency-{label}.db'}"
+        (latency[label],) = run_children(
+            lambda i, url=url, n=n: ["--child", "latency", url, str(n), "10000", "500"], 1
+        )
+    for q in ("p50", "p99"):
+        rows.append(
+            Row(
+                "sqlite sync=FULL",
+                f"lease latency {q}, {finished:,} finished + 10,000 queued",
+                latency["loaded"][q],
+                latency["empty"][q],
+                "ms; baseline 10,000 queued only",
+                "<= 2",
+                higher_is_better=False,
+            )
+        )
+    return rows
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
+    """Hook for the PostgreSQL store's figures (same rows, same printer).
+
+    Written with the PostgreSQL store: return Row(...)s for lifecycles/s (1 and 4
+    processes, raw psycopg baseline) and lease latency, like `sqlite_benchmarks`.
+    """
+    raise SystemExit("the PostgreSQL part of benchmarks/stores.py is not written yet")
+
+
+STORES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "sqlite": sqlite_benchmarks,
+    "postgres": postgres_benchmarks,
+}
+
+
+def child(argv: list[str]) -> None:
+    kind = argv[0]
+    if kind == "engine-sqlite":
+        url, _path, _sync, jobs, name = argv[1:]
+        result = engine_lifecycles(url, int(jobs), name)
+    elif kind == "raw-sqlite":
+        _url, path, sync, jobs, name = argv[1:]
+        result = raw_sqlite_lifecycles(path, sync, int(jobs), name)
+    elif kind == "latency":
+        url, finished, queued, samples = argv[1:]
+        result = lease_latencies(url, int(finished), int(queued), int(samples))
+    else:
+        raise SystemExit(f"unknown child mode {kind!r}")
+    print(json.dumps(result))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", default="sqlite", help="comma-separated: " + ",".join(STORES))
+    parser.add_argument("--jobs", type=int, default=2000, help="lifecycles per measurement")
+    parser.add_argument("--full", action="store_true", help="1,000,000 finished rows")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for name in args.store.split(","):
+        if name not in STORES:
+            raise SystemExit(f"unknown store {name!r}; known: {', '.join(STORES)}")
+        rows.extend(STORES[name](args))
+    print_rows(rows)
+
+
+if __name__ == "__main__":
+    main()
