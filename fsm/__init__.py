@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .clock import FakeClock, SystemClock
+from .context import Context, JobCancelled
 from .core import decide, replay
 from .engine import Engine, KindPolicy, RecoveryReport
 from .errors import (
@@ -27,12 +28,15 @@ from .errors import (
     UnknownKind,
     VersionConflict,
 )
+from .handlers import Handlers, HandlerSpec
 from .observe import CountingMetrics, Metrics
+from .owner import Identity, Verdict
 from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from .ports import ClaimRequest, Clock, Delivery, PruneRequest, RenewRequest, ScanRequest, Store
 from .records import AuditEntry, Decision, Job, Owner, new_id
 from .registry import open_store
 from .spec import Lifecycle, check_spec, lifecycle, load_spec
+from .worker import Worker
 
 __all__ = [
     "Ambiguous",
@@ -42,14 +46,19 @@ __all__ = [
     "BadStoreURL",
     "ClaimRequest",
     "Clock",
+    "Context",
     "CountingMetrics",
     "Decision",
     "Delivery",
     "Engine",
     "FakeClock",
     "HandlerOutcome",
+    "HandlerSpec",
+    "Handlers",
+    "Identity",
     "IllegalTransition",
     "Job",
+    "JobCancelled",
     "JobFSMError",
     "JobNotFound",
     "KindPolicy",
@@ -79,7 +88,9 @@ __all__ = [
     "SystemClock",
     "TransientStoreError",
     "UnknownKind",
+    "Verdict",
     "VersionConflict",
+    "Worker",
     "check_spec",
     "decide",
     "lifecycle",

@@ -231,3 +231,8 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def judge(owner: Owner | None, job_id: str | None = None, probe: Probe | None = None) -> Verdict:
+    """The verdict of this process's identity on `owner` (see `Identity.judge`)."""
+    return current().judge(owner, job_id, probe)

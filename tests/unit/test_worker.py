@@ -400,3 +400,21 @@ def test_thread_executor_abandons_an_attempt_past_its_timeout_to_recovery(
     parked = engine.get(job.id)
     assert "abandoned" in (parked.last_error or "")
     assert parked.recoveries == 1
+
+
+def test_the_sweep_fails_jobs_past_their_deadline() -> None:
+    engine = _engine(ttl=60.0)
+    worker = _worker(engine)
+    waiting = engine.submit("k", deadline=time.time() + 0.2)
+    running_job = engine.submit("k", deadline=time.time() + 0.2)
+    (leased,) = engine.claim(Identity(host="elsewhere").owner, limit=1, ids=[running_job.id])
+    engine.start(leased.id, leased.fence)
+    time.sleep(0.3)
+
+    report = worker.sweep()
+
+    assert report.deadlines == 2
+    for job in (waiting, running_job):
+        failed = engine.get(job.id)
+        assert failed.state == "failed"
+        assert "deadline passed" in (failed.last_error or "")
