@@ -39,7 +39,8 @@ _JOB_COLS = ", ".join(JOB_COLUMNS)
 _JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
 _AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 _AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
-_SET_ALL = ", ".join(f"{c} = ?" for c in JOB_COLUMNS if c != "id")
+_DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
+_SET_ALL = ", ".join(f"{c} = ?" for c in _DECIDED_COLS)
 #: rows per multi-row statement: 29 bound values a row stays under SQLite's
 #: default limit of 32766 variables.
 _CHUNK = 500
@@ -285,35 +286,44 @@ class SqliteStore:
         return leased
 
     def _write_decided(self, conn: sqlite3.Connection, decisions: Sequence[Decision]) -> list[Job]:
-        """Write decided records with one UPDATE ... FROM (VALUES ...), CAS on version."""
-        cols = [c for c in JOB_COLUMNS if c != "id"]
-        row_marks = "(" + ", ".join("?" for _ in range(len(cols) + 2)) + ")"
-        values: list[Any] = []
-        for d in decisions:
+        """Write the core's decided records in one statement, compare-and-set on version.
+
+        One job: `UPDATE ... WHERE id = ? AND version = ?`. Several: one
+        `WITH v(...) AS (VALUES ...) UPDATE jobs SET ... FROM v` over all of them.
+        The values written are the decisions' records, field for field.
+        """
+        cols = _DECIDED_COLS
+        if len(decisions) == 1:
+            (d,) = decisions
             assert d.previous is not None
-            values.append(d.job.id)
-            values.append(d.previous.version)
-            row = job_to_row(d.job)
-            values.extend(row[c] for c in cols)
-        sql = (
-            f"WITH v(id, old_version, {', '.join(cols)}) AS "
-            f"(VALUES {', '.join(row_marks for _ in decisions)}) "
-            f"UPDATE jobs SET {', '.join(f'{c} = v.{c}' for c in cols)} FROM v "
-            f"WHERE jobs.id = v.id AND jobs.version = v.old_version "
-            f"RETURNING {_JOB_COLS}"
-        )
-        rows = {r["id"]: _job(r) for r in conn.execute(sql, values).fetchall()}
-        out = []
+            cur = conn.execute(
+                f"UPDATE jobs SET {_SET_ALL} WHERE id = ? AND version = ?",
+                [*_job_values(d.job)[1:], d.job.id, d.previous.version],
+            )
+            written = {d.job.id: d.job.version} if cur.rowcount == 1 else {}
+        else:
+            row_marks = "(" + ", ".join("?" for _ in range(len(cols) + 2)) + ")"
+            values: list[Any] = []
+            for d in decisions:
+                assert d.previous is not None
+                row = job_to_row(d.job)
+                values += [d.job.id, d.previous.version, *(row[c] for c in cols)]
+            sql = (
+                f"WITH v(id, old_version, {', '.join(cols)}) AS "
+                f"(VALUES {', '.join(row_marks for _ in decisions)}) "
+                f"UPDATE jobs SET {', '.join(f'{c} = v.{c}' for c in cols)} FROM v "
+                f"WHERE jobs.id = v.id AND jobs.version = v.old_version "
+                f"RETURNING id, version"
+            )
+            written = {r[0]: r[1] for r in conn.execute(sql, values).fetchall()}
         for d in decisions:
-            stored = rows.get(d.job.id)
-            if stored != d.job:
+            if written.get(d.job.id) != d.job.version:
                 # Impossible under BEGIN IMMEDIATE; refuse rather than lease silently.
                 raise StoreError(
-                    f"SQLite store {self.path}: job {d.job.id}: the lease written "
-                    f"({stored!r}) differs from the core's decision"
+                    f"SQLite store {self.path}: job {d.job.id}: the lease was not written "
+                    f"as the core decided it (version {d.job.version})"
                 )
-            out.append(d.job)
-        return out
+        return [d.job for d in decisions]
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         out: list[Job | VersionConflict] = []
