@@ -190,14 +190,25 @@ class Identity:
                     Status.DEAD,
                     why or f"owner {owner} is this process, which no longer holds the job",
                 )
-            # Same pid as ours, another incarnation: an exec'd predecessor, or a test
-            # identity in this process; not proof either way, so the lease decides.
-            return Verdict(Status.UNKNOWN, "another incarnation of this pid; the lease decides")
+            # Same pid as ours, another incarnation: an exec'd predecessor, an incarnation
+            # that lost its liveness token, or a test identity: the store or lease decides.
+            return self._probe(owner, probe) or Verdict(
+                Status.UNKNOWN, "another incarnation of this pid; the lease decides"
+            )
         if owner.host == self.host:
             verdict = pid_verdict(owner.pid)
             if verdict.dead:
                 return Verdict(Status.DEAD, f"owner {owner}: {verdict.reason}")
-            return verdict
+            # A live pid may be reused; a free liveness token is proof of death.
+            probed = self._probe(owner, probe)
+            return probed if probed is not None and probed.dead else verdict
+        return self._probe(owner, probe) or Verdict(
+            Status.UNKNOWN, f"owner {owner} is on another host; the lease decides"
+        )
+
+    @staticmethod
+    def _probe(owner: Owner, probe: Probe | None) -> Verdict | None:
+        """The store's liveness answer, or None when it has none."""
         if probe is not None:
             try:
                 answer = probe(owner)
@@ -207,7 +218,7 @@ class Identity:
                 return Verdict(Status.DEAD, f"owner {owner}: its liveness token is free")
             if answer == "alive":
                 return Verdict(Status.ALIVE, f"owner {owner}: its liveness token is held")
-        return Verdict(Status.UNKNOWN, f"owner {owner} is on another host; the lease decides")
+        return None
 
 
 _default: Identity | None = None

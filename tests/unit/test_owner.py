@@ -214,3 +214,27 @@ def test_a_forked_child_has_a_new_incarnation_and_holds_no_lease() -> None:
     assert report["own_job"] == "dead"  # the child never believes it holds the parent's job
     assert report["parent_job"] == "unknown"  # the parent is alive: its lease decides
     assert me.held() == {"job-1": 7}  # the parent still holds it
+
+
+def test_a_live_local_pid_whose_liveness_token_is_free_is_dead() -> None:
+    # the process lives on but lost its token: it has stopped its handlers by contract
+    me = Identity()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        owner = Owner(host=me.host, pid=proc.pid, incarnation="lost-token")
+        dead = me.judge(owner, "job-1", probe=lambda o: "dead")
+        held = me.judge(owner, "job-1", probe=lambda o: "alive")
+    finally:
+        proc.kill()
+        proc.wait()
+
+    assert dead.status is Status.DEAD
+    assert "liveness token is free" in dead.reason
+    assert held.status is Status.UNKNOWN  # a live pid says nothing more; the lease decides
+
+
+def test_an_old_incarnation_of_this_pid_with_a_free_token_is_dead() -> None:
+    me = Identity()
+    old = Owner(host=me.host, pid=me.pid, incarnation="before-renewal")
+
+    assert me.judge(old, "job-1", probe=lambda o: "dead").status is Status.DEAD
