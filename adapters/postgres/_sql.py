@@ -122,6 +122,19 @@ class Statements:
             f"({unordered}) e WHERE e.job_id IN (SELECT id FROM upd)) "
             "SELECT id FROM upd"
         )
+        # apply of one decision (the Engine's transitions): scalar parameters, which
+        # cost the client far less to send than one-element arrays
+        one_sets = ", ".join(f"{c} = %s::{JOB_TYPES[c]}" for c in JOB_COLUMNS if c != "id")
+        one_entry = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
+        upd_one = (
+            f"upd AS (UPDATE {jobs} SET {one_sets} WHERE id = %s AND version = %s RETURNING id)"
+        )
+        self.apply_one = f"WITH {upd_one} SELECT id FROM upd"
+        self.apply_one_audited = (
+            f"WITH {upd_one}, aud AS (INSERT INTO {events} ({audit_cols}) SELECT * FROM "
+            f"(VALUES ({one_entry})) AS e({audit_cols}) WHERE EXISTS (SELECT 1 FROM upd)) "
+            "SELECT id FROM upd"
+        )
         self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
         self.versions = f"SELECT id, version FROM {jobs} WHERE id = ANY(%s::text[])"
         self.record = (

@@ -11,83 +11,40 @@ connection, never by assuming.
 from __future__ import annotations
 
 import logging
-import math
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import psycopg
-from psycopg import errors as pgerrors
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from adapters._rows import (
-    AUDIT_COLUMNS,
-    JOB_COLUMNS,
-    audit_from_row,
-    job_from_row,
-    owner_to_text,
-)
-from fsm.errors import (
-    BadInput,
-    JobFSMError,
-    SchemaError,
-    StoreError,
-    TransientStoreError,
-    VersionConflict,
-)
+from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_to_text
+from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
-from . import _schema
-from ._sql import Statements
+from ._base import (
+    Conn,
+    Connected,
+    _audit_arrays,
+    _entry,
+    _job,
+    _job_arrays,
+    _lease_order,
+    _rollback,
+)
 from ._url import Settings
+from .listen import Listener
 
 log = logging.getLogger(__name__)
 
-Conn = psycopg.Connection[tuple[Any, ...]]
-T = TypeVar("T")
-
-#: how long `wait_for_jobs` may be asked to block at most (seconds).
-MAX_WAIT = 3600.0
 #: how many times insert re-tries a duplicate key whose job vanished (pruned) meanwhile.
 INSERT_ROUNDS = 3
 _N = len(JOB_COLUMNS)
-_OWNER = JOB_COLUMNS.index("owner")
+_SET_COLUMNS = tuple(c for c in JOB_COLUMNS if c != "id")
+_SET_OWNER = _SET_COLUMNS.index("owner")
 
 
-def _job(row: Sequence[Any]) -> Job:
-    return job_from_row(dict(zip(JOB_COLUMNS, row, strict=True)))
-
-
-def _entry(row: Sequence[Any]) -> AuditEntry:
-    return audit_from_row(dict(zip(AUDIT_COLUMNS, row, strict=True)))
-
-
-def _job_arrays(jobs: Iterable[Job]) -> list[list[Any]]:
-    """One array per column (the `unnest` parameters), mapped as adapters._rows.job_to_row."""
-    listed = list(jobs)
-    arrays = [[getattr(j, c) for j in listed] for c in JOB_COLUMNS]
-    arrays[_OWNER] = [owner_to_text(j.owner) for j in listed]
-    return arrays
-
-
-def _audit_arrays(entries: Iterable[AuditEntry]) -> list[list[Any]]:
-    listed = list(entries)
-    return [[getattr(e, c) for e in listed] for c in AUDIT_COLUMNS]
-
-
-def _lease_order(job: Job) -> tuple[int, float, str]:
-    return (job.priority, job.run_after, job.id)
-
-
-class _Ambiguous(Exception):
-    """The connection broke while a write could have committed."""
-
-
-class PostgresStore:
+class PostgresStore(Connected):
     """Jobs in `<schema>.jobs`, their audit trail in `<schema>.job_events`.
 
     Thread-safe: each call borrows a connection from a bounded pool
@@ -95,126 +52,18 @@ class PostgresStore:
     """
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.schema = settings.schema
-        self.sql = Statements(_schema.quote(settings.schema))
+        super().__init__(settings)
         self.channel = f"jobfsm_{settings.schema}"
-        self._pool = ConnectionPool(
-            settings.conninfo,
-            min_size=settings.pool_min,
-            max_size=settings.pool_max,
-            timeout=settings.pool_timeout,
-            kwargs={"autocommit": True},
-            name=f"jobfsm-{settings.schema}",
-            open=False,
-        )
-        self._listen_lock = threading.Lock()
-        self._listener: Conn | None = None
-        self._closed = False
+        self._listener = Listener(self.connect, self.channel)
         from .liveness import PostgresLiveness
 
         self.liveness = PostgresLiveness(self)
 
-    # --- connections and errors ------------------------------------------------------
-
-    def connect(self, **kwargs: Any) -> Conn:
-        """A dedicated connection outside the pool (LISTEN, liveness, migrations)."""
-        try:
-            return psycopg.connect(self.settings.conninfo, autocommit=True, **kwargs)
-        except psycopg.Error as err:
-            raise TransientStoreError(
-                f"cannot connect to PostgreSQL at {self.settings.redacted}: {err}"
-            ) from err
-
-    def open(self) -> None:
-        """Check the server answers, then open the pool (connections made in background)."""
-        with self.connect() as conn:
-            conn.execute("SELECT 1")
-        self._pool.open(wait=False)
-
-    def _translate(self, err: BaseException, what: str) -> JobFSMError:
-        where = f"PostgreSQL store {self.settings.redacted} ({what})"
-        if isinstance(err, PoolTimeout):
-            return TransientStoreError(
-                f"{where}: no connection within {self.settings.pool_timeout} s "
-                f"(pool_max={self.settings.pool_max}): {err}"
-            )
-        if isinstance(err, pgerrors.UndefinedTable | pgerrors.InvalidSchemaName):
-            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {err}")
-        if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
-            return TransientStoreError(f"{where}: {err}")
-        if isinstance(err, psycopg.DataError):
-            return BadInput(f"{where}: PostgreSQL rejected a value: {err}")
-        return StoreError(f"{where}: {err}")
-
-    def _purge(self) -> None:
-        """After a connection failure, drop the pool's other dead connections too."""
-        try:
-            self._pool.check()
-        except Exception:  # best effort; the next call reports the real error
-            log.debug("pool check after a connection failure failed", exc_info=True)
-
-    @contextmanager
-    def _connection(self, what: str) -> Iterator[Conn]:
-        if self._closed:
-            raise StoreError(f"PostgreSQL store {self.settings.redacted} is closed ({what})")
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except (psycopg.Error, PoolTimeout) as err:
-            if isinstance(err, psycopg.OperationalError | PoolTimeout):
-                self._purge()
-            raise self._translate(err, what) from err
-
-    def _write(self, what: str, body: Callable[[Conn], T], reconcile: Callable[[], T]) -> T:
-        """Run a one-statement (autocommit) write; if the connection broke while it
-        ran, the commit is unknown: `reconcile` finds out from a fresh connection."""
-        lost: psycopg.Error | None = None
-        with self._connection(what) as conn:
-            try:
-                return body(conn)
-            except psycopg.OperationalError as err:
-                if not conn.broken:
-                    raise
-                lost = err
-        self._purge()
-        log.warning("connection lost during %s; reconciling from a fresh connection", what)
-        try:
-            return reconcile()
-        except TransientStoreError:
-            raise
-        except StoreError as err:
-            raise TransientStoreError(f"{what}: commit unknown and re-reading failed: {err}") from (
-                lost
-            )
-
-    def _unknown(self, what: str) -> TransientStoreError:
-        return TransientStoreError(
-            f"PostgreSQL store {self.settings.redacted}: the connection was lost during {what} "
-            "and a fresh read shows it was not applied; nothing changed, safe to retry"
-        )
-
-    # --- schema ----------------------------------------------------------------------
-
-    def migrate(self) -> list[int]:
-        """Apply pending migrations (safe when several processes migrate at once)."""
-        with self.connect() as conn:
-            try:
-                return _schema.migrate(conn, self.schema)
-            except psycopg.Error as err:
-                raise self._translate(err, "migrate") from err
-
-    def schema_version(self) -> int:
-        with self._connection("schema_version") as conn:
-            return _schema.current_version(conn, self.schema)
-
-    def check_schema(self) -> None:
-        with self.connect() as conn:
-            _schema.check(conn, self.schema)
-
     # --- Store -----------------------------------------------------------------------
 
     def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+        if not decisions:
+            return []
         out: dict[int, Job] = {}
         pending = list(enumerate(decisions))
         for _ in range(INSERT_ROUNDS):
@@ -335,40 +184,13 @@ class PostgresStore:
             else:
                 return [d.job for d in decisions]
         self._purge()
+        if not decisions:
+            return []  # nothing was leased, so nothing can have been committed
         log.warning("connection lost while committing a claim; reconciling")
         confirmed = self._confirmed(decisions, "claim", lost)
         if not confirmed:
             raise self._unknown(f"claim of {len(decisions)} jobs")
         return [d.job for d in decisions]
-
-    def _confirmed(
-        self, decisions: Sequence[Decision], what: str, lost: BaseException | None
-    ) -> set[str]:
-        """Ids whose decision shows in the store (row equal to it, or its audit entry)."""
-        ids = [d.job.id for d in decisions]
-        try:
-            with self._connection(f"{what} (reconcile)") as conn:
-                stored = {
-                    _job(r).id: _job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()
-                }
-                confirmed = set()
-                for d in decisions:
-                    if stored.get(d.job.id) == d.job:
-                        confirmed.add(d.job.id)
-                    elif d.entry is not None:
-                        e = d.entry
-                        row = conn.execute(
-                            self.sql.has_entry,
-                            (e.job_id, e.version, e.at, e.event, e.fence, e.data_json),
-                        ).fetchone()
-                        if row is not None and row[0] > 0:
-                            confirmed.add(d.job.id)
-        except StoreError as err:
-            raise TransientStoreError(
-                f"{what}: the connection was lost while committing and re-reading failed "
-                f"({err}); the outcome is unknown, re-read the jobs before retrying"
-            ) from lost
-        return confirmed
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         if not decisions:
@@ -381,8 +203,11 @@ class PostgresStore:
             return self._apply_in_order(decisions)
 
         def body(conn: Conn) -> set[str]:
-            rows = conn.execute(self.sql.apply, self._apply_params(decisions)).fetchall()
-            return {r[0] for r in rows}
+            if len(decisions) == 1:
+                statement, params = self._apply_one(decisions[0])
+            else:
+                statement, params = self.sql.apply, self._apply_params(decisions)
+            return {r[0] for r in conn.execute(statement, params).fetchall()}
 
         def reconcile() -> set[str]:
             confirmed = self._confirmed(decisions, "apply", None)
@@ -392,6 +217,17 @@ class PostgresStore:
 
         written = self._write("apply", body, reconcile)
         return self._outcomes(decisions, written)
+
+    def _apply_one(self, d: Decision) -> tuple[str, list[Any]]:
+        assert d.previous is not None
+        job = d.job
+        values = [getattr(job, c) for c in _SET_COLUMNS]
+        values[_SET_OWNER] = owner_to_text(job.owner)
+        params = [*values, job.id, d.previous.version]
+        if d.entry is None:
+            return self.sql.apply_one, params
+        entry = d.entry
+        return self.sql.apply_one_audited, params + [getattr(entry, c) for c in AUDIT_COLUMNS]
 
     def _apply_params(self, decisions: Sequence[Decision]) -> list[Any]:
         entries = [d.entry for d in decisions if d.entry is not None]
@@ -447,8 +283,8 @@ class PostgresStore:
                 lost = err
             else:
                 return out
-        if applied and self._confirmed(applied, "apply", lost):
-            return out
+        if not applied or self._confirmed(applied, "apply", lost):
+            return out  # all conflicts (nothing to commit), or the commit went through
         raise self._unknown(f"apply of {len(decisions)} decisions")
 
     def renew(self, request: RenewRequest) -> dict[str, str]:
@@ -560,53 +396,16 @@ class PostgresStore:
     def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until a job is inserted into one of `queues` (True) or `timeout` passes.
 
-        A hint only (LISTEN/NOTIFY): polling the store stays the truth. At most
-        `MAX_WAIT` seconds; one waiter at a time per store (others wait for it up
-        to their timeout). If the listening connection fails, the failure is logged
-        and the call waits out its timeout and returns False.
+        A hint only (LISTEN/NOTIFY, see adapters.postgres.listen): poll the store anyway.
         """
-        if isinstance(timeout, bool) or not math.isfinite(timeout) or timeout < 0:
-            raise BadInput(f"wait_for_jobs timeout must be a non-negative number, got {timeout!r}")
-        deadline = time.monotonic() + min(timeout, MAX_WAIT)
-        wanted = set(queues)
-        if not self._listen_lock.acquire(timeout=min(timeout, MAX_WAIT)):
-            return False
-        try:
-            conn = self._listen_connection()
-            while (remaining := deadline - time.monotonic()) > 0:
-                for note in conn.notifies(timeout=remaining, stop_after=1):
-                    if note.payload in wanted:
-                        return True
-            return False
-        except (psycopg.Error, StoreError) as err:
-            log.warning("LISTEN for new jobs failed (%s); falling back to polling", err)
-            self._drop_listener()
-            time.sleep(max(0.0, deadline - time.monotonic()))
-            return False
-        finally:
-            self._listen_lock.release()
-
-    def _listen_connection(self) -> Conn:
-        if self._listener is None or self._listener.closed or self._listener.broken:
-            self._drop_listener()
-            conn = self.connect()
-            conn.execute(f'LISTEN "{self.channel}"')
-            self._listener = conn
-        return self._listener
-
-    def _drop_listener(self) -> None:
-        if self._listener is not None:
-            with suppress(psycopg.Error):
-                self._listener.close()
-            self._listener = None
+        return self._listener.wait(queues, timeout)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self.liveness.close()
-        with self._listen_lock:
-            self._drop_listener()
+        self._listener.close()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:
@@ -626,13 +425,3 @@ def _disagreement(before: Job, after: Job, decided: Job) -> str:
         f"job {before.id}: the store's lease of state {before.state!r} disagrees with the "
         f"core's lease decision ({'; '.join(fields)}); rolled back"
     )
-
-
-def _rollback(conn: Conn) -> None:
-    """Roll back an explicit transaction after an error, if the connection still works."""
-    if conn.broken or conn.closed:
-        return
-    try:
-        conn.execute("ROLLBACK")
-    except psycopg.Error:
-        log.debug("ROLLBACK after an error failed", exc_info=True)
