@@ -42,6 +42,9 @@ from fsm.records import AuditEntry, new_id  # noqa: E402
 
 #: bound on one child process of a benchmark
 CHILD_TIMEOUT = 900.0
+#: busy timeout for engine and raw alike: 4 writer processes on a loaded 2-core
+#: machine can wait longer than the 5 s default for SQLite's write lock
+BUSY_MS = 60_000
 
 
 # --- the shared runner and printer ---------------------------------------------------------
@@ -138,8 +141,8 @@ def raw_sqlite_lifecycles(path: str, sync: str, jobs: int, name: str) -> dict[st
 
     from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
 
-    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-    conn.execute("PRAGMA busy_timeout = 5000")
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_MS / 1000)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
     conn.execute(f"PRAGMA synchronous = {sync}")
     cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
     acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
@@ -292,7 +295,7 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
             figures = {}
             for mode in ("engine", "raw"):
                 db = folder / f"{mode}-{sync}-{workers}.db"
-                url = f"sqlite:///{db}?synchronous={sync}"
+                url = f"sqlite:///{db}?synchronous={sync}&busy_timeout_ms={BUSY_MS}"
                 open_store(url).close()  # same migrated schema for both
                 argv = ["--child", f"{mode}-sqlite", url, str(db), sync, str(per)]
                 figures[mode] = throughput(
