@@ -205,7 +205,11 @@ class FaultMachine(RuleBasedStateMachine):
         self.states: dict[str, str] = {}
         self.effects: dict[str, list[int]] = {}
         #: job id -> (version, trail length) last found sound: unchanged jobs are not replayed
-        self.sound: dict[str, tuple[int, int]] = {}
+        self.sound: dict[str, int] = {}
+        #: jobs a step addressed by id: their trails are re-read even if the version held
+        #: (a rejected report is audited without a new version)
+        self.touched: set[str] = set()
+        self.requeued: dict[str, int] = {}
         self.broken = False
         self.stats.examples += 1
 
@@ -290,6 +294,7 @@ class FaultMachine(RuleBasedStateMachine):
         self, w: SimWorker, jid: str, event: str, fence: int, call: Callable[[], Job]
     ) -> str:
         """Send one fenced report; check that a stale one changes nothing (I7)."""
+        self.touched.add(jid)
         before = self.real.get(jid)
         if before is None:
             return "gone"
@@ -439,6 +444,7 @@ class FaultMachine(RuleBasedStateMachine):
         worker = self._active(w)
         assert worker is not None
         jid = self._job(j)
+        self.touched.add(jid)
         before = self.real.get(jid)
         if before is None:
             return
@@ -687,6 +693,7 @@ class FaultMachine(RuleBasedStateMachine):
     @rule(j=J)
     def operator_cancel(self, j: int) -> None:
         jid = self._job(j)
+        self.touched.add(jid)
         before = self.real.get(jid)
         if before is None:
             return
@@ -722,6 +729,7 @@ class FaultMachine(RuleBasedStateMachine):
     def operator_requeue(self, j: int, attempts: int) -> None:
         picks = [jid for jid in self.jobs if self.states.get(jid) in self.requeue_states]
         jid = picks[j % len(picks)]
+        self.touched.add(jid)
         with contextlib.suppress(IllegalTransition, TransientStoreError):
             self.engine.requeue(
                 jid, actor="operator", reason="fault suite requeue", attempts=attempts
@@ -732,6 +740,7 @@ class FaultMachine(RuleBasedStateMachine):
     def operator_resolve(self, j: int, succeeded: bool) -> None:
         picks = [jid for jid in self.jobs if self.states.get(jid) == "investigate"]
         jid = picks[j % len(picks)]
+        self.touched.add(jid)
         outcome = "succeeded" if succeeded else "failed"
 
         def resolve(engine: Engine) -> Job:
@@ -805,16 +814,18 @@ class FaultMachine(RuleBasedStateMachine):
             self._check_job(by_id[jid])
         self._check_owners(by_id)
         self.states = {jid: by_id[jid].state for jid in self.jobs}
+        self.touched.clear()
 
     def _check_job(self, job: Job) -> None:
         checks = self.stats.checks
-        history = self.real.history(job.id)
-        key = (job.version, len(history))
-        if self.sound.get(job.id) != key:
+        # An unchanged record that no step addressed keeps its (already checked) trail.
+        if self.sound.get(job.id) != job.version or job.id in self.touched:
+            history = self.real.history(job.id)
             problems = trail_problems(job, history, self.spec, self.policy)
             if problems:
                 self._fail("; ".join(problems))
-            self.sound[job.id] = key
+            self.sound[job.id] = job.version
+            self.requeued[job.id] = requeues(history)
         checks["I2/I4/I5/I6/I8 audit trail and replay"] += 1
         last = self.seen.get(job.id)
         now = (job.fence, job.version, job.recoveries)
@@ -825,10 +836,11 @@ class FaultMachine(RuleBasedStateMachine):
         fences = self.effects.get(job.id, [])
         if len(set(fences)) != len(fences):
             self._fail(f"I7 job {job.id}: a fenced effect committed twice under one fence {fences}")
-        if not job.retry_safe and len(fences) > 1 + requeues(history):
+        granted = self.requeued.get(job.id, 0)
+        if not job.retry_safe and len(fences) > 1 + granted:
             self._fail(
                 f"I7 job {job.id} (not retry-safe): its outside effect committed "
-                f"{len(fences)} times with {requeues(history)} operator requeues"
+                f"{len(fences)} times with {granted} operator requeues"
             )
         checks["I7 fenced effects at most once"] += 1
 
