@@ -6,7 +6,9 @@ Three pipelines on the same broker, in the same run, each end to end (the clock
 starts before the first message is produced and stops when the last job is done):
 
 - raw pika: publish with confirms (persistent, one confirm per message) and a
-  consumer acking each message; no work, no store. The physical limit.
+  consumer acking each message; no work, no store. The physical limit, with one
+  publishing connection (as dramatiq's `send`) and with four (as jobfsm's outbox,
+  `publisher_threads=4`).
 - dramatiq: `actor.send()` per job (RabbitmqBroker with publisher confirms, as
   jobfsm always has them) and a dramatiq Worker with `--threads` threads.
 - jobfsm: `engine.submit()` per job (a store transaction, then a confirmed
@@ -71,7 +73,7 @@ def delete_queues(names: list[str]) -> None:
 # --- raw pika ---------------------------------------------------------------------------
 
 
-def run_raw(jobs: int, prefetch: int) -> float:
+def run_raw(jobs: int, prefetch: int, publishers: int = 1) -> float:
     queue = f"bench.raw.{uuid.uuid4().hex[:8]}"
     setup = pika.BlockingConnection(pika.URLParameters(RABBIT))
     setup.channel().queue_declare(queue, durable=True)
@@ -100,16 +102,31 @@ def run_raw(jobs: int, prefetch: int) -> float:
     consumer = threading.Thread(target=consume)
     consumer.start()
     ready.wait(10)
-    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
-    channel = conn.channel()
-    channel.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+    channels = []
+    for _ in range(publishers):  # one connection per publishing thread (pika is not thread-safe)
+        conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channels.append((conn, channel))
+
+    def produce(channel: Any, share: range) -> None:
+        for i in share:
+            channel.basic_publish("", queue, b'{"job_id":"%d"}' % i, props, mandatory=True)
+
+    producers = [
+        threading.Thread(target=produce, args=(channel, range(n, jobs, publishers)))
+        for n, (_conn, channel) in enumerate(channels)
+    ]
     started = time.perf_counter()
-    for i in range(jobs):
-        channel.basic_publish("", queue, b'{"job_id":"%d"}' % i, props, mandatory=True)
+    for producer in producers:
+        producer.start()
     consumer.join(WAIT_LIMIT)
     elapsed = time.perf_counter() - started
-    conn.close()
+    for producer in producers:
+        producer.join()
+    for conn, _channel in channels:
+        conn.close()
     delete_queues([queue])
     return jobs / elapsed
 
@@ -224,6 +241,7 @@ def main() -> None:
     results: dict[str, list[float]] = {}
     pipelines: dict[str, Callable[[], float]] = {
         "raw pika (confirm + ack)": lambda: run_raw(args.jobs, args.threads * 2),
+        "raw pika, 4 publishing connections": lambda: run_raw(args.jobs, args.threads * 2, 4),
         "dramatiq": lambda: run_dramatiq(args.jobs, args.threads),
         f"jobfsm ({args.store}, submit)": lambda: run_jobfsm(
             args.jobs, args.threads, args.store, 1
