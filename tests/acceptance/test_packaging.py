@@ -7,9 +7,11 @@ that `fsm` is imported from there, not from this checkout.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -38,11 +40,27 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(venv bin dir, a working directory outside the repository)."""
     base = tmp_path_factory.mktemp("packaging")
     dist = base / "dist"
-    _run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, cwd=ROOT)
+    # Build offline with the backend this environment has; without it (a venv made by
+    # `pip install -e`, which builds in isolation) let `build` fetch it the same way.
+    offline = importlib.util.find_spec("hatchling") is not None
+    isolation = ["--no-isolation"] if offline else []
+    _run(sys.executable, "-m", "build", "--wheel", *isolation, "--outdir", dist, cwd=ROOT)
     (wheel,) = dist.glob("jobfsm-*.whl")
     venv = base / "venv"
     _run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=base)
     bin_dir = venv / "bin"
+    # --system-site-packages reaches the base interpreter's packages only; when this test
+    # runs inside a virtualenv, its runtime dependencies live there: add those directories
+    # after the venv's own (a path listed in a .pth file runs none of its own .pth files,
+    # so this checkout's editable install stays out).
+    site_dir = _run(
+        bin_dir / "python",
+        "-c",
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        cwd=base,
+    ).strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(site_dir, "_jobfsm_test_deps.pth").write_text("\n".join(sorted(ours)) + "\n")
     _run(
         bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel, cwd=base
     )
