@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from adapters.sqlite import open_store
+from adapters.sqlite import SCHEMA_VERSION, open_store
 from fsm import Engine, Owner
 
 #: bound on any child process in this module
@@ -167,5 +167,45 @@ def test_a_forked_child_opens_its_own_connection(sqlite_url: str, tmp_path: Path
         assert stored.state == "leased"
         assert stored.owner is not None
         assert stored.owner.host == "child"
+    finally:
+        store.close()
+
+
+SUBMIT_ONE_KEY = textwrap.dedent(
+    """
+    import sys
+    from fsm import Engine, open_store
+
+    store = open_store(sys.argv[1])  # a fresh file: every child races to migrate it
+    job = Engine(store).submit("k", {"by": sys.argv[2]}, idempotency_key="the-key")
+    print(job.id)
+    """
+)
+
+
+def test_processes_opening_a_new_file_and_submitting_one_key_make_one_job(
+    sqlite_url: str,
+) -> None:
+    # given four processes that open a file nobody created yet and submit one key
+    children = [_python(SUBMIT_ONE_KEY, sqlite_url, f"p{n}") for n in range(4)]
+    ids = []
+    try:
+        for child in children:
+            out, err = child.communicate(timeout=CHILD_TIMEOUT)
+            assert child.returncode == 0, err[-3000:]
+            ids.append(out.strip())
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    # then every process got the same job, stored once, and the schema was applied once
+    assert len(set(ids)) == 1
+    store = open_store(sqlite_url)
+    try:
+        assert store.counts() == {("default", "queued"): 1}
+        assert [e.event for e in store.history(ids[0])] == ["submit"]
+        versions = store._conn().execute("SELECT version FROM schema_version").fetchall()
+        assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
     finally:
         store.close()
