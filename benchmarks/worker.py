@@ -135,13 +135,17 @@ def recovery(kind: str, tmp: Path, runs: int, cross_host: bool) -> list[float]:
             try:
                 job = engine.submit("hold", {"dir": str(marks)})
                 a = procs.start(url, host="bench-a" if cross_host else None)
-                wait_for(lambda: list(marks.glob("1.*")), 30)
+                try:
+                    wait_for(lambda m=marks: list(m.glob("1.*")), 60)
+                except TimeoutError:
+                    print((tmp / f"w{len(procs.procs) - 1}.log").read_text()[-3000:])
+                    raise
                 procs.start(url, host="bench-b" if cross_host else None)
                 time.sleep(1.5)  # B is up and sweeping
                 killed = time.time()
                 a.send_signal(signal.SIGKILL)
                 a.wait(10)
-                wait_for(lambda: list(marks.glob("2.*")), 60)
+                wait_for(lambda m=marks: list(m.glob("2.*")), 60)
                 out.append(next(iter(marks.glob("2.*"))).stat().st_mtime - killed)
                 assert engine.get(job.id).recoveries == 1
             finally:
