@@ -136,6 +136,9 @@ class Statements:
             "SELECT id FROM upd"
         )
         self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
+        self.copy_jobs = f"COPY {jobs} ({job_cols}) FROM STDIN"
+        self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
+        self.notify = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
         self.versions = f"SELECT id, version FROM {jobs} WHERE id = ANY(%s::text[])"
         self.record = (
             f"INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM ({audit_source}) e "

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 import psycopg
+from psycopg import errors as pgerrors
 
 from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_to_text
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
@@ -37,6 +38,8 @@ from .listen import Listener
 
 log = logging.getLogger(__name__)
 
+#: batches of at least this many jobs without idempotency keys are written with COPY
+COPY_MIN = 200
 #: how many times insert re-tries a duplicate key whose job vanished (pruned) meanwhile.
 INSERT_ROUNDS = 3
 _N = len(JOB_COLUMNS)
@@ -95,27 +98,75 @@ class PostgresStore(Connected):
         return [out[i] for i in range(len(decisions))]
 
     def _insert_once(self, decisions: Sequence[Decision]) -> set[str]:
-        entries = [d.entry for d in decisions if d.entry is not None]
-        params = [
-            *_job_arrays(d.job for d in decisions),
-            *_audit_arrays(entries),
-            self.channel,
-        ]
-        ids = [d.job.id for d in decisions]
 
         def body(conn: Conn) -> set[str]:
+            entries = [d.entry for d in decisions if d.entry is not None]
+            params = [
+                *_job_arrays(d.job for d in decisions),
+                *_audit_arrays(entries),
+                self.channel,
+            ]
             return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
 
         def reconcile() -> set[str]:
-            with self._connection("insert (reconcile)") as conn:
-                rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
-            stored = {_job(r).id: _job(r) for r in rows}
-            mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
-            if not mine:
-                raise self._unknown(f"insert of {len(ids)} jobs")
-            return mine
+            return self._reconcile_insert(decisions)
 
+        if len(decisions) >= COPY_MIN and all(d.job.idempotency_key is None for d in decisions):
+            copied = self._copy_insert(decisions)
+            if copied is not None:
+                return copied
         return self._write("insert", body, reconcile)
+
+    def _copy_insert(self, decisions: Sequence[Decision]) -> set[str] | None:
+        """A large batch without idempotency keys: COPY the rows in one transaction.
+
+        Returns None (nothing written) if one of the ids is already stored (a batch
+        inserted again): the caller then takes the ON CONFLICT path.
+        """
+        ids = {d.job.id for d in decisions}
+        lost: psycopg.Error | None = None
+        with self._connection("insert") as conn:
+            try:
+                conn.execute("BEGIN")
+                with conn.cursor() as cur:
+                    with cur.copy(self.sql.copy_jobs) as copy:
+                        for row in zip(*_job_arrays(d.job for d in decisions), strict=True):
+                            copy.write_row(row)
+                    entries = [d.entry for d in decisions if d.entry is not None]
+                    with cur.copy(self.sql.copy_events) as copy:
+                        for row in zip(*_audit_arrays(entries), strict=True):
+                            copy.write_row(row)
+                queues = sorted({d.job.queue for d in decisions})
+                conn.execute(self.sql.notify, (self.channel, queues))
+            except pgerrors.UniqueViolation:
+                _rollback(conn)
+                return None
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as err:
+                if not conn.broken:
+                    _rollback(conn)
+                    raise
+                lost = err
+            else:
+                return ids
+        self._purge()
+        log.warning("connection lost while committing an insert (%s); reconciling", lost)
+        return self._reconcile_insert(decisions)
+
+    def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
+        """After a lost commit: the ids whose rows show the decided job, or Transient."""
+        ids = [d.job.id for d in decisions]
+        with self._connection("insert (reconcile)") as conn:
+            rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
+        stored = {_job(r).id: _job(r) for r in rows}
+        mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
+        if not mine:
+            raise self._unknown(f"insert of {len(ids)} jobs")
+        return mine
 
     def _existing(self, decisions: Sequence[Decision]) -> dict[tuple[str, str | None], Job]:
         keys = [d.job.idempotency_key for d in decisions if d.job.idempotency_key is not None]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.postgres import open_store
+from adapters.postgres.store import COPY_MIN
 from fsm.clock import FakeClock
 from fsm.engine import Engine
 from fsm.errors import TransientStoreError
@@ -163,5 +164,39 @@ def test_a_terminated_backend_surfaces_as_a_transient_error(pg_url: str, admin: 
         assert isinstance(err, TransientStoreError)
         assert engine.get(job.id) == job
         assert engine.start(job.id, job.fence).state == "running"
+    finally:
+        engine.store.close()
+
+
+def test_a_copied_batch_whose_commit_went_through_is_reported_inserted(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        # given a batch large enough to be written with COPY, and a commit whose answer is lost
+        proxy.arm(COMMIT, "deliver_then_drop")
+        jobs = engine.submit_many([("k", i, {}) for i in range(COPY_MIN)])
+        # then the store re-read the rows and reports them inserted, once each
+        assert proxy.fired.is_set()
+        assert admin.one("SELECT count(*) FROM jobs") == COPY_MIN
+        assert admin.one("SELECT count(*) FROM job_events") == COPY_MIN
+        assert engine.get(jobs[-1].id) == jobs[-1]
+    finally:
+        engine.store.close()
+
+
+def test_a_copied_batch_whose_commit_never_arrived_is_a_transient_error(
+    pg_proxy: tuple[Any, str], admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        proxy.arm(COMMIT, "drop")
+        with pytest.raises(TransientStoreError, match="not applied"):
+            engine.submit_many([("k", i, {}) for i in range(COPY_MIN)])
+        assert proxy.fired.is_set()
+        admin.wait_for("SELECT count(*) = 0 FROM jobs")
+        assert admin.one("SELECT count(*) FROM job_events") == 0
     finally:
         engine.store.close()

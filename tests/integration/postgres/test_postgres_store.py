@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from adapters.postgres import LATEST, open_store
+from adapters.postgres.store import COPY_MIN
 from fsm.clock import FakeClock
 from fsm.core import decide
 from fsm.engine import Engine
@@ -264,6 +265,25 @@ def test_a_value_postgresql_cannot_store_is_bad_input_and_changes_nothing(pg_url
         engine.store.close()
 
 
+def test_a_large_batch_inserted_again_returns_the_stored_jobs_without_duplicates(
+    pg_url: str, admin: Any
+) -> None:
+    engine, clock = _engine(pg_url)
+    store: Any = engine.store
+    try:
+        # given a batch large enough for COPY, inserted once
+        decisions = [engine._submit_decision(clock.now(), "k", i) for i in range(COPY_MIN)]
+        assert store.insert(decisions) == [d.job for d in decisions]
+        # when the same batch is inserted again (a retry after an unknown outcome)
+        again = store.insert(decisions)
+        # then the stored jobs come back and nothing is written twice
+        assert again == [d.job for d in decisions]
+        assert admin.one("SELECT count(*) FROM jobs") == COPY_MIN
+        assert admin.one("SELECT count(*) FROM job_events") == COPY_MIN
+    finally:
+        store.close()
+
+
 # --- LISTEN/NOTIFY -------------------------------------------------------------------------
 
 
@@ -288,6 +308,18 @@ def test_wait_for_jobs_wakes_when_a_job_is_inserted_into_its_queue(pg_url: str) 
         [(notified, waited)] = woke
         assert notified is True
         assert 0.3 < waited < 5
+    finally:
+        waiter.close()
+        submitter.store.close()
+
+
+def test_a_copied_batch_also_wakes_waiters_of_its_queue(pg_url: str) -> None:
+    waiter = open_store(pg_url)
+    submitter, _ = _engine(pg_url)
+    try:
+        assert waiter.wait_for_jobs(["bulk"], 0.05) is False  # starts listening
+        submitter.submit_many([("k", i, {"queue": "bulk"}) for i in range(COPY_MIN)])
+        assert waiter.wait_for_jobs(["bulk"], 10.0) is True
     finally:
         waiter.close()
         submitter.store.close()
