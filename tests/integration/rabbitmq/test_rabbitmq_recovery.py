@@ -305,3 +305,27 @@ def test_recovery_attempts_zero_disables_recovery(prefix: str) -> None:
     with pytest.raises(DeliveryFailed, match="recovery is disabled"):
         delivery.check()
     delivery.close()
+
+
+def test_recovery_budget_is_reset_once_every_subscription_is_restored(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a budget of a single recovery attempt
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, recovery_attempts=1, **FAST)
+    delivery.start(["default"])
+    delivery.poll(4, 0.1)
+    wait_until(lambda: delivery.ready, 10, "readiness")
+    try:
+        # when the connection is forced closed three times, each after a full recovery
+        for generation in (2, 3, 4):
+            rabbitmqctl("close_all_connections", "test")
+            wait_until(
+                lambda g=generation: delivery.ready and delivery.consumer.generation == g,
+                30,
+                f"recovery to generation {generation}",
+            )
+        # then each loss found a fresh budget: still healthy
+        delivery.check()
+        assert delivery.consumer.stats["recoveries"] == 3
+    finally:
+        delivery.close()
