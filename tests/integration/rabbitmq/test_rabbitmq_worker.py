@@ -79,6 +79,7 @@ def test_worker_runs_2000_jobs_each_once_through_three_forced_connection_closure
     # then every job succeeded and committed its effect exactly once; recovery within budget
     assert unfinished_at_closure[0] > 0
     assert {engine.get(i).state for i in ids} == {"succeeded"}
+    engine.store.close()
     assert sorted(effects.committed) == sorted(ids)
     assert all(len(fences) == 1 for fences in effects.committed.values())
     assert delivery.consumer.stats["recoveries"] == 3
@@ -120,6 +121,7 @@ def test_worker_fails_loudly_when_the_delivery_fails_for_good(
         conn.close()
         worker.stop(now=True)
         runner.join(10)
+        engine.store.close()
     # then run() ends with the delivery's error, and the worker is not ready
     assert len(failure) == 1
     assert isinstance(failure[0], DeliveryFailed)
@@ -169,6 +171,7 @@ def test_worker_stop_interrupts_a_blocked_poll(
     started = time.monotonic()
     worker.stop()
     runner.join(20)
+    engine.store.close()
     # then it stops long before the poll interval
     assert not runner.is_alive()
     assert time.monotonic() - started < 10.0
