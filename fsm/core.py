@@ -18,7 +18,7 @@ import attrs
 
 from .errors import BadInput, IllegalTransition, LeaseLost, OperatorError
 from .policies import Policy
-from .records import AuditEntry, Decision, Job
+from .records import AuditEntry, Decision, Job, evolve_job
 from .rules import EFFECTS, GUARDS, Step
 from .spec import Lifecycle, lifecycle
 
@@ -40,8 +40,11 @@ _CREATE_FIELDS = {
 _REQUIRED_CREATE = ("id", "kind", "payload_json")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str)
+
+
 def _data_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, separators=(",", ":"), sort_keys=True, default=str)
+    return _ENCODER.encode(data)
 
 
 def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> Decision:
@@ -151,7 +154,7 @@ def decide(
     changes["state"] = rule.dest
     changes["version"] = job.version + 1
     changes["updated_at"] = now
-    new = attrs.evolve(job, **changes)
+    new = evolve_job(job, changes)
     entry = None
     if ev.audited:
         entry = AuditEntry(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from typing import Any
@@ -86,6 +87,25 @@ class Job:
 
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(Job))
+
+_job_values = operator.attrgetter(*JOB_FIELDS)
+_JOB_INDEX = {name: i for i, name in enumerate(JOB_FIELDS)}
+
+
+def evolve_job(job: Job, changes: dict[str, Any]) -> Job:
+    """`attrs.evolve(job, **changes)` without its per-call introspection.
+
+    `decide` runs on every transition and evolve's generic path costs about as
+    much as the rest of the decision; this builds the same positional arguments
+    directly. `test_evolve_job_matches_attrs_evolve` pins the equivalence.
+    """
+    values = list(_job_values(job))
+    for name, value in changes.items():
+        try:
+            values[_JOB_INDEX[name]] = value
+        except KeyError:
+            raise TypeError(f"Job has no field {name!r}") from None
+    return Job(*values)
 
 
 @attrs.frozen
