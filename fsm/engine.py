@@ -51,6 +51,11 @@ def check_name(what: str, value: object) -> str:
     return value
 
 
+def _first_set(*values: Any) -> Any:
+    """The first value that is not None (0 and False are values, not absences)."""
+    return next((v for v in values if v is not None), None)
+
+
 @attrs.frozen
 class KindPolicy:
     """Per-kind defaults applied at submit (each overridable per job)."""
@@ -141,7 +146,9 @@ class Engine:
         deadline = opts.get("deadline")
         if deadline is None and kp.deadline_after is not None:
             deadline = now + kp.deadline_after
-        max_attempts = opts.get("max_attempts") or kp.max_attempts or self.policy.retry.max_attempts
+        max_attempts = _first_set(
+            opts.get("max_attempts"), kp.max_attempts, self.policy.retry.max_attempts
+        )
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise BadInput(f"max_attempts must be a positive integer, got {max_attempts!r}")
         priority = opts.get("priority")
@@ -149,8 +156,8 @@ class Engine:
             priority = kp.priority
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise BadInput(f"priority must be an integer, got {priority!r}")
-        timeout = opts.get("timeout") or kp.timeout
-        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+        timeout = _first_set(opts.get("timeout"), kp.timeout)
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise BadInput(f"timeout must be a positive number of seconds, got {timeout!r}")
         retry_safe = opts.get("retry_safe")
         job_id = new_id(now)
@@ -449,7 +456,7 @@ class Engine:
                 continue
             expired += 1
             investigate += new.state == "investigate"
-        active = tuple(s for s in self.spec.states if ("deadline", s) in self.spec.table)
+        active = self._sources("deadline")
         for job in self.store.scan(ScanRequest(states=active, deadline_passed_at=now, limit=limit)):
             try:
                 self.transition(job.id, "deadline")
