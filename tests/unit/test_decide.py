@@ -1,0 +1,310 @@
+"""What each row of the lifecycle does to a record, through the pure `decide`."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from fsm.core import decide, replay
+from fsm.errors import BadInput, IllegalTransition, LeaseLost, OperatorError
+from fsm.policies import Backoff, LeasePolicy, Policy, RetryPolicy
+from fsm.records import Job, evolve_job
+
+from .helpers import NOW, OTHER, OWNER, job_in
+
+
+def policy(**kwargs: object) -> Policy:
+    return Policy.seeded(7, **kwargs)
+
+
+def test_submit_creates_a_queued_job_with_version_one_and_an_audit_entry() -> None:
+    d = decide(None, "submit", NOW, policy(), id="J1", kind="email", payload_json="{}")
+    assert d.job.state == "queued"
+    assert d.job.version == 1
+    assert d.job.fence == 0
+    assert d.job.run_after == NOW
+    assert d.job.correlation_id == "J1"
+    assert d.job.max_attempts == 10
+    assert d.job.max_recoveries == 3
+    assert d.entry is not None
+    assert (d.entry.event, d.entry.from_state, d.entry.to_state) == ("submit", None, "queued")
+
+
+def test_submit_of_an_existing_job_is_illegal() -> None:
+    with pytest.raises(IllegalTransition, match="already exists"):
+        decide(job_in("queued"), "submit", NOW, policy(), id="J", kind="k", payload_json="1")
+
+
+def test_submit_without_kind_or_with_unknown_fields_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="kind"):
+        decide(None, "submit", NOW, policy(), id="J", payload_json="{}")
+    with pytest.raises(BadInput, match="unknown fields"):
+        decide(None, "submit", NOW, policy(), id="J", kind="k", payload_json="{}", color=1)
+
+
+@pytest.mark.parametrize("state", ["queued", "retry_wait"])
+def test_lease_of_a_due_job_bumps_the_fence_and_sets_owner_and_lease(state: str) -> None:
+    job = job_in(state)
+    d = decide(
+        job, "lease", NOW, policy(lease=LeasePolicy(ttl=20, heartbeat_interval=5)), owner=OWNER
+    )
+    assert d.job.state == "leased"
+    assert d.job.fence == job.fence + 1
+    assert d.job.version == job.version + 1
+    assert d.job.owner == OWNER
+    assert d.job.lease_until == NOW + 20
+    assert d.entry is not None
+    assert d.entry.data["owner"] == OWNER.to_dict()
+
+
+def test_lease_of_a_job_not_yet_due_or_past_its_deadline_is_refused() -> None:
+    with pytest.raises(IllegalTransition, match="due"):
+        decide(job_in("queued", run_after=NOW + 1), "lease", NOW, policy(), owner=OWNER)
+    with pytest.raises(IllegalTransition, match="before_deadline"):
+        decide(job_in("queued", deadline=NOW), "lease", NOW, policy(), owner=OWNER)
+
+
+def test_lease_without_an_owner_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="owner"):
+        decide(job_in("queued"), "lease", NOW, policy())
+
+
+def test_start_counts_the_attempt() -> None:
+    job = job_in("leased")
+    d = decide(job, "start", NOW, policy(), fence=job.fence)
+    assert d.job.state == "running"
+    assert d.job.attempt == job.attempt + 1
+    assert d.job.started_at == NOW
+
+
+def test_a_stale_fence_raises_lease_lost_with_a_rejected_entry_and_changes_nothing() -> None:
+    job = job_in("running")
+    with pytest.raises(LeaseLost) as info:
+        decide(job, "succeed", NOW, policy(), fence=job.fence - 1, result_json="1")
+    entry = info.value.entry  # type: ignore[attr-defined]
+    assert entry.outcome == "rejected"
+    assert entry.from_state == entry.to_state == "running"
+    assert entry.version == job.version
+    assert f"fence {job.fence - 1}" in str(info.value)
+
+
+def test_a_worker_report_without_a_fence_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="fence"):
+        decide(job_in("running"), "succeed", NOW, policy())
+
+
+@pytest.mark.parametrize("state", ["leased", "running", "cancelling"])
+def test_heartbeat_extends_the_lease_without_an_audit_entry(state: str) -> None:
+    job = job_in(state)
+    d = decide(job, "heartbeat", NOW, policy(), fence=job.fence)
+    assert d.job.state == state
+    assert d.job.lease_until == NOW + 30
+    assert d.entry is None
+
+
+@pytest.mark.parametrize("state", ["running", "cancelling"])
+def test_succeed_stores_the_result_and_drops_the_lease(state: str) -> None:
+    job = job_in(state)
+    d = decide(job, "succeed", NOW, policy(), fence=job.fence, result_json='{"ok":true}')
+    assert d.job.state == "succeeded"
+    assert d.job.result == {"ok": True}
+    assert d.job.owner is None
+    assert d.job.lease_until is None
+    assert d.job.finished_at == NOW
+
+
+def test_fail_with_attempts_left_waits_a_jittered_backoff_within_the_ceiling() -> None:
+    backoff = Backoff(base=2.0, factor=3.0, cap=100.0)
+    job = job_in("running", attempt=3)
+    d = decide(job, "fail", NOW, policy(retry=RetryPolicy(backoff=backoff)), fence=2, error="boom")
+    assert d.job.state == "retry_wait"
+    assert NOW <= d.job.run_after <= NOW + min(100.0, 2.0 * 3.0**2)
+    assert d.job.last_error == "boom"
+    assert d.job.owner is None
+    assert d.entry is not None
+    assert d.entry.error == "boom"
+
+
+def test_fail_with_an_explicit_delay_uses_it() -> None:
+    d = decide(job_in("running"), "fail", NOW, policy(), fence=2, error="later", delay=42.0)
+    assert d.job.run_after == NOW + 42.0
+
+
+def test_fail_permanent_or_out_of_attempts_or_past_deadline_is_failed() -> None:
+    p = policy()
+    assert (
+        decide(job_in("running"), "fail", NOW, p, fence=2, error="x", permanent=True).job.state
+        == "failed"
+    )
+    spent = job_in("running", attempt=10, max_attempts=10)
+    assert decide(spent, "fail", NOW, p, fence=2, error="x").job.state == "failed"
+    near = job_in("running", deadline=NOW + 5)
+    assert decide(near, "fail", NOW, p, fence=2, error="x", delay=10.0).job.state == "failed"
+
+
+def test_a_negative_retry_delay_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="delay"):
+        decide(job_in("running"), "fail", NOW, policy(), fence=2, error="x", delay=-1)
+
+
+def test_ambiguous_parks_the_job_in_investigate_with_the_reason() -> None:
+    d = decide(job_in("running"), "ambiguous", NOW, policy(), fence=2, error="charge unknown")
+    assert d.job.state == "investigate"
+    assert d.job.last_error == "charge unknown"
+
+
+def test_release_gives_an_unstarted_job_back_with_the_same_fence() -> None:
+    job = job_in("leased")
+    d = decide(job, "release", NOW, policy(), fence=job.fence)
+    assert (d.job.state, d.job.fence, d.job.owner) == ("queued", job.fence, None)
+
+
+def test_expire_needs_a_lapsed_lease_or_a_confirmed_death() -> None:
+    live = job_in("leased", lease_until=NOW + 5)
+    with pytest.raises(IllegalTransition, match="lease_lost"):
+        decide(live, "expire", NOW, policy())
+    assert decide(live, "expire", NOW, policy(), verdict="dead").job.state == "queued"
+    assert decide(live, "expire", NOW + 5, policy()).job.state == "queued"
+
+
+def test_expire_of_a_running_retry_safe_job_counts_a_recovery_and_retries_now() -> None:
+    job = job_in("running", lease_until=NOW - 1)
+    d = decide(job, "expire", NOW, policy(), verdict="dead", reason="pid 4242 gone")
+    assert d.job.state == "retry_wait"
+    assert d.job.recoveries == 1
+    assert d.job.run_after == NOW
+    assert d.job.last_error == "pid 4242 gone"
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"retry_safe": False}, "not retry safe"),
+        ({"recoveries": 3, "max_recoveries": 3}, "recovery budget spent"),
+        ({"attempt": 10, "max_attempts": 10}, "attempts spent"),
+    ],
+)
+def test_expire_of_a_running_job_goes_to_investigate_when_it_may_not_rerun(
+    fields: dict[str, object], why: str
+) -> None:
+    job = job_in("running", lease_until=NOW - 1, **fields)
+    d = decide(job, "expire", NOW, policy())
+    assert d.job.state == "investigate", why
+    assert d.job.recoveries == job.recoveries + 1
+    assert d.job.last_error == "lease expired"
+
+
+def test_expire_of_a_cancelling_job_cancels_it() -> None:
+    d = decide(job_in("cancelling", lease_until=NOW - 1), "expire", NOW, policy())
+    assert d.job.state == "cancelled"
+
+
+@pytest.mark.parametrize("state", ["queued", "retry_wait", "leased"])
+def test_cancel_before_running_cancels_at_once_with_actor_and_reason(state: str) -> None:
+    d = decide(job_in(state), "cancel", NOW, policy(), actor="ada", reason="duplicate order")
+    assert d.job.state == "cancelled"
+    assert d.job.owner is None
+    assert d.entry is not None
+    assert (d.entry.actor, d.entry.reason) == ("ada", "duplicate order")
+
+
+def test_cancel_of_a_running_job_asks_it_to_stop_and_keeps_the_owner() -> None:
+    d = decide(job_in("running"), "cancel", NOW, policy(), actor="ada", reason="stop")
+    assert d.job.state == "cancelling"
+    assert d.job.owner == OWNER
+
+
+def test_cancelled_ack_keeps_the_partial_result() -> None:
+    d = decide(job_in("cancelling"), "cancelled_ack", NOW, policy(), fence=2, result_json="[1,2]")
+    assert d.job.state == "cancelled"
+    assert d.job.result == [1, 2]
+
+
+@pytest.mark.parametrize("state", ["queued", "leased", "running", "retry_wait", "cancelling"])
+def test_a_passed_deadline_fails_any_active_job(state: str) -> None:
+    d = decide(job_in(state, deadline=NOW - 1), "deadline", NOW, policy())
+    assert d.job.state == "failed"
+    assert d.job.last_error is not None
+    assert "deadline" in d.job.last_error
+
+
+def test_deadline_before_it_passes_is_refused() -> None:
+    with pytest.raises(IllegalTransition):
+        decide(job_in("queued", deadline=NOW + 1), "deadline", NOW, policy())
+
+
+@pytest.mark.parametrize("state", ["failed", "cancelled", "investigate"])
+def test_requeue_needs_actor_reason_and_an_explicit_fresh_budget(state: str) -> None:
+    job = job_in(state, attempt=4, recoveries=2)
+    with pytest.raises(OperatorError, match="actor"):
+        decide(job, "requeue", NOW, policy(), reason="fixed", attempts=2)
+    with pytest.raises(OperatorError, match="reason"):
+        decide(job, "requeue", NOW, policy(), actor="ops", reason="  ", attempts=2)
+    with pytest.raises(OperatorError, match="attempt budget"):
+        decide(job, "requeue", NOW, policy(), actor="ops", reason="fixed")
+    d = decide(job, "requeue", NOW, policy(), actor="ops", reason="fixed", attempts=2)
+    assert d.job.state == "queued"
+    assert d.job.max_attempts == 6
+    assert d.job.max_recoveries == 5
+    assert d.job.finished_at is None
+    assert d.job.run_after == NOW
+
+
+def test_resolve_settles_investigate_as_the_operator_says() -> None:
+    job = job_in("investigate")
+    ok = decide(
+        job, "resolve", NOW, policy(), outcome="succeeded", actor="ops", reason="seen in ledger"
+    )
+    assert ok.job.state == "succeeded"
+    bad = decide(job, "resolve", NOW, policy(), outcome="failed", actor="ops", reason="not charged")
+    assert bad.job.state == "failed"
+    with pytest.raises(OperatorError, match="outcome"):
+        decide(job, "resolve", NOW, policy(), outcome="maybe", actor="ops", reason="?")
+
+
+def test_an_unknown_event_is_illegal_and_names_the_known_ones() -> None:
+    with pytest.raises(IllegalTransition, match="unknown event"):
+        decide(job_in("queued"), "explode", NOW, policy())
+
+
+def test_decide_never_mutates_its_input() -> None:
+    job = job_in("running")
+    before = attrs.asdict(job)
+    decide(job, "fail", NOW, policy(), fence=2, error="x")
+    assert attrs.asdict(job) == before
+
+
+def test_replay_of_a_full_path_reproduces_the_record() -> None:
+    p = policy()
+    d = decide(None, "submit", NOW, p, id="J9", kind="k", payload_json="{}")
+    entries = [d.entry]
+    job: Job = d.job
+    steps: list[tuple[str, dict[str, object]]] = [
+        ("lease", {"owner": OWNER}),
+        ("start", {"fence": 1}),
+        ("fail", {"fence": 1, "error": "flaky"}),
+    ]
+    for event, args in steps:
+        d = decide(job, event, NOW + 1, p, **args)
+        job, _ = d.job, entries.append(d.entry)
+    later = job.run_after + 1
+    for event, args in [
+        ("lease", {"owner": OTHER}),
+        ("start", {"fence": 2}),
+        ("expire", {"verdict": "dead", "reason": "gone"}),
+        ("lease", {"owner": OWNER}),
+        ("start", {"fence": 3}),
+        ("ambiguous", {"fence": 3, "error": "?"}),
+        ("resolve", {"outcome": "succeeded", "actor": "ops", "reason": "ok"}),
+    ]:
+        d = decide(job, event, later, p, **args)
+        job, _ = d.job, entries.append(d.entry)
+    assert replay([e for e in entries if e is not None]) == job
+
+
+def test_evolve_job_matches_attrs_evolve() -> None:
+    job = job_in("running")
+    changes = {"state": "failed", "version": 9, "owner": None, "last_error": "x"}
+    assert evolve_job(job, changes) == attrs.evolve(job, **changes)
+    with pytest.raises(TypeError, match="colour"):
+        evolve_job(job, {"colour": "red"})
