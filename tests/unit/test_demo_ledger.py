@@ -1,0 +1,43 @@
+"""The demo's fenced effects ledger: one commit per job, stale fences refused, across processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+from fsm.demo.effects import COMMITTED, DEDUPLICATED, FENCED_OUT, Ledger
+
+
+def test_first_commit_wins_and_a_rerun_is_deduplicated(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+
+    first = ledger.commit("JOB1", fence=1, attempt=1, what="charge")
+    rerun = ledger.commit("JOB1", fence=2, attempt=2, what="charge")
+
+    assert (first, rerun) == (COMMITTED, DEDUPLICATED)
+    assert len(ledger.all()["JOB1"]["commits"]) == 1
+
+
+def test_a_fence_older_than_the_newest_seen_for_the_job_is_fenced_out(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.commit("JOB2", fence=3, attempt=1, what="x")
+
+    stale = ledger.commit("JOB3", fence=1, attempt=1, what="x")
+    newer = ledger.commit("JOB2", fence=2, attempt=1, what="x")
+
+    assert stale == COMMITTED  # another job: fences are per job
+    assert newer == FENCED_OUT
+    assert ledger.all()["JOB2"]["fenced_out"][0]["fence"] == 2
+
+
+def _commit(root: str, fence: int) -> str:
+    return Ledger(root).commit("RACE", fence=fence, attempt=1, what="race")
+
+
+def test_concurrent_processes_commit_a_job_once(tmp_path: Path) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        outcomes = pool.starmap(_commit, [(str(tmp_path), 1)] * 8)
+
+    assert outcomes.count(COMMITTED) == 1
+    assert outcomes.count(DEDUPLICATED) == 7
+    assert len(Ledger(tmp_path).all()["RACE"]["commits"]) == 1
