@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConflict
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
-from fsm.records import AuditEntry, Decision, Job
+from fsm.records import AuditEntry, Decision, Job, Owner
 
-from .._rows import (
-    AUDIT_COLUMNS,
-    JOB_COLUMNS,
-    audit_to_row,
-    job_from_row,
-    job_to_row,
-    owner_to_text,
-)
+from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_from_text, owner_to_text
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -48,18 +42,39 @@ _TRANSIENT = ("locked", "busy")
 _SCHEMA = ("no such table", "no such column", "has no column")
 
 
-def _job(row: sqlite3.Row) -> Job:
-    return job_from_row(cast("Mapping[str, Any]", row))
+_OWNER_AT = JOB_COLUMNS.index("owner")
+_RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: a few owners hold most leases
+def _owner(text: str) -> Owner | None:
+    return owner_from_text(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _owner_text(owner: Owner) -> str | None:
+    return owner_to_text(owner)
+
+
+def _job(row: Sequence[Any]) -> Job:
+    """A Job from a row selected as `_JOB_COLS` (the `_rows` mapping, positionally)."""
+    values = list(row)
+    if values[_OWNER_AT] is not None:
+        values[_OWNER_AT] = _owner(values[_OWNER_AT])
+    values[_RETRY_SAFE_AT] = bool(values[_RETRY_SAFE_AT])
+    return Job(*values)
 
 
 def _job_values(job: Job) -> list[Any]:
-    row = job_to_row(job)
-    return [row[c] for c in JOB_COLUMNS]
+    """The row of `job` in `JOB_COLUMNS` order (as `_rows.job_to_row` maps it)."""
+    values = [getattr(job, c) for c in JOB_COLUMNS]
+    if job.owner is not None:
+        values[_OWNER_AT] = _owner_text(job.owner)
+    return values
 
 
 def _audit_values(entry: AuditEntry) -> list[Any]:
-    row = audit_to_row(entry)
-    return [row[c] for c in AUDIT_COLUMNS]
+    return [getattr(entry, c) for c in AUDIT_COLUMNS]
 
 
 @contextmanager
@@ -112,7 +127,6 @@ class SqliteStore:
                 isolation_level=None,
                 check_same_thread=False,  # close() may run on another thread
             )
-            conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -181,7 +195,7 @@ class SqliteStore:
         finally:
             writer.release()
 
-    def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         conn = self._conn()
         with _translated(self.path, what):
             return conn.execute(sql, params).fetchall()
@@ -306,8 +320,7 @@ class SqliteStore:
             values: list[Any] = []
             for d in decisions:
                 assert d.previous is not None
-                row = job_to_row(d.job)
-                values += [d.job.id, d.previous.version, *(row[c] for c in cols)]
+                values += [d.job.id, d.previous.version, *_job_values(d.job)[1:]]
             sql = (
                 f"WITH v(id, old_version, {', '.join(cols)}) AS "
                 f"(VALUES {', '.join(row_marks for _ in decisions)}) "
@@ -427,7 +440,7 @@ class SqliteStore:
             f"SELECT {_AUDIT_COLS} FROM job_events WHERE job_id = ? ORDER BY seq",
             (job_id,),
         )
-        return [AuditEntry(**{c: r[c] for c in AUDIT_COLUMNS}) for r in rows]
+        return [AuditEntry(*r) for r in rows]
 
     def counts(self) -> dict[tuple[str, str], int]:
         rows = self._read("counts", "SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state")
