@@ -18,7 +18,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-def _one_line(err: BaseException) -> str:
+def _one_line(err: BaseException | str) -> str:
     """An error message on one line (driver messages often span several)."""
     return " ".join(str(err).split())
 
@@ -30,6 +30,10 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as err:  # one line, with where to look
+        where = err.ctx.command_path if err.ctx is not None else "jobfsm"
+        click.echo(f"error: {_one_line(err.format_message())} (see `{where} --help`)", err=True)
+        sys.exit(err.exit_code)
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)

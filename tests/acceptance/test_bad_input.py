@@ -67,8 +67,10 @@ def test_unknown_state_and_missing_actor_are_named(sqlite_url: str) -> None:
         run_cli("list", "--state", "done", "--store", sqlite_url)
     )
     missing = run_cli("cancel", "X", "--reason", "r", "--store", sqlite_url)
+    assert "Missing option '--actor'" in one_line_error(missing)
     assert missing.returncode == 2
-    assert "--actor" in missing.stderr
+    out_of_range = run_cli("demo", "--jobs", "0")
+    assert "'--jobs'" in one_line_error(out_of_range)
 
 
 def test_bad_spec_file_fails_spec_check_naming_the_key(tmp_path: Path) -> None:
