@@ -55,8 +55,8 @@ def broker_app_stopped() -> Iterator[Callable[[], None]]:
             wait_for_port()
             started = True
 
-    rabbitmqctl("stop_app")
     try:
+        rabbitmqctl("stop_app")  # inside the try: a stop that fails half-way is undone too
         yield start
     finally:
         start()
