@@ -297,3 +297,24 @@ def test_quorum_queues_carry_wakeups_like_classic_ones(rabbit_url: str, prefix: 
         )
     conn.close()
     assert ready_count(rabbit_url, f"{prefix}default") == 0
+
+
+def test_repair_sweep_does_not_republish_the_same_job_twice_within_the_bound(
+    rabbit_url: str, prefix: str, memory_engine: Engine
+) -> None:
+    # given a job whose wake-up was lost, republished by a first sweep and consumed since
+    delivery = RabbitDelivery(
+        rabbit_url, engine=memory_engine, prefix=prefix, repair_after=0.5, repair_interval=60
+    )
+    job = memory_engine.submit("noop")
+    time.sleep(0.6)
+    assert delivery.repair(["default"]) == 1
+    assert len(drain_queue(rabbit_url, f"{prefix}default")) == 1  # gone again: ready is 0
+    # when sweeps run again before and after the bound
+    again = delivery.repair(["default"])
+    time.sleep(0.6)
+    later = delivery.repair(["default"])
+    # then the job is not republished within the bound, and is once the bound has passed
+    assert (again, later) == (0, 1)
+    assert memory_engine.get(job.id).state == "queued"
+    delivery.close()
