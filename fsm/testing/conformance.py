@@ -550,15 +550,18 @@ class StoreConformance:
         boundary = self.store.scan(ScanRequest(states=leased_states, lease_expired_at=start + TTL))
         assert [j.id for j in boundary] == [lapsed.id]  # a lease ending now has lapsed
 
-    def test_recover_expires_lapsed_leases_through_the_core(self) -> None:
+    def test_recover_expires_lapsed_leases_and_fails_passed_deadlines(self) -> None:
         engine, clock = self.engine()
         running = reach(engine, clock, "running")
         leased = reach(engine, clock, "leased")
+        late = reach(engine, clock, "queued", deadline=clock.now() + 10.0)
+        on_time = reach(engine, clock, "queued", deadline=clock.now() + 1e6)
         clock.advance(_LATE)
         report = engine.recover()
-        assert report.expired == 2
-        assert self.store.get(running.id).state == "retry_wait"  # type: ignore[union-attr]
-        assert self.store.get(leased.id).state == "queued"  # type: ignore[union-attr]
+        assert (report.expired, report.deadlines) == (2, 1)
+        states = [self.store.get(x.id) for x in (running, leased, late)]
+        assert [j.state if j else None for j in states] == ["retry_wait", "queued", "failed"]
+        assert self.store.get(on_time.id) == on_time
 
     # --- prune --------------------------------------------------------------------------
 
