@@ -96,12 +96,19 @@ class Procs:
         cmd = [sys.executable, "-m", "fsm.cli", "worker", "--app", "benchmarks.worker:handlers"]
         cmd += ["--store", url, "--queues", "bench", "--lease-ttl", str(ttl)]
         cmd += ["--heartbeat", str(min(5.0, ttl / 3)), "--log-level", "WARNING"]
+        cmd += ["--ready-file", str(log.with_suffix(".ready"))]
         for key, value in opts.items():
             cmd += [f"--{key.replace('_', '-')}", str(value)]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc.log = log  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
+
+    @staticmethod
+    def wait_started(proc: Any, timeout: float = 60.0) -> None:
+        """Until the worker has run its start-up sweep and claims."""
+        wait_for(lambda: proc.log.with_suffix(".ready").exists(), timeout)
 
     def stop_all(self) -> None:
         for p in self.procs:
@@ -140,8 +147,8 @@ def recovery(kind: str, tmp: Path, runs: int, cross_host: bool) -> list[float]:
                 except TimeoutError:
                     print((tmp / f"w{len(procs.procs) - 1}.log").read_text()[-3000:])
                     raise
-                procs.start(url, host="bench-b" if cross_host else None)
-                time.sleep(1.5)  # B is up and sweeping
+                b = procs.start(url, host="bench-b" if cross_host else None)
+                procs.wait_started(b)  # B is up and sweeping
                 killed = time.time()
                 a.send_signal(signal.SIGKILL)
                 a.wait(10)
@@ -193,9 +200,12 @@ def throughput(kind: str, tmp: Path, n: int, processes: int, concurrency: int) -
         engine = engine_for(url)
         procs = Procs(tmp)
         try:
-            for _ in range(processes):
+            started = [
                 procs.start(url, concurrency=concurrency, poll_interval=0.05)
-            time.sleep(2.0 + processes * 0.5)  # workers up and polling
+                for _ in range(processes)
+            ]
+            for proc in started:
+                procs.wait_started(proc)  # workers up and polling
             submit(engine, n)
             began = time.perf_counter()
             wait_for(lambda: drained(engine, n), 600, step=0.05)

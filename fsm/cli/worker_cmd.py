@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -65,6 +67,12 @@ def load_app(ref: str) -> Mapping[str, Any]:
 @click.option("--shutdown-grace", type=float, default=None, help="Drain time on SIGTERM [30].")
 @click.option("--cancel-grace", type=float, default=5.0, show_default=True)
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Created once the worker leases (after its start-up sweep); removed on exit.",
+)
 def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     app: str,
     store: str | None,
@@ -80,6 +88,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     shutdown_grace: float | None,
     cancel_grace: float,
     log_level: str,
+    ready_file: str | None,
 ) -> None:
     """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once)."""
     logging.basicConfig(
@@ -121,6 +130,18 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             cancel_grace=cancel_grace,
         )
         click.echo(f"worker {w.owner} serving {','.join(w.queues)}", err=True)
+        if ready_file:
+            threading.Thread(
+                target=_mark_ready, args=(w, Path(ready_file)), name="jobfsm-ready", daemon=True
+            ).start()
         w.run()
     finally:
+        if ready_file:
+            Path(ready_file).unlink(missing_ok=True)
         the_store.close()
+
+
+def _mark_ready(w: Worker, path: Path) -> None:
+    """Create the ready file once the worker has started (bounded wait: one day)."""
+    if w.wait_started(86400.0):
+        path.write_text(f"{w.owner}\n", encoding="utf-8")

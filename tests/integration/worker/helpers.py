@@ -86,6 +86,8 @@ class Workers:
             str(max_recoveries),
             "--log-level",
             "INFO",
+            "--ready-file",
+            str(log.with_suffix(".ready")),
         ]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -99,7 +101,12 @@ class Workers:
         return path.read_text(errors="replace")
 
     def wait_serving(self, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-        wait_for(lambda: " started: queues " in self.log_of(proc), timeout, "worker to start")
+        wait_for(self.ready_file(proc).exists, timeout, "worker to start")
+
+    @staticmethod
+    def ready_file(proc: subprocess.Popen[bytes]) -> Path:
+        path: Path = proc.log  # type: ignore[attr-defined]
+        return path.with_suffix(".ready")
 
     @staticmethod
     def kill9(proc: subprocess.Popen[bytes]) -> float:

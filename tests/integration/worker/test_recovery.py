@@ -172,6 +172,7 @@ def test_sigterm_under_load_drains_loses_nothing_and_holds_no_lease(
         engine.submit("sleep", {"dir": str(marks), "first": 0.3, "then": 0.3}) for _ in range(40)
     ]
     w = workers.start(sqlite_url, concurrency=4, ttl=3.0)
+    workers.wait_serving(w)
     wait_for(lambda: sum(engine.get(j.id).state == "succeeded" for j in jobs) >= 4, 20, "progress")
 
     # when: it gets SIGTERM
@@ -181,6 +182,7 @@ def test_sigterm_under_load_drains_loses_nothing_and_holds_no_lease(
     # then: it exits cleanly, every job is finished or back in the queue, no lease held
     states = [engine.get(j.id) for j in jobs]
     assert code == 0
+    assert not workers.ready_file(w).exists()
     assert {j.state for j in states} <= {"succeeded", "queued"}
     assert all(j.owner is None for j in states)
     assert all(not _expire_entries(engine, j) for j in jobs)
