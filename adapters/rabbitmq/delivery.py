@@ -95,6 +95,12 @@ class RabbitDelivery:
         if not self._queues:
             raise ValueError("RabbitDelivery.start needs at least one queue")
         self.consumer.start(self._queues)
+        if self.repairer is None:
+            log.warning(
+                "RabbitDelivery started without an engine: no repair sweep, so lost wake-ups, "
+                "due retries and recovered jobs of %s are never announced; pass engine=",
+                list(self._queues),
+            )
         if self.repairer is not None:
             self._sweeper = threading.Thread(
                 target=self._sweep_loop, name="jobfsm-rabbitmq-repair", daemon=True

@@ -175,3 +175,37 @@ def test_worker_stop_interrupts_a_blocked_poll(
     # then it stops long before the poll interval
     assert not runner.is_alive()
     assert time.monotonic() - started < 10.0
+
+
+def test_retried_job_is_woken_again_by_the_repair_sweep_and_succeeds(
+    rabbit_url: str, prefix: str, sqlite_url: str
+) -> None:
+    # given a handler that asks for a retry on its first attempt
+    from fsm import Retry
+
+    engine = Engine(open_store(sqlite_url))
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, repair_interval=0.3)
+    engine.publisher = delivery
+    attempts: list[int] = []
+
+    def flaky(ctx: Any) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise Retry(after=0.2)
+
+    worker = _worker(engine, delivery, flaky)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        assert worker.wait_started(10)
+        # when the job runs, fails with a retry and waits out its backoff
+        job = engine.submit("noop")
+        # then, with no message ever published for the retry, the sweep wakes it and it succeeds
+        wait_until(lambda: engine.get(job.id).state == "succeeded", 15, "the retried job")
+        assert attempts == [1, 2]
+        assert delivery.repairer is not None
+        assert delivery.repairer.republished >= 1
+    finally:
+        worker.stop()
+        runner.join(20)
+    engine.store.close()
