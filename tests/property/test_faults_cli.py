@@ -1,0 +1,76 @@
+"""`jobfsm faults` and `run_faults`: summary, exit codes, and a runnable reproduction."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import fsm.testing.faults as faults_module
+from fsm.ports import Store
+from fsm.testing import run_faults
+
+from .mutants import PruneAnythingStore
+
+
+def jobfsm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fsm.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_jobfsm_faults_exits_0_and_summarizes_faults_and_checks_when_all_hold() -> None:
+    # given a small run against fresh SQLite files
+    # when the command runs
+    done = jobfsm("faults", "--store", "sqlite:///x.db", "--examples", "5", "--steps", "15")
+    # then it exits 0 with the summary of what ran, was injected and was checked
+    assert done.returncode == 0, done.stderr
+    assert "ok: every invariant held" in done.stdout
+    assert "faults injected" in done.stdout
+    assert "I6" in done.stdout or "I2/I4/I5/I6/I8" in done.stdout
+    assert "examples" in done.stdout
+
+
+def test_jobfsm_faults_names_a_store_url_it_cannot_use() -> None:
+    # given a URL of no known store; when the command runs; then it says which and exits non-zero
+    done = jobfsm("faults", "--store", "nosuchstore://here", "--examples", "1")
+    assert done.returncode != 0
+    assert "nosuchstore" in done.stderr
+
+
+def test_jobfsm_faults_refuses_a_non_positive_example_count() -> None:
+    done = jobfsm("faults", "--store", "memory://", "--examples", "0")
+    assert done.returncode == 2
+    assert "--examples" in done.stderr
+
+
+def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given run_faults whose "memory://" stores prune jobs that have not finished
+    @contextlib.contextmanager
+    def broken(url: str) -> Iterator[object]:
+        def factory() -> Store:
+            return PruneAnythingStore()
+
+        yield factory
+
+    monkeypatch.setattr(faults_module, "fresh_stores", broken)
+    # when the suite runs (short examples: the shrinking that follows stays cheap)
+    report = run_faults("memory://", examples=100, steps=20, profile="ci")
+    # then it fails, names the invariant, and its reproduction replays the failure
+    assert not report.ok
+    assert report.failure is not None
+    assert re.search(r"I\d job", report.failure)
+    assert report.reproduction is not None
+    assert "state = FaultSuiteMachine()" in report.reproduction
+    with pytest.raises(AssertionError, match=r"I\d job"):
+        exec(compile(report.reproduction, "repro.py", "exec"), {})
