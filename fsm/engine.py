@@ -201,7 +201,9 @@ class Engine:
             try:
                 self.publisher.publish(fresh)
             except Exception:  # the store is the truth; a sweep republishes lost wake-ups
-                log.warning("publishing %d new jobs failed; sweeps will repair", len(fresh))
+                log.warning(
+                    "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
+                )
         return jobs
 
     def _check_capacity(self, decisions: Sequence[Decision]) -> None:
