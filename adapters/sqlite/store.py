@@ -34,7 +34,6 @@ _JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
 _AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 _AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
 _DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
-_SET_ALL = ", ".join(f"{c} = ?" for c in _DECIDED_COLS)
 #: rows per multi-row statement: 29 bound values a row stays under SQLite's
 #: default limit of 32766 variables.
 _CHUNK = 500
@@ -44,6 +43,7 @@ _SCHEMA = ("no such table", "no such column", "has no column")
 
 _OWNER_AT = JOB_COLUMNS.index("owner")
 _RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
+_VERSION_AT = JOB_COLUMNS.index("version")
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: a few owners hold most leases
@@ -71,6 +71,29 @@ def _job_values(job: Job) -> list[Any]:
     if job.owner is not None:
         values[_OWNER_AT] = _owner_text(job.owner)
     return values
+
+
+@functools.lru_cache(maxsize=256)  # bounded: a transition changes one of a few column sets
+def _update_sql(columns: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{c} = ?" for c in columns)
+    return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
+
+
+def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
+    """Write `d.job` over `d.previous` if the stored version is still the previous one.
+
+    Only the columns the decision changed are set: every write bumps `version`,
+    so a row at `d.previous.version` holds exactly `d.previous`, and setting the
+    changed columns leaves the row equal to `d.job`. (Setting every column would
+    rewrite every index entry of the row, unchanged or not.)
+    """
+    assert d.previous is not None
+    new, old = _job_values(d.job), _job_values(d.previous)
+    changed = [i for i in range(1, len(new)) if new[i] != old[i] or i == _VERSION_AT]
+    columns = tuple(JOB_COLUMNS[i] for i in changed)
+    values = [new[i] for i in changed]
+    cur = conn.execute(_update_sql(columns), [*values, d.job.id, d.previous.version])
+    return cur.rowcount == 1
 
 
 def _audit_values(entry: AuditEntry) -> list[Any]:
@@ -309,12 +332,7 @@ class SqliteStore:
         cols = _DECIDED_COLS
         if len(decisions) == 1:
             (d,) = decisions
-            assert d.previous is not None
-            cur = conn.execute(
-                f"UPDATE jobs SET {_SET_ALL} WHERE id = ? AND version = ?",
-                [*_job_values(d.job)[1:], d.job.id, d.previous.version],
-            )
-            written = {d.job.id: d.job.version} if cur.rowcount == 1 else {}
+            written = {d.job.id: d.job.version} if _cas_update(conn, d) else {}
         else:
             row_marks = "(" + ", ".join("?" for _ in range(len(cols) + 2)) + ")"
             values: list[Any] = []
@@ -343,12 +361,7 @@ class SqliteStore:
         with self._write("apply") as conn:
             for d in decisions:
                 assert d.previous is not None, "apply takes decisions on existing jobs"
-                values = _job_values(d.job)[1:]
-                cur = conn.execute(
-                    f"UPDATE jobs SET {_SET_ALL} WHERE id = ? AND version = ?",
-                    [*values, d.job.id, d.previous.version],
-                )
-                if cur.rowcount != 1:
+                if not _cas_update(conn, d):
                     row = conn.execute(
                         "SELECT version FROM jobs WHERE id = ?", (d.job.id,)
                     ).fetchone()
