@@ -335,14 +335,250 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
+#: where the PostgreSQL benchmarks create (and drop) their own database
+PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+#: The raw psycopg baseline: the same rows and transactions as the engine (submit; lease
+#: with FOR UPDATE SKIP LOCKED; start and succeed each reading the version and writing
+#: the job row with compare-and-set plus its audit row), hand-written, no engine.
+_PG_RAW_CHILD = r"""
+import json, os, sys, time
+import psycopg
+from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
+from fsm.records import AuditEntry, Job, Owner, new_id
+
+url, schema, jobs, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+conn = psycopg.connect(url)
+conn.execute(f"SET search_path TO {schema}")
+conn.commit()
+cols, marks = ", ".join(JOB_COLUMNS), ", ".join("%s" for _ in JOB_COLUMNS)
+acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("%s" for _ in AUDIT_COLUMNS)
+owner = owner_to_text(Owner("bench", os.getpid(), name))
+
+def audit(job_id, version, event, move, fence):
+    e = AuditEntry(job_id, version, time.time(), event, move[0], move[1], fence, 0)
+    conn.execute(f"INSERT INTO job_events ({acols}) VALUES ({amarks})",
+                 [getattr(e, c) for c in AUDIT_COLUMNS])
+
+def submit(i):
+    now = time.time()
+    job = Job(new_id(now), "bench", "default", json.dumps({"i": i}), "queued", now, now, now)
+    row = job_to_row(job)
+    conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", [row[c] for c in JOB_COLUMNS])
+    audit(job.id, 1, "submit", (None, "queued"), 0)
+    conn.commit()
+
+def lease():
+    now = time.time()
+    row = conn.execute(
+        "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
+        "AND queue = 'default' AND run_after <= %s AND (deadline IS NULL OR deadline > %s) "
+        "ORDER BY priority, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED", (now, now)).fetchone()
+    if row is None:
+        conn.commit()
+        return None
+    job_id, fence, version = row
+    conn.execute(
+        "UPDATE jobs SET state = 'leased', fence = %s, owner = %s, lease_until = %s, "
+        "version = %s, updated_at = %s WHERE id = %s AND version = %s",
+        (fence + 1, owner, now + 30, version + 1, now, job_id, version))
+    audit(job_id, version + 1, "lease", ("queued", "leased"), fence + 1)
+    conn.commit()
+    return job_id
+
+def step(job_id, event, move, sets, *values):
+    version = conn.execute("SELECT version FROM jobs WHERE id = %s", (job_id,)).fetchone()[0]
+    now = time.time()
+    cur = conn.execute(
+        f"UPDATE jobs SET state = %s, version = %s, updated_at = %s, {sets} "
+        "WHERE id = %s AND version = %s", (move[1], version + 1, now, *values, job_id, version))
+    assert cur.rowcount == 1
+    audit(job_id, version + 1, event, move, 1)
+    conn.commit()
+
+def work():
+    job_id = lease()
+    if job_id is None:
+        return 0
+    step(job_id, "start", ("leased", "running"), "attempt = attempt + 1, started_at = %s",
+         time.time())
+    step(job_id, "succeed", ("running", "succeeded"),
+         "owner = NULL, lease_until = NULL, result_json = 'null', finished_at = %s", time.time())
+    return 1
+
+done, start = 0, time.time()
+for i in range(jobs):
+    submit(i)
+    done += work()
+while n := work():
+    done += n
+end = time.time()
+conn.close()
+print(json.dumps({"jobs": done, "start": start, "end": end}))
+"""
+
+
+def _pg_children(code_argv: Callable[[int], list[str]], n: int) -> list[dict[str, Any]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *code_argv(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for i in range(n)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=CHILD_TIMEOUT)
+        if p.returncode != 0:
+            raise SystemExit(f"benchmark child failed:\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _pg_fill_finished(db: str, schema: str, n: int) -> None:
+    """`n` succeeded jobs (4 audit rows each) written straight into the schema: setup only."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute(
+            "INSERT INTO jobs (id, kind, queue, payload_json, state, created_at, updated_at, "
+            "run_after, priority, attempt, max_attempts, recoveries, max_recoveries, retry_safe, "
+            "fence, version, started_at, finished_at, correlation_id, result_json) "
+            "SELECT '0' || lpad(g::text, 25, '0'), 'bench', 'default', '{}', 'succeeded', "
+            "1.0, 2.0, 1.0, 0, 1, 10, 0, 3, true, 1, 4, 1.5, 2.0, g::text, 'null' "
+            "FROM generate_series(1, %s) AS g",
+            (n,),
+        )
+        conn.execute(
+            "INSERT INTO job_events (job_id, version, at, event, from_state, to_state, fence, "
+            "attempt, outcome, data_json) "
+            "SELECT '0' || lpad(g::text, 25, '0'), v, 1.0, "
+            "(ARRAY['submit','lease','start','succeed'])[v], "
+            "(ARRAY[NULL,'queued','leased','running'])[v], "
+            "(ARRAY['queued','leased','running','succeeded'])[v], 1, 1, 'applied', '{}' "
+            "FROM generate_series(1, %s) AS g, generate_series(1, 4) AS v",
+            (n,),
+        )
+        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE job_events")
+        # flush the bulk load now, so its checkpoint I/O does not land in the timed claims
+        conn.execute("CHECKPOINT")
+
+
+def _pg_batch_submit(db: str, n: int) -> tuple[float, float, float]:
+    """Jobs/s of Engine.submit_many(n), of store.insert of n ready decisions, and of raw
+    COPY of the same job and audit rows."""
+    import psycopg
+
+    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, audit_to_row, job_to_row
+
+    engine = Engine(open_store(f"{db}?schema=submit_engine"))
+    engine.submit_many([("bench", {"i": i}, {}) for i in range(1000)])  # warm-up
+    t0 = time.perf_counter()
+    engine.submit_many([("bench", {"i": i}, {}) for i in range(n)])
+    engine_rate = n / (time.perf_counter() - t0)
+    ready = [engine._submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
+    t0 = time.perf_counter()
+    engine.store.insert(ready)
+    insert_rate = n / (time.perf_counter() - t0)
+    engine.store.close()
+
+    open_store(f"{db}?schema=submit_raw").close()  # the same schema, migrated
+    raw = Engine(open_store("memory://"))
+    decisions = [raw._submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
+    with psycopg.connect(db) as conn:
+        conn.execute("SET search_path TO submit_raw")
+        t0 = time.perf_counter()
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY jobs ({', '.join(JOB_COLUMNS)}) FROM STDIN") as copy:
+                for d in decisions:
+                    row = job_to_row(d.job)
+                    copy.write_row([row[c] for c in JOB_COLUMNS])
+            with cur.copy(f"COPY job_events ({', '.join(AUDIT_COLUMNS)}) FROM STDIN") as copy:
+                for d in decisions:
+                    assert d.entry is not None
+                    entry = audit_to_row(d.entry)
+                    copy.write_row([entry[c] for c in AUDIT_COLUMNS])
+        conn.commit()
+        raw_rate = n / (time.perf_counter() - t0)
+    return engine_rate, insert_rate, raw_rate
+
 
 def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
-    """Hook for the PostgreSQL store's figures (same rows, same printer).
+    """Lifecycles/s (1 and 4 processes) against raw psycopg, batch submit against raw
+    COPY, and lease latency with many finished rows against none, on a fresh database."""
+    import uuid
 
-    Written with the PostgreSQL store: return Row(...)s for lifecycles/s (1 and 4
-    processes, raw psycopg baseline) and lease latency, like `sqlite_benchmarks`.
-    """
-    raise SystemExit("the PostgreSQL part of benchmarks/stores.py is not written yet")
+    import psycopg
+
+    rows: list[Row] = []
+    name = f"jobfsm_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    db = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    try:
+        for workers in (1, 4):
+            per = max(1, args.jobs // workers)
+            figures = {}
+            for mode in ("engine", "raw"):
+                schema = f"{mode}_{workers}"
+                url = f"{db}?schema={schema}&pool_max=2"
+                open_store(url).close()  # same migrated schema for both
+                if mode == "engine":
+                    argv = [__file__, "--child", "engine-sqlite", url, "-", "-", str(per)]
+                else:
+                    argv = ["-c", _PG_RAW_CHILD, db, schema, str(per)]
+                figures[mode] = throughput(
+                    _pg_children(lambda i, argv=argv: [*argv, f"w{i}"], workers)
+                )
+            rows.append(
+                Row(
+                    "postgres",
+                    f"lifecycles/s, {workers} worker process(es)",
+                    figures["engine"],
+                    figures["raw"],
+                    "jobs/s; baseline raw psycopg",
+                    ">= 0.6",
+                )
+            )
+        engine_rate, insert_rate, raw_rate = _pg_batch_submit(db, 10_000)
+        for what, rate in (("Engine.submit_many", engine_rate), ("store.insert", insert_rate)):
+            rows.append(
+                Row(
+                    "postgres",
+                    f"batch submit of 10,000 jobs ({what})",
+                    rate,
+                    raw_rate,
+                    "jobs/s; baseline raw COPY of the same rows",
+                    ">= 5,000 jobs/s",
+                )
+            )
+        finished = 1_000_000 if args.full else 100_000
+        loaded_url = f"{db}?schema=latency_loaded"
+        open_store(loaded_url).close()
+        _pg_fill_finished(db, "latency_loaded", finished)
+        loaded = lease_latencies(loaded_url, 0, 10_000, 500)
+        empty = lease_latencies(f"{db}?schema=latency_empty", 0, 10_000, 500)
+        for q in ("p50", "p99"):
+            rows.append(
+                Row(
+                    "postgres",
+                    f"lease latency {q}, {finished:,} finished + 10,000 queued",
+                    loaded[q],
+                    empty[q],
+                    "ms; baseline 10,000 queued only",
+                    "<= 2",
+                    higher_is_better=False,
+                )
+            )
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return rows
 
 
 STORES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
