@@ -9,7 +9,8 @@ is logged). At the end:
 - no job is lost: every submitted job is in the store, terminal or parked in
   investigate, and a parked job says why (last_error);
 - no fenced effect is committed twice: no two runs of a job ever tried to commit
-  under the same fence, and a retry-unsafe job committed at most once;
+  under the same fence, a retry-unsafe job committed at most once, and every
+  succeeded job's result comes from a run whose effect was accepted;
 - every job's audit trail replays to its record and is a legal chain of the
   spec (fsm.testing.faults_checks.trail_problems);
 - a summary of kills, recoveries and final states.
@@ -140,6 +141,8 @@ class ChaosResult:
     parked_without_reason: list[str]
     double_commits: list[str]
     unsafe_rerun: list[str]
+    #: succeeded jobs whose recorded result is a run whose effect was refused (a stale run won)
+    stale_results: list[str]
     trail_problems: list[str]
     effects_accepted: int
     effects_refused: int
@@ -152,6 +155,7 @@ class ChaosResult:
             or self.parked_without_reason
             or self.double_commits
             or self.unsafe_rerun
+            or self.stale_results
             or self.trail_problems
         )
 
@@ -335,6 +339,11 @@ def _verdict(
         for j, n in per_job.items()
         if j in listed and listed[j].kind == "unsafe" and n > 1
     )
+    stale = sorted(
+        j.id
+        for j in listed.values()
+        if j.state == "succeeded" and not (isinstance(j.result, dict) and j.result.get("accepted"))
+    )
     engine.store.close()
     return ChaosResult(
         store=url.split("://", 1)[0],
@@ -350,6 +359,7 @@ def _verdict(
         parked_without_reason=parked[:20],
         double_commits=double[:20],
         unsafe_rerun=unsafe_rerun[:20],
+        stale_results=stale[:20],
         trail_problems=problems[:20],
         effects_accepted=sum(accepted.values()),
         effects_refused=len(tries) - sum(accepted.values()),
