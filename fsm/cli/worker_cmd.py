@@ -36,7 +36,13 @@ def load_app(ref: str) -> Mapping[str, Any]:
         except AttributeError as err:
             raise BadInput(f"--app {ref!r}: {module_name!r} has no {attr!r}") from err
     if callable(obj) and not isinstance(obj, Mapping):
-        obj = obj()  # a factory returning the handlers
+        try:
+            obj = obj()  # a factory returning the handlers
+        except TypeError as err:
+            raise BadInput(
+                f"--app {ref!r} is not a mapping of kind -> handler, nor a factory "
+                f"taking no arguments that returns one ({err})"
+            ) from err
     if not isinstance(obj, Mapping):
         raise BadInput(f"--app {ref!r} is not a mapping of kind -> handler (got {type(obj)})")
     return obj
