@@ -1,8 +1,9 @@
 """PostgresStore: the jobfsm Store on PostgreSQL (psycopg 3 + a bounded connection pool).
 
-Every write is one statement in autocommit mode (CAS on `version` plus the audit
-entries, in data-modifying CTEs) except claim, which locks, leases and checks the
-lease against the core's decision before it commits. Connection trouble surfaces
+Most writes are one statement in autocommit mode (CAS on `version` plus the audit
+entries, in data-modifying CTEs). Claim is one lease statement in a transaction
+that checks the lease against the core's decision before it commits; large keyless
+insert batches are COPYed in one transaction. Connection trouble surfaces
 as TransientStoreError; a write whose commit may or may not have happened (the
 connection broke while it ran) is reconciled by re-reading the rows from a fresh
 connection, never by assuming.
@@ -35,6 +36,7 @@ from ._base import (
 )
 from ._url import Settings
 from .listen import Listener
+from .liveness import PostgresLiveness
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ class PostgresStore(Connected):
         super().__init__(settings)
         self.channel = f"jobfsm_{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
-        from .liveness import PostgresLiveness
-
         self.liveness = PostgresLiveness(self)
 
     # --- Store -----------------------------------------------------------------------
