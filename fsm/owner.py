@@ -29,6 +29,8 @@ from .records import Owner
 
 #: Test hook: replaces the host identity, so one machine can pose as another host.
 HOST_ENV = "JOBFSM_HOST_ID"
+#: Most abandon reasons remembered for the sweep (oldest forgotten first).
+MAX_ABANDONED = 10_000
 
 
 def host_identity() -> str:
@@ -150,6 +152,8 @@ class Identity:
             self._held.pop(job_id, None)
             if abandoned is not None:
                 self._abandoned[job_id] = abandoned
+                while len(self._abandoned) > MAX_ABANDONED:
+                    del self._abandoned[next(iter(self._abandoned))]
 
     def held(self) -> dict[str, int]:
         with self._lock:
