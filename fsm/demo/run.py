@@ -27,7 +27,7 @@ from ..cli._common import redact
 from ..core import replay, same_except_heartbeats
 from ..diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
 from ..engine import Engine
-from ..errors import JobNotFound
+from ..errors import IllegalTransition, JobNotFound, TransientStoreError
 from ..ports import ScanRequest
 from ..records import AuditEntry, Job
 from ..registry import open_store
@@ -225,32 +225,48 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
         items.append((kind, payload_for(kind, rng, str(ledger.root), seed), opts))
     jobs = engine.submit_many(items)
     ids = [j.id for j in jobs]
-    to_cancel = {
-        i: rng.uniform(0.0, 2.0) for i in rng.sample(ids, max(1, int(cfg.jobs * CANCEL_SHARE)))
-    }
+    cancel_ids = rng.sample(ids, max(1, int(cfg.jobs * CANCEL_SHARE)))
+    to_cancel = {i: rng.uniform(0.0, 2.0) for i in cancel_ids}
 
     workers = _Workers(cfg, url, queue, seed, directory)
     workers.start()
     crashes: list[int] = []
     next_crash = time.monotonic() + cfg.crash_every * rng.uniform(0.7, 1.3)
     last_log = last_scan = 0.0
-    recovered = 0
+    recovered = too_late = 0
     counts: Counter[str] = Counter()
     timed_out = False
     try:
         while True:
             now = time.monotonic()
             elapsed = now - started
-            for job_id, at in list(to_cancel.items()):
-                if elapsed >= at:
-                    engine.cancel(job_id, actor=ACTOR, reason="the customer withdrew the request")
-                    del to_cancel[job_id]
-            counts = Counter({s: n for (q, s), n in engine.counts().items() if q == queue and n})
+            if elapsed > cfg.timeout:
+                timed_out = True
+                break
+            try:
+                for job_id, at in list(to_cancel.items()):
+                    if elapsed >= at:
+                        try:
+                            engine.cancel(
+                                job_id, actor=ACTOR, reason="the customer withdrew the request"
+                            )
+                        except IllegalTransition:
+                            too_late += 1  # it finished first: nothing left to cancel
+                        del to_cancel[job_id]
+                counts = Counter(
+                    {s: n for (q, s), n in engine.counts().items() if q == queue and n}
+                )
+                if now - last_scan >= RECOVERY_SCAN_EVERY:
+                    mine = engine.scan(
+                        ScanRequest(states=lc.states, queues=(queue,), limit=cfg.jobs)
+                    )
+                    recovered = sum(j.recoveries for j in mine)
+                    last_scan = now
+            except TransientStoreError as err:  # busy store: look again next tick
+                echo(f"(store busy, retrying: {err})")
+                time.sleep(0.2)
+                continue
             active = sum(n for s, n in counts.items() if not lc.is_final(s))
-            if now - last_scan >= RECOVERY_SCAN_EVERY:
-                mine = engine.scan(ScanRequest(states=lc.states, queues=(queue,), limit=cfg.jobs))
-                recovered = sum(j.recoveries for j in mine)
-                last_scan = now
             line = _progress_line(elapsed, counts, len(crashes), recovered)
             if live:
                 sys.stdout.write("\r" + line + "\x1b[K")
@@ -259,9 +275,6 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
                 echo(line)
                 last_log = now
             if active == 0 and not to_cancel:
-                break
-            if elapsed > cfg.timeout:
-                timed_out = True
                 break
             workers.check()
             in_window = elapsed < cfg.timeout * CRASH_WINDOW
@@ -288,6 +301,7 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
         timed_out=timed_out,
         echo=echo,
         url=url,
+        cancels=(len(cancel_ids) - too_late, too_late),
     )
 
 
@@ -304,6 +318,7 @@ def _finish(
     timed_out: bool,
     echo: Callable[[str], None],
     url: str,
+    cancels: tuple[int, int],
 ) -> Result:
     lc = lifecycle()
     problems: list[str] = []
@@ -370,6 +385,7 @@ def _finish(
         "retries": retries,
         "recoveries": recoveries,
         "crashes_injected": len(crashes),
+        "cancels": {"applied": cancels[0], "too_late": cancels[1]},
         "worker_processes_started": workers.started,
         "unexpected_worker_exits": workers.unexpected_exits,
         "lost": lost,
@@ -402,6 +418,7 @@ def _finish(
         if states.get(state):
             echo(f"  {state:<12} {states[state]:>5}")
     echo(f"retries after transient errors: {retries}")
+    echo(f"operator cancels: {cancels[0]} applied, {cancels[1]} too late (the job had finished)")
     echo(
         f"crashes injected (SIGKILL): {len(crashes)}; jobs recovered from dead workers: "
         f"{recoveries}"
