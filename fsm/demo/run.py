@@ -434,6 +434,11 @@ def _finish(
             echo(f"  {item['id']} {item['kind']}: {item['reason']} [{hint}]")
         if len(parked) > 10:
             echo(f"  ... and {len(parked) - 10} more: jobfsm list --state investigate")
+    if workers.unexpected_exits:
+        echo(
+            f"note: {workers.unexpected_exits} worker process(es) exited on their own and were "
+            f"restarted; their logs are in {directory}"
+        )
     echo(f"lost jobs: {lost}; not final: {len(not_final)}; invariant problems: {len(problems)}")
     for p in problems[:10]:
         echo(f"  PROBLEM: {p}")
