@@ -84,6 +84,8 @@ def faults(
     click.echo(f"invariant checks ({report.invariants_checked}):")
     for name, n in sorted(report.checks.items()):
         click.echo(f"  {n:8d}  {name}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
     if report.ok:
         click.echo("ok: every invariant held")
         return

@@ -114,6 +114,8 @@ class FaultReport:
     failure: str | None = None
     #: the shrunk failing step sequence, as a runnable Python program
     reproduction: str | None = None
+    #: things the run left behind or wants the user to know
+    notes: tuple[str, ...] = ()
 
     @property
     def invariants_checked(self) -> int:
@@ -146,7 +148,7 @@ _SCRATCH = "/dev/shm"
 
 
 @contextmanager
-def fresh_stores(url: str) -> Iterator[Callable[[], Store]]:
+def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[[], Store]]:
     """A factory that opens a fresh store per call (per example) for `url`'s kind.
 
     memory:// -> a new memory store. sqlite:///any.db -> a new file per call in a
@@ -194,6 +196,8 @@ def fresh_stores(url: str) -> Iterator[Callable[[], Store]]:
             drop: Any = getattr(last[0], "drop_schema", None) if last else None
             if callable(drop):
                 drop()
+            elif last and notes is not None:
+                notes.append(f"left schema {schema!r} behind: DROP SCHEMA {schema} CASCADE")
         return
     raise BadStoreURL(
         f"cannot make a fresh store per example for {url!r}: run_faults knows memory://, "
@@ -248,7 +252,8 @@ def run_faults(
     lines: list[str] = []
     failure: str | None = None
     started = time.monotonic()
-    with fresh_stores(store_url) as factory:
+    notes: list[str] = []
+    with fresh_stores(store_url, notes) as factory:
         machine = fault_machine(factory, kinds=kinds_t, stats=stats)
         if seed is not None:
             machine = hypothesis_seed(seed)(machine)
@@ -271,6 +276,7 @@ def run_faults(
         ok=failure is None,
         failure=failure,
         reproduction=None if failure is None else _reproduction(report_lines, store_url, kinds_t),
+        notes=tuple(notes),
     )
 
 

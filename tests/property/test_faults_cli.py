@@ -57,7 +57,7 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
 ) -> None:
     # given run_faults whose "memory://" stores prune jobs that have not finished
     @contextlib.contextmanager
-    def broken(url: str) -> Iterator[object]:
+    def broken(url: str, notes: list[str] | None = None) -> Iterator[object]:
         def factory() -> Store:
             return PruneAnythingStore()
 
