@@ -701,10 +701,16 @@ class Worker:
         states = self.engine._leased_states
         expired = to_investigate = 0
         verdicts: dict[Any, Any] = {}
-        for job in self.engine.scan(ScanRequest(states=states, limit=SWEEP_LIMIT)):
+        seen: set[str] = set()
+        # This host's jobs first (deaths here are confirmed by pid, so they are
+        # recovered at once even when more than SWEEP_LIMIT jobs are leased), then any.
+        local = ScanRequest(states=states, owner_host=self.identity.host, limit=SWEEP_LIMIT)
+        anywhere = ScanRequest(states=states, limit=SWEEP_LIMIT)
+        for job in [*self.engine.scan(local), *self.engine.scan(anywhere)]:
             owner = job.owner
-            if owner is None:
+            if owner is None or job.id in seen:
                 continue
+            seen.add(job.id)
             if owner == self.identity.owner:
                 verdict = self.identity.judge(owner, job.id, probe)
             else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,11 +15,12 @@ from adapters.executors import ThreadExecutor
 from adapters.memory import MemoryStore
 from adapters.polling import PollingDelivery
 from fsm import CountingMetrics, Engine, LeasePolicy, Limits, Policy, RecoveryPolicy
+from fsm import worker as worker_module
 from fsm.context import Context
 from fsm.errors import Ambiguous, Permanent, Retry, TransientStoreError
 from fsm.owner import Identity
 from fsm.ports import ClaimRequest
-from fsm.records import Job
+from fsm.records import Job, Owner
 from fsm.worker import Worker
 
 
@@ -418,3 +421,25 @@ def test_the_sweep_fails_jobs_past_their_deadline() -> None:
         failed = engine.get(job.id)
         assert failed.state == "failed"
         assert "deadline passed" in (failed.last_error or "")
+
+
+def test_the_sweep_recovers_local_deaths_even_past_its_scan_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_module, "SWEEP_LIMIT", 2)
+    engine = _engine(ttl=60.0)
+    worker = _worker(engine)
+    elsewhere = Identity(host="elsewhere").owner
+    for _ in range(3):  # leased by a live owner on another host: first in any scan
+        engine.submit("k")
+        engine.claim(elsewhere, limit=1)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead_here = Owner(host=worker.identity.host, pid=proc.pid, incarnation="gone")
+    job = engine.submit("k")
+    engine.claim(dead_here, limit=1)
+
+    report = worker.sweep()
+
+    assert report.expired == 1
+    assert engine.get(job.id).state == "queued"
