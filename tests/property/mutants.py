@@ -1,8 +1,8 @@
 """Broken stores: each breaks one promise the fault suite must catch.
 
-They subclass the reference `MemoryStore` and change one thing a real store
-could get wrong. `tests/property/test_mutants.py` runs the suite against each and
-expects it to fail with the invariant named here.
+They subclass the reference `MemoryStore` (and, once, the SQLite store) and
+change one thing a real store could get wrong. `tests/property/test_mutants.py`
+runs the suite against each and expects it to fail with the invariant it breaks.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import attrs
 
 from adapters.memory import MemoryStore
+from adapters.sqlite.store import SqliteStore
+from adapters.sqlite.url import parse_url
 from fsm.errors import VersionConflict
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest
 from fsm.records import Decision, Job
@@ -119,3 +121,29 @@ MUTANTS: dict[type[MemoryStore], str] = {
 
 def store_classes() -> Sequence[type[MemoryStore]]:
     return tuple(MUTANTS)
+
+
+class SqlitePruneAnythingStore(SqliteStore):
+    """The SQLite store with prune's state filter lost: any job untouched since the cutoff."""
+
+    def prune(self, request: PruneRequest) -> int:
+        if not request.cutoffs:
+            return 0
+        cutoff = min(request.cutoffs.values())
+        with self._write("prune") as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM jobs WHERE updated_at < ? LIMIT ?", (cutoff, request.limit)
+                ).fetchall()
+            ]
+            for job_id in ids:
+                conn.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
+                conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        return len(ids)
+
+
+def sqlite_mutant(path: str) -> SqlitePruneAnythingStore:
+    store = SqlitePruneAnythingStore(parse_url(f"sqlite:///{path}?synchronous=NORMAL"))
+    store.migrate()
+    return store

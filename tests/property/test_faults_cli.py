@@ -65,7 +65,7 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
 
     monkeypatch.setattr(faults_module, "fresh_stores", broken)
     # when the suite runs (short examples: the shrinking that follows stays cheap)
-    report = run_faults("memory://", examples=100, steps=20, profile="ci")
+    report = run_faults("memory://", examples=100, steps=10, profile="ci")
     # then it fails, names the invariant, and its reproduction replays the failure
     assert not report.ok
     assert report.failure is not None

@@ -8,13 +8,16 @@ fail with the invariant that names the broken promise.
 
 from __future__ import annotations
 
+import itertools
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from adapters.memory import MemoryStore
+from fsm.ports import Store
 from fsm.testing.faults import fault_machine
 
 from . import mutants
@@ -53,3 +56,17 @@ def test_the_fault_suite_catches_a_broken_store(store_class: type[MemoryStore], 
         run_state_machine_as_test(machine, settings=FIND_ONLY)
     # then it fails, naming the invariant the bug breaks
     assert re.search(names, str(caught.value)), str(caught.value)[:2000]
+
+
+def test_the_fault_suite_catches_a_broken_sqlite_store(tmp_path: Path) -> None:
+    # given a real SQLite store whose prune forgets to look at the state
+    numbers = itertools.count()
+
+    def factory() -> Store:
+        return mutants.sqlite_mutant(str(tmp_path / f"example-{next(numbers)}.db"))
+
+    # when the fault suite runs against fresh files of it
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(fault_machine(factory), settings=FIND_ONLY)
+    # then it fails: a job that had not finished was deleted
+    assert re.search(r"I3 .*pruned while", str(caught.value)), str(caught.value)[:2000]
