@@ -36,7 +36,6 @@ from .errors import (
     LeaseLost,
     PayloadError,
     StoreError,
-    VersionConflict,
 )
 from .handlers import Handlers, HandlerSpec
 from .owner import Identity, Status, current
@@ -724,10 +723,9 @@ class Worker:
                 expired += 1
                 to_investigate += new.state == "investigate"
                 log.warning("job %s: recovered from dead owner: %s", job.id, verdict.reason)
-        deadlines = lapsed.deadlines + self._fail_deadlines()
         report = RecoveryReport(
             expired=lapsed.expired + expired,
-            deadlines=deadlines,
+            deadlines=lapsed.deadlines,
             to_investigate=lapsed.to_investigate + to_investigate,
             errors=lapsed.errors,
         )
@@ -737,23 +735,6 @@ class Worker:
             if callable(wake):
                 wake()  # recovered jobs are due now: claim without waiting for the poll
         return report
-
-    def _fail_deadlines(self) -> int:
-        """Fail jobs whose deadline passed (Engine.recover's own pass finds none: see
-        docs/workers.md, "Known issues")."""
-        spec = self.engine.spec
-        states = tuple(src for (src, ev) in spec.table if ev == "deadline")
-        now = self.engine.clock.now()
-        failed = 0
-        for job in self.engine.scan(
-            ScanRequest(states=states, deadline_passed_at=now, limit=SWEEP_LIMIT)
-        ):
-            try:
-                self.engine.transition(job.id, "deadline")
-                failed += 1
-            except (IllegalTransition, VersionConflict):
-                continue  # another sweeper or a report moved it first
-        return failed
 
     # --- shutdown --------------------------------------------------------------------
 
