@@ -51,6 +51,13 @@ def check_name(what: str, value: object) -> str:
     return value
 
 
+def check_key(value: object) -> str:
+    """Idempotency keys are caller data (an email, an order id): 1-255 printable characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= 255 or not value.isprintable():
+        raise BadInput(f"an idempotency key must be 1-255 printable characters; got {value!r:.80}")
+    return value
+
+
 def _first_set(*values: Any) -> Any:
     """The first value that is not None (0 and False are values, not absences)."""
     return next((v for v in values if v is not None), None)
@@ -138,7 +145,7 @@ class Engine:
         queue = check_name("queue", opts.get("queue") or kp.queue)
         key = opts.get("idempotency_key")
         if key is not None:
-            check_name("idempotency key", key)
+            check_key(key)
         run_after = opts.get("run_after")
         delay = opts.get("delay")
         if run_after is None:

@@ -75,6 +75,18 @@ def test_a_second_submit_with_the_same_idempotency_key_returns_the_first_job(
     assert sum(engine.counts().values()) == 1
 
 
+@pytest.mark.parametrize("key", ["", "x" * 256, "tab\tinside", 42])
+def test_a_bad_idempotency_key_is_refused(engine: Engine, key: object) -> None:
+    with pytest.raises(BadInput, match="idempotency key"):
+        engine.submit("email", {}, idempotency_key=key)
+    assert engine.counts() == {}
+
+
+def test_an_email_address_is_a_valid_idempotency_key(engine: Engine) -> None:
+    job = engine.submit("email", {}, idempotency_key="welcome:ada@example.com")
+    assert job.idempotency_key == "welcome:ada@example.com"
+
+
 def test_concurrent_submits_of_one_key_make_one_job(engine: Engine) -> None:
     ids: list[str] = []
     barrier = threading.Barrier(8)
