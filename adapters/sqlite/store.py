@@ -162,6 +162,7 @@ class SqliteStore:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == pid:
             return conn
+        self._writer_lock()  # after fork, renews the locks another thread may have held
         conn = self._connect()
         me = threading.current_thread()
         with self._lock:
@@ -181,8 +182,9 @@ class SqliteStore:
 
     def _writer_lock(self) -> threading.Lock:
         pid = os.getpid()
-        if self._writer_pid != pid:  # after fork: the parent's lock state means nothing here
+        if self._writer_pid != pid:  # after fork: the parent's lock states mean nothing here
             self._writer = threading.Lock()
+            self._lock = threading.Lock()
             self._writer_pid = pid
         return self._writer
 

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from adapters.sqlite import SCHEMA_VERSION, open_store
 from fsm import Engine, Owner
 
@@ -207,5 +209,37 @@ def test_processes_opening_a_new_file_and_submitting_one_key_make_one_job(
         assert [e.event for e in store.history(ids[0])] == ["submit"]
         versions = store._conn().execute("SELECT version FROM schema_version").fetchall()
         assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("held", ["_writer", "_lock"])
+def test_a_child_forked_while_a_parent_thread_holds_a_store_lock_can_write(
+    tmp_path: Path, held: str
+) -> None:
+    # given a store whose writer queue or connection registry lock a thread holds
+    store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}?busy_timeout_ms=2000")
+    job = Engine(store).submit("k", 1)
+    lock = getattr(store, held)
+    lock.acquire()
+    try:
+        # when the process forks and the child writes through the same store object
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                (leased,) = Engine(store).claim(Owner("child", os.getpid(), "c"))
+                code = 0 if leased.id == job.id else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        lock.release()
+    # then the child did not wait on a lock that nobody in it will ever release
+    try:
+        assert os.waitstatus_to_exitcode(status) == 0
+        stored = store.get(job.id)
+        assert stored is not None
+        assert stored.state == "leased"
     finally:
         store.close()
