@@ -14,7 +14,9 @@ from fsm.testing.conformance import PersistentStoreConformance, SharedStoreConfo
 class TestSqliteConformance(SharedStoreConformance, PersistentStoreConformance):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:
-        self.url = f"sqlite:///{tmp_path / 'jobs.db'}"
+        # a generous busy timeout: CI machines are loaded, and the concurrency
+        # checks are about correctness, not about how long a writer waits
+        self.url = f"sqlite:///{tmp_path / 'jobs.db'}?busy_timeout_ms=60000"
 
     def make_store(self) -> Store:
         return open_store(self.url)

@@ -114,6 +114,10 @@ def test_processes_contending_for_the_write_lock_never_see_database_is_locked(
     sqlite_url: str,
 ) -> None:
     # given one migrated file and four processes each submitting and working jobs
+    # (a generous busy timeout: a loaded CI machine may starve a waiter for seconds;
+    # what must never happen is SQLITE_BUSY without waiting, as a read transaction
+    # upgraded to a write would get)
+    sqlite_url += "?busy_timeout_ms=60000"
     open_store(sqlite_url).close()
     per_child, processes = 50, 4
     children = [_python(LIFECYCLES, sqlite_url, str(per_child), f"p{n}") for n in range(processes)]
