@@ -30,17 +30,24 @@ PROFILES = ("dev", "ci", "thorough")
 )
 @click.option("--seed", type=int, default=None, help="Seed, for a reproducible run.")
 @click.option(
+    "--no-shrink",
+    is_flag=True,
+    help="Report the first failing sequence as found, without shrinking it (faster).",
+)
+@click.option(
     "--profile",
     type=click.Choice(PROFILES),
     default=None,
     help="Hypothesis settings profile [default: $JOBFSM_PROFILE, else ci under CI, else dev].",
 )
 def faults(
+    *,
     store: str | None,
     examples: int | None,
     steps: int | None,
     seed: int | None,
     profile: str | None,
+    no_shrink: bool,
 ) -> None:
     """Check the invariants of specs/invariants.md against a store under injected faults.
 
@@ -72,7 +79,13 @@ def faults(
                 done[0] += ahead
 
         report = run_faults(
-            url, examples=examples, steps=steps, seed=seed, profile=chosen, progress=progress
+            url,
+            examples=examples,
+            steps=steps,
+            seed=seed,
+            profile=chosen,
+            progress=progress,
+            shrink=not no_shrink,
         )
     click.echo(
         f"profile {report.profile}: {report.examples} examples, {report.steps} steps "

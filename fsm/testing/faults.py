@@ -46,6 +46,7 @@ from ..ports import Store
 from ..registry import STORE_GROUP
 
 try:
+    from hypothesis import Phase
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as Settings
     from hypothesis.reporting import with_reporter
@@ -235,9 +236,13 @@ def run_faults(
     profile: str | None = None,
     kinds: Sequence[KindSpec] = DEFAULT_KINDS,
     progress: Callable[[FaultStats], None] | None = None,
+    shrink: bool = True,
 ) -> FaultReport:
     """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
-    a broken invariant (the report says what broke and how to reproduce it)."""
+    a broken invariant (the report says what broke and how to reproduce it).
+
+    `shrink=False` skips hypothesis's shrinking: the reproduction is then the
+    first failing sequence found, longer but available at once."""
     name = load_profile(profile)
     base = Settings.get_profile(name)
     chosen = Settings(
@@ -246,6 +251,7 @@ def run_faults(
         stateful_step_count=steps if steps is not None else base.stateful_step_count,
         database=None,
         derandomize=base.derandomize if seed is None else False,
+        phases=tuple(p for p in base.phases if shrink or p is not Phase.shrink),
     )
     stats = FaultStats(progress=progress)
     kinds_t = tuple(kinds)

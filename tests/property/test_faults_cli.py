@@ -64,8 +64,8 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
         yield factory
 
     monkeypatch.setattr(faults_module, "fresh_stores", broken)
-    # when the suite runs (short examples: the shrinking that follows stays cheap)
-    report = run_faults("memory://", examples=100, steps=10, profile="ci")
+    # when the suite runs (unshrunk: shrinking is hypothesis's job, and slow)
+    report = run_faults("memory://", examples=200, steps=50, profile="ci", shrink=False)
     # then it fails, names the invariant, and its reproduction replays the failure
     assert not report.ok
     assert report.failure is not None
