@@ -284,7 +284,3 @@ def run_faults(
         reproduction=None if failure is None else _reproduction(report_lines, store_url, kinds_t),
         notes=tuple(notes),
     )
-
-
-# FaultMachine is re-exported for users who drive it directly.
-_ = FaultMachine
