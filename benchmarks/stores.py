@@ -11,7 +11,8 @@ Every figure is printed next to a baseline measured in the same run:
   (target >= 0.6).
 - lease latency: p50/p99 of leasing one job with 10,000 queued jobs next to
   100,000 (default) or 1,000,000 (--full) finished jobs; baseline: the same
-  with no finished jobs. Ratio loaded/empty (target <= 2).
+  with no finished jobs (SQLite: both files in one process, leases alternated).
+  Ratio loaded/empty (target <= 2).
 
 Each store is one function in STORES; `run_store` prints its rows through the
 shared printer. The PostgreSQL part plugs in at `postgres_benchmarks` below.
@@ -253,6 +254,36 @@ def lease_latencies(url: str, finished: int, queued: int, samples: int) -> dict[
     return {"p50": percentile(times, 0.5) * 1000, "p99": percentile(times, 0.99) * 1000}
 
 
+def paired_lease_latencies(
+    loaded_url: str, empty_url: str, finished: int, queued: int, samples: int
+) -> dict[str, Any]:
+    """Both stores in one process, leases alternated, so load spikes hit both alike."""
+    engines = {}
+    for label, url in (("loaded", loaded_url), ("empty", empty_url)):
+        store = open_store(url)
+        engine = Engine(store)
+        items = [("bench", {"i": i}, {"priority": i % 10}) for i in range(queued)]
+        for start in range(0, queued, 5000):
+            engine.submit_many(items[start : start + 5000])
+        if label == "loaded":
+            bulk_finished_sqlite(store, finished, time.time())
+        engines[label] = engine
+    me = Owner("bench", os.getpid(), "latency")
+    times: dict[str, list[float]] = {"loaded": [], "empty": []}
+    for _ in range(samples):
+        for label, engine in engines.items():
+            t0 = time.perf_counter()
+            leased = engine.claim(me, limit=1)
+            times[label].append(time.perf_counter() - t0)
+            assert len(leased) == 1
+    for engine in engines.values():
+        engine.store.close()
+    return {
+        label: {"p50": percentile(t, 0.5) * 1000, "p99": percentile(t, 0.99) * 1000}
+        for label, t in times.items()
+    }
+
+
 def bulk_finished_sqlite(store: Any, n: int, now: float) -> None:
     """Write `n` succeeded jobs (4 audit rows each) straight into the file: setup only."""
     from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row
@@ -312,12 +343,10 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
                 )
             )
     finished = 1_000_000 if args.full else 100_000
-    latency = {}
-    for label, n in (("loaded", finished), ("empty", 0)):
-        url = f"sqlite:///{folder / f'latency-{label}.db'}"
-        (latency[label],) = run_children(
-            lambda i, url=url, n=n: ["--child", "latency", url, str(n), "10000", "500"], 1
-        )
+    loaded, empty = (f"sqlite:///{folder / f'latency-{x}.db'}" for x in ("loaded", "empty"))
+    (latency,) = run_children(
+        lambda i: ["--child", "latency-pair", loaded, empty, str(finished), "10000", "500"], 1
+    )
     for q in ("p50", "p99"):
         rows.append(
             Row(
@@ -598,6 +627,9 @@ def child(argv: list[str]) -> None:
     elif kind == "latency":
         url, finished, queued, samples = argv[1:]
         result = lease_latencies(url, int(finished), int(queued), int(samples))
+    elif kind == "latency-pair":
+        loaded, empty, finished, queued, samples = argv[1:]
+        result = paired_lease_latencies(loaded, empty, int(finished), int(queued), int(samples))
     else:
         raise SystemExit(f"unknown child mode {kind!r}")
     print(json.dumps(result))
