@@ -200,3 +200,34 @@ def test_a_copied_batch_whose_commit_never_arrived_is_a_transient_error(
         assert admin.one("SELECT count(*) FROM job_events") == 0
     finally:
         engine.store.close()
+
+
+def test_a_heartbeat_committed_before_the_connection_broke_reports_the_renewal(
+    pg_proxy: tuple[Any, str],
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        job = _leased(engine)
+        proxy.arm(b"SET lease_until", "deliver_then_drop")
+        renewed = engine.heartbeat(OWNER, {job.id: job.fence})
+        assert proxy.fired.is_set()
+        assert renewed == {job.id: "leased"}
+        assert engine.get(job.id).version == job.version + 1
+    finally:
+        engine.store.close()
+
+
+def test_a_prune_cut_off_mid_statement_says_its_outcome_is_unknown(
+    pg_proxy: tuple[Any, str],
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    try:
+        proxy.arm(b"doomed AS", "deliver_then_drop")
+        with pytest.raises(TransientStoreError, match="unknown"):
+            engine.prune()
+        assert proxy.fired.is_set()
+        assert engine.prune() == 0  # and pruning again works
+    finally:
+        engine.store.close()
