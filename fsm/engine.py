@@ -458,9 +458,10 @@ class Engine:
                 verdict, reason = verdicts[job.owner]
                 if verdict != "dead":
                     continue
-            try:
-                new = self.expire(job.id, verdict=verdict, reason=reason)
-            except (IllegalTransition, VersionConflict, LeaseLost):
+            # A verdict is about the owner of the record as scanned: write only if the
+            # record is still that version, never to whoever holds the job by now.
+            new = self.expire_seen(job, verdict=verdict, reason=reason)
+            if new is None:
                 errors += 1  # someone else moved it first: fine
                 continue
             expired += 1
@@ -527,7 +528,9 @@ class Engine:
                     out[i] = err
         return [r for r in out if r is not None]
 
-    def expire_seen(self, job: Job, *, verdict: str, reason: str) -> Job | None:
+    def expire_seen(
+        self, job: Job, *, verdict: str | None = None, reason: str | None = None
+    ) -> Job | None:
         """Expire the job exactly as it was read, if it has not changed since.
 
         For a verdict about `job.owner`: the write is a compare-and-set on the
@@ -535,10 +538,9 @@ class Engine:
         has since taken. Returns None (nothing written) when the job moved.
         """
         now = self.clock.now()
+        args = {k: v for k, v in (("verdict", verdict), ("reason", reason)) if v is not None}
         try:
-            decision = decide(
-                job, "expire", now, self.policy, spec=self.spec, verdict=verdict, reason=reason
-            )
+            decision = decide(job, "expire", now, self.policy, spec=self.spec, **args)
         except IllegalTransition:
             return None
         (written,) = self.store.apply([decision])

@@ -267,6 +267,24 @@ def test_recover_with_a_judge_takes_jobs_of_confirmed_dead_owners_at_once(
     assert job.last_error == "pid 4242 gone"
 
 
+def test_a_death_verdict_never_expires_the_lease_of_a_newer_owner(engine: Engine) -> None:
+    # Given a job whose owner is judged while, in between, another sweeper has
+    # already recovered it and a new owner has leased it.
+    job_id = run_to_running(engine)
+
+    def slow_judge(owner: object) -> tuple[str, str]:
+        engine.expire(job_id, verdict="dead", reason="first sweeper")
+        engine.claim(OTHER)
+        return ("dead", "old owner gone")
+
+    # When the slow sweep acts on its verdict about the old owner
+    report = engine.recover(judge=slow_judge)
+    # Then the new owner's lease is untouched.
+    job = engine.get(job_id)
+    assert (job.state, job.owner, job.fence) == ("leased", OTHER, 2)
+    assert report.expired == 0
+
+
 def test_recover_leaves_live_and_unknown_owners_alone(engine: Engine) -> None:
     job_id = run_to_running(engine)
     engine.recover(judge=lambda owner: ("unknown", "other host"))
