@@ -38,6 +38,8 @@ _CREATE_FIELDS = {
     "correlation_id",
 }
 _REQUIRED_CREATE = ("id", "kind", "payload_json")
+#: bound on an operator's actor and reason
+MAX_OPERATOR_TEXT = 1000
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str)
@@ -128,6 +130,10 @@ def decide(
             if not isinstance(value, str) or not value.strip():
                 raise OperatorError(
                     f"job {job.id}: operator event {event!r} needs a non-empty {key}"
+                )
+            if len(value) > MAX_OPERATOR_TEXT or not value.isprintable():
+                raise OperatorError(
+                    f"job {job.id}: {key} must be at most {MAX_OPERATOR_TEXT} printable characters"
                 )
     if ev.fenced:
         fence = args.get("fence")

@@ -174,13 +174,29 @@ def _unfinish(s: Step) -> None:
     s.changes["finished_at"] = None
 
 
+#: error text kept on a job and its audit entry (a traceback can be megabytes)
+MAX_ERROR_CHARS = 4000
+_CUT = " ...[truncated]"
+
+
+def clean_error(text: str) -> str:
+    """Error text as stored: NUL escaped (PostgreSQL text refuses it), at most
+    MAX_ERROR_CHARS characters. Idempotent, so replaying the trail gives the same text."""
+    text = text.replace("\x00", "\\x00")
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - len(_CUT)] + _CUT
+    return text
+
+
 def _record_error(s: Step) -> None:
     error = s.args.get("error") or s.args.get("reason")
     if error is None and "verdict" in s.args:
         error = f"owner {s.args['verdict']}"
     if error is None and s.job.lease_until is not None and s.now >= s.job.lease_until:
         error = "lease expired"
-    s.error = None if error is None else str(error)
+    s.error = None if error is None else clean_error(str(error))
+    if "error" in s.data and s.data["error"] is not None:
+        s.data["error"] = s.error
     s.changes["last_error"] = s.error
 
 

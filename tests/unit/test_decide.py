@@ -308,3 +308,23 @@ def test_evolve_job_matches_attrs_evolve() -> None:
     assert evolve_job(job, changes) == attrs.evolve(job, **changes)
     with pytest.raises(TypeError, match="colour"):
         evolve_job(job, {"colour": "red"})
+
+
+def test_error_text_is_bounded_and_nul_free_and_replays_identically() -> None:
+    huge = "line\x00" * 5000
+    d = decide(job_in("running"), "fail", NOW, policy(), fence=2, error=huge, permanent=True)
+    assert d.job.last_error is not None
+    assert len(d.job.last_error) <= 4000
+    assert "\x00" not in d.job.last_error
+    assert d.job.last_error.endswith("[truncated]")
+    assert d.entry is not None
+    assert d.entry.error == d.job.last_error
+    assert d.entry.data["error"] == d.job.last_error
+    again = decide(job_in("running"), "fail", NOW, policy(), **d.entry.data)
+    assert again.job.last_error == d.job.last_error
+
+
+@pytest.mark.parametrize("reason", ["nul\x00inside", "x" * 1001])
+def test_operator_text_with_nul_or_over_the_bound_is_refused(reason: str) -> None:
+    with pytest.raises(OperatorError, match="printable"):
+        decide(job_in("failed"), "requeue", NOW, policy(), actor="ops", reason=reason, attempts=1)
