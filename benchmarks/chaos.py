@@ -59,6 +59,7 @@ LEASE_TTL = 3.0
 HEARTBEAT = 0.5
 SWEEP = 0.5
 MAX_RECOVERIES = 3
+WAVES = 8  # jobs arrive in this many waves during the chaos window
 EFFECT_BUSY_MS = 30_000  # the effects file is shared by every worker: bounded lock wait
 
 handlers = Handlers()
@@ -224,7 +225,7 @@ class _Pool:
                 self.kill(proc)
 
 
-def _submit(engine: Engine, n: int, effects: Path, rng: random.Random) -> list[str]:
+def _jobs(n: int, effects: Path, rng: random.Random) -> list[tuple[str, Any, dict[str, Any]]]:
     items: list[tuple[str, Any, dict[str, Any]]] = []
     for i in range(n):
         roll = rng.random()
@@ -241,6 +242,10 @@ def _submit(engine: Engine, n: int, effects: Path, rng: random.Random) -> list[s
             kind = "unsafe"
             payload["seconds"] = round(rng.uniform(0.1, 0.4), 2)
         items.append((kind, payload, {}))
+    return items
+
+
+def _submit(engine: Engine, items: list[tuple[str, Any, dict[str, Any]]]) -> list[str]:
     ids: list[str] = []
     for start in range(0, len(items), 500):
         ids.extend(job.id for job in engine.submit_many(items[start : start + 500]))
@@ -275,18 +280,29 @@ def run_chaos(
     kills = 0
     started = time.monotonic()
     try:
-        ids = _submit(engine, jobs, effects, rng)
+        # Jobs arrive in waves over the first 3/4 of the chaos window, so the killer
+        # strikes while work is in flight however fast the machine is.
+        items = _jobs(jobs, effects, rng)
+        waves = [items[i::WAVES] for i in range(WAVES)]
+        wave_gap = 0.75 * chaos_seconds / WAVES
+        ids = _submit(engine, waves.pop(0))
+        next_wave = time.monotonic() + wave_gap
         pool.procs = [pool.spawn() for _ in range(workers)]
         chaos_until = started + chaos_seconds
         next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
-        while time.monotonic() < chaos_until and _final_count(engine) < jobs:
+        while time.monotonic() < chaos_until and (waves or _final_count(engine) < jobs):
             time.sleep(0.1)
+            if waves and time.monotonic() >= next_wave:
+                ids += _submit(engine, waves.pop(0))
+                next_wave = time.monotonic() + wave_gap
             if time.monotonic() >= next_kill:
                 slot = rng.randrange(len(pool.procs))
                 pool.kill(pool.procs[slot])
                 kills += 1
                 pool.procs[slot] = pool.spawn()
                 next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
+        while waves:  # a chaos window too short for every wave: submit the rest now
+            ids += _submit(engine, waves.pop(0))
         settle_until = time.monotonic() + settle_seconds
         while time.monotonic() < settle_until and _final_count(engine) < jobs:
             time.sleep(0.2)
