@@ -406,7 +406,7 @@ class FaultMachine(RuleBasedStateMachine):
         return None
 
     @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
-    @rule(w=W, limit=st.integers(1, 3))
+    @rule(w=W, limit=st.sampled_from((1, 2, 3, MAX_JOBS)))
     def claim(self, w: int, limit: int) -> None:
         worker = self._active(w)
         assert worker is not None
@@ -584,18 +584,20 @@ class FaultMachine(RuleBasedStateMachine):
         self._fault("zombie wakes")
 
     @precondition(lambda self: self._has_held() and sum(x.active for x in self.workers) > 1)
-    @rule(w=W, roll=st.integers(0, 999))
-    def zombie_returns(self, w: int, roll: int) -> None:
+    @rule(w=W, roll=st.integers(0, 999), swept=st.booleans())
+    def zombie_returns(self, w: int, roll: int, swept: bool) -> None:
         """The classic zombie, in one step: a worker stalls past its lease, a sweep takes
         its jobs back, another worker leases them, and the zombie wakes to heartbeat
-        and report with the fences it remembers. Every one of those must be refused."""
+        and report with the fences it remembers. Every one of those must be refused.
+        Without the sweep, nobody may take the lapsed jobs: the zombie goes on."""
         holders = [x for x in self.workers if x.active and x.held]
         zombie = holders[w % len(holders)]
         zombie.paused = True
         self._fault("worker pause")
         self.clock.advance(self.policy.lease.ttl + 1.0)
         self._fault("clock jump past leases")
-        self._sweep(judged=False)
+        if swept:
+            self._sweep(judged=False)
         for other in self.workers:
             if other.active:
                 self._claim(other, MAX_JOBS)
