@@ -2,10 +2,10 @@
 
 Three `jobfsm worker` processes run 200 jobs of four kinds (fast, slow, flaky,
 retry-unsafe), arriving in waves over 15 s, while a killer SIGKILLs a random
-worker every 1-2 s for 20 s and starts a fresh one in its place. Once the kills stop, the workers get up to 90 s
-to finish (they usually need a few seconds; the bound is for a loaded machine).
-benchmarks/chaos.py runs the same at a large size; docs/reliability.md has its
-figures.
+worker every 1-2 s for 20 s and starts a fresh one in its place. Once the kills
+stop, the workers get up to 90 s to finish (they usually need a few seconds; the
+bound is for a loaded machine). benchmarks/chaos.py runs the same at a large
+size; docs/reliability.md has its figures.
 """
 
 from __future__ import annotations
