@@ -21,6 +21,22 @@ class MemoryStore:
         self._jobs: dict[str, Job] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: dict[str, str] = {}
+        #: state -> ids, so claim and scan look only at jobs in the states asked for
+        self._by_state: dict[str, dict[str, None]] = {}
+
+    def _index(self, old: Job | None, new: Job | None) -> None:
+        if old is not None and (new is None or old.state != new.state):
+            self._by_state[old.state].pop(old.id, None)
+        if new is not None and (old is None or old.state != new.state):
+            self._by_state.setdefault(new.state, {})[new.id] = None
+
+    def _put(self, job: Job) -> None:
+        """The one way a record is stored: keeps the state index in step."""
+        self._index(self._jobs.get(job.id), job)
+        self._jobs[job.id] = job
+
+    def _in_states(self, states: tuple[str, ...]) -> list[Job]:
+        return [self._jobs[i] for s in states for i in self._by_state.get(s, {})]
 
     def insert(self, decisions: Sequence[Decision]) -> list[Job]:
         with self._lock:
@@ -30,7 +46,7 @@ class MemoryStore:
                 if key is not None and key in self._keys:
                     out.append(self._jobs[self._keys[key]])
                     continue
-                self._jobs[d.job.id] = d.job
+                self._put(d.job)
                 self._audit[d.job.id] = [d.entry] if d.entry is not None else []
                 if key is not None:
                     self._keys[key] = d.job.id
@@ -48,7 +64,7 @@ class MemoryStore:
             return VersionConflict(
                 d.job.id, d.previous.version, None if current is None else current.version
             )
-        self._jobs[d.job.id] = d.job
+        self._put(d.job)
         if d.entry is not None:
             self._audit[d.job.id].append(d.entry)
         return d.job
@@ -58,7 +74,7 @@ class MemoryStore:
             if request.ids is not None:
                 pool = [self._jobs[i] for i in request.ids if i in self._jobs]
             else:
-                pool = list(self._jobs.values())
+                pool = self._in_states(request.states)
             candidates = sorted(
                 (
                     j
@@ -93,11 +109,13 @@ class MemoryStore:
                     or job.state not in request.states
                 ):
                     continue
-                self._jobs[job_id] = attrs.evolve(
-                    job,
-                    lease_until=request.lease_until,
-                    version=job.version + 1,
-                    updated_at=request.now,
+                self._put(
+                    attrs.evolve(
+                        job,
+                        lease_until=request.lease_until,
+                        version=job.version + 1,
+                        updated_at=request.now,
+                    )
                 )
                 renewed[job_id] = job.state
             return renewed
@@ -111,9 +129,7 @@ class MemoryStore:
     def scan(self, request: ScanRequest) -> list[Job]:
         with self._lock:
             out = []
-            for j in self._jobs.values():
-                if j.state not in request.states:
-                    continue
+            for j in self._in_states(request.states):
                 if request.lease_expired_at is not None and not (
                     j.lease_until is not None and j.lease_until <= request.lease_expired_at
                 ):
@@ -150,13 +166,14 @@ class MemoryStore:
         with self._lock:
             doomed = [
                 j.id
-                for j in self._jobs.values()
+                for j in self._in_states(tuple(request.cutoffs))
                 if j.state in request.cutoffs
                 and j.finished_at is not None
                 and j.finished_at < request.cutoffs[j.state]
             ][: request.limit]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
+                self._index(job, None)
                 self._audit.pop(job_id, None)
                 if job.idempotency_key is not None:
                     self._keys.pop(job.idempotency_key, None)

@@ -23,7 +23,7 @@ class NoVersionCheckStore(MemoryStore):
     """apply writes without compare-and-set: a concurrent change is overwritten."""
 
     def _write(self, d: Decision) -> Job | VersionConflict:
-        self._jobs[d.job.id] = d.job
+        self._put(d.job)
         if d.entry is not None:
             self._audit[d.job.id].append(d.entry)
         return d.job
@@ -39,8 +39,8 @@ class NoFenceRenewStore(MemoryStore):
                 job = self._jobs.get(job_id)
                 if job is None or job.state not in request.states:
                     continue
-                self._jobs[job_id] = attrs.evolve(
-                    job, lease_until=request.lease_until, version=job.version + 1
+                self._put(
+                    attrs.evolve(job, lease_until=request.lease_until, version=job.version + 1)
                 )
                 renewed[job_id] = job.state
             return renewed
@@ -67,7 +67,7 @@ class DoubleLeaseStore(MemoryStore):
                         lease_until=request.lease_until,
                         version=job.version + 1,
                     )
-                    self._jobs[job.id] = taken
+                    self._put(taken)
                     leased.append(taken)
         return leased
 
