@@ -50,7 +50,6 @@ try:
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as Settings
     from hypothesis.reporting import with_reporter
-    from hypothesis.stateful import run_state_machine_as_test
 except ModuleNotFoundError as err:  # pragma: no cover - exercised without the extra
     raise MissingExtra("the fault suites (fsm.testing.faults)", "testing") from err
 
@@ -62,7 +61,7 @@ from .faults_machine import (
     fault_machine,
     suite_policy,
 )
-from .profiles import load_profile
+from .profiles import load_profile, run_machine
 
 __all__ = [
     "DEFAULT_KINDS",
@@ -94,9 +93,7 @@ class FaultSuite:
 
     def test_invariants_hold_under_faults(self) -> None:
         machine = fault_machine(self.store_factory, kinds=tuple(self.kinds))
-        run_state_machine_as_test(  # type: ignore[no-untyped-call]
-            machine, settings=self.settings or Settings()
-        )
+        run_machine(machine, settings=self.settings or Settings())
 
 
 @attrs.frozen
@@ -265,7 +262,7 @@ def run_faults(
             machine = hypothesis_seed(seed)(machine)
         with with_reporter(lambda value: lines.append(str(value))):
             try:
-                run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call]
+                run_machine(machine, settings=chosen)
             except Exception as err:  # the report carries it
                 failure = f"{type(err).__name__}: {err}"
                 lines.extend(getattr(err, "__notes__", ()))

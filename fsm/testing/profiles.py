@@ -8,8 +8,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+#: `run_state_machine_as_test` under a typed name: hypothesis annotates it only in
+#: recent releases, and this keeps strict mypy quiet on old and new alike.
+run_machine: Callable[..., None] = run_state_machine_as_test
 
 PROFILE_ENV = "JOBFSM_PROFILE"
 

@@ -36,7 +36,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from ..clock import FakeClock
@@ -45,6 +44,7 @@ from ..errors import JobFSMError
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import Store
 from ..records import AuditEntry, Job, Owner
+from .profiles import run_machine
 
 StoreFactory = Callable[[], Store]
 
@@ -348,6 +348,4 @@ def run_comparison(
     if scale != 1.0:
         chosen = Settings(chosen, max_examples=max(10, int(chosen.max_examples * scale)))
     machine = comparison_machine(reference, candidate)
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        machine, settings=chosen
-    )
+    run_machine(machine, settings=chosen)
