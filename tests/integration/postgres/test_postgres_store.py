@@ -252,15 +252,31 @@ def test_claim_and_the_sweep_use_their_partial_indexes(pg_url: str, admin: Any) 
         store.close()
 
 
-def test_a_value_postgresql_cannot_store_is_bad_input_and_changes_nothing(pg_url: str) -> None:
+def test_a_handler_error_with_a_nul_is_recorded_not_lost(pg_url: str) -> None:
     engine, _ = _engine(pg_url)
     try:
         job = engine.submit("k", 1)
         [leased] = engine.claim(OWNER)
         engine.start(job.id, leased.fence)
+        # when a handler's error text carries a NUL (PostgreSQL text cannot hold one)
+        failed = engine.fail(job.id, leased.fence, "NUL \x00 in an error message", permanent=True)
+        # then the failure is recorded, with the NUL escaped by the core
+        assert failed.state == "failed"
+        assert engine.get(job.id).last_error == "NUL \\x00 in an error message"
+    finally:
+        engine.store.close()
+
+
+def test_a_value_postgresql_cannot_store_is_bad_input_and_changes_nothing(pg_url: str) -> None:
+    engine, _ = _engine(pg_url)
+    try:
+        job = engine.submit("k", 1)
+        before = engine.history(job.id)
+        # given an entry that bypasses the core's cleaning, straight at the store
+        raw = attrs.evolve(before[0], outcome="rejected", error="NUL \x00 here")
         with pytest.raises(BadInput, match="PostgreSQL rejected"):
-            engine.fail(job.id, leased.fence, "NUL \x00 in an error message")
-        assert engine.get(job.id).state == "running"
+            engine.store.record([raw])
+        assert engine.history(job.id) == before
     finally:
         engine.store.close()
 
