@@ -144,6 +144,8 @@ class Worker:
         self._quiet = threading.Event()  # heartbeat and sweeper stop
         self._threads: list[threading.Thread] = []
         self._store_ok = False
+        #: the last claim failed: a sweep that works does not make the worker ready
+        self._claim_failing = False
         self._started = threading.Event()
         self._finished = threading.Event()
         self.last_sweep: RecoveryReport | None = None
@@ -239,6 +241,7 @@ class Worker:
             self._spawn("reporter", self._report_loop)
             self._spawn("heartbeat", self._heartbeat_loop)
             self.sweep()  # start-up: reclaim at once the jobs of dead local processes
+            self._store_ok = True  # the store answered: ready before any job arrives
             self._spawn("sweeper", self._sweep_loop)
             self._started.set()
             log.info(
@@ -327,6 +330,7 @@ class Worker:
                 jobs = self._claim(ids, any_due, free)
             except Exception as err:
                 self._store_ok = False
+                self._claim_failing = True
                 level = logging.WARNING if isinstance(err, StoreError) else logging.ERROR
                 log.log(level, "worker %s: claim failed: %s", self.identity.owner, err)
                 self._stopping.wait(_backoff(errors))
@@ -334,6 +338,7 @@ class Worker:
                 continue
             errors = 0
             self._store_ok = True
+            self._claim_failing = False
             for w in wakeups:
                 try:
                     self.delivery.settle(w)
@@ -688,7 +693,10 @@ class Worker:
             try:
                 self.sweep()
                 errors = 0
+                if not self._claim_failing:
+                    self._store_ok = True  # an idle worker (no claims) stays ready
             except Exception as err:
+                self._store_ok = False
                 errors += 1
                 log.warning("worker %s: recovery sweep failed: %s", self.identity.owner, err)
                 self._quiet.wait(_backoff(errors))

@@ -328,6 +328,44 @@ def test_the_worker_is_not_ready_while_the_store_is_down_and_recovers(
     wait_for(lambda: _state(engine, job) == "succeeded", what="job after outage")
 
 
+class SilentDelivery:
+    """A push delivery with nothing to deliver (an idle RabbitMQ queue)."""
+
+    ready = True
+
+    def start(self, queues: Any) -> None:
+        """Nothing to subscribe to."""
+
+    def poll(self, capacity: int, timeout: float) -> list[Any]:
+        time.sleep(min(timeout, 0.05))
+        return []
+
+    def settle(self, wakeup: Any) -> None:
+        """Nothing was delivered."""
+
+    def check(self) -> None:
+        """Never fails."""
+
+    def publish(self, jobs: Any) -> None:
+        """Drops the hints: the store stays the truth."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def test_an_idle_worker_is_ready_before_its_first_job(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given a worker whose delivery never wakes it (no claim is ever made)
+    worker = _worker(_engine(), handlers={"k": lambda ctx: "ok"}, delivery=SilentDelivery())
+    # when it has started and swept the store
+    running(worker)
+    # then it reports ready, and keeps doing so across sweeps
+    wait_for(lambda: worker.ready, what="ready while idle")
+    time.sleep(0.5)
+    assert worker.ready
+
+
 def test_a_local_submit_wakes_a_polling_worker_at_once(
     running: Callable[[Worker], Worker],
 ) -> None:
