@@ -31,8 +31,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,12 @@ if str(REPO) not in sys.path:
 import pika  # noqa: E402
 
 from adapters.rabbitmq import RabbitDelivery  # noqa: E402
+from benchmarks._services import fresh_store_url  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
 from fsm.owner import Identity  # noqa: E402
 from fsm.worker import Worker  # noqa: E402
 
 RABBIT = os.environ.get("JOBFSM_TEST_RABBIT", "amqp://guest:guest@127.0.0.1:5672/%2F")
-PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 WAIT_LIMIT = 600.0  # seconds one pipeline may take before the benchmark gives up
 
 
@@ -169,24 +169,8 @@ def run_dramatiq(jobs: int, threads: int) -> float:
 # --- jobfsm -----------------------------------------------------------------------------
 
 
-@contextmanager
-def store_url(kind: str) -> Iterator[str]:
-    if kind == "sqlite":
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{folder}/bench.db"
-        return
-    import psycopg
-
-    name = f"jobfsm_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def store_url(kind: str) -> AbstractContextManager[str]:
+    return fresh_store_url(kind)
 
 
 def run_jobfsm(jobs: int, threads: int, store: str, batch: int) -> float:

@@ -38,6 +38,7 @@ if str(REPO) not in sys.path:
 
 import attrs  # noqa: E402
 
+from benchmarks._services import create_database, drop_database  # noqa: E402
 from fsm import Engine, Job, Owner, open_store  # noqa: E402
 from fsm.records import AuditEntry, new_id  # noqa: E402
 
@@ -365,7 +366,6 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 #: where the PostgreSQL benchmarks create (and drop) their own database
-PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 #: The raw psycopg baseline: the same rows and transactions as the engine (submit; lease
 #: with FOR UPDATE SKIP LOCKED; start and succeed each reading the version and writing
@@ -540,15 +540,9 @@ def _pg_batch_submit(db: str, n: int) -> tuple[float, float, float]:
 def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
     """Lifecycles/s (1 and 4 processes) against raw psycopg, batch submit against raw
     COPY, and lease latency with many finished rows against none, on a fresh database."""
-    import uuid
-
-    import psycopg
 
     rows: list[Row] = []
-    name = f"jobfsm_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    db = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+    name, db = create_database()
     try:
         for workers in (1, 4):
             per = max(1, args.jobs // workers)
@@ -605,8 +599,7 @@ def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
                 )
             )
     finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(name)
     return rows
 
 

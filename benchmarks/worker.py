@@ -25,9 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks._services import fresh_store_url  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
 from fsm.context import Context  # noqa: E402
 from fsm.handlers import Handlers  # noqa: E402
 from fsm.owner import HOST_ENV, Identity  # noqa: E402
 
 handlers = Handlers()
-PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @handlers.handler("noop", queue="bench")
@@ -61,21 +60,8 @@ def hold(ctx: Context) -> None:
 # --- stores ----------------------------------------------------------------------------
 
 
-@contextmanager
-def fresh_store(kind: str, tmp: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp / f'bench-{uuid.uuid4().hex[:8]}.db'}"
-        return
-    import psycopg
-
-    name = f"jobfsm_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def fresh_store(kind: str, tmp: Path) -> AbstractContextManager[str]:
+    return fresh_store_url(kind, tmp)
 
 
 def engine_for(url: str) -> Engine:
