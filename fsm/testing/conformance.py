@@ -23,6 +23,10 @@ pytest test module and say how to make a fresh, empty store::
         def reopen_store(self):     # a second handle on the same data
             return MyStore(self.url)
 
+A store registered in the `jobfsm.stores` entry-point group needs only its URL:
+put `UrlStore` first and set `self.url`; it supplies the three methods above
+through `fsm.open_store`.
+
 `StoreConformance` is for every store. It checks that every row of the
 lifecycle table, applied through the Engine on the store, gives exactly the
 record and audit entry the pure core (`fsm.core.decide`) computes;
@@ -683,6 +687,25 @@ class StoreConformance:
         else:
             raise AssertionError("a payload that is not JSON was accepted")
         assert self.store.counts() == {}
+
+
+class UrlStore:
+    """The store factories for a store opened by URL: a subclass sets `self.url`.
+
+    List it before the suites (`class T(UrlStore, SharedStoreConformance, ...)`)
+    so its methods take the place of theirs.
+    """
+
+    url: str
+
+    def make_store(self) -> Store:
+        return open_store(self.url)
+
+    def store_url(self) -> str:
+        return self.url
+
+    def reopen_store(self) -> Store:
+        return open_store(self.url)
 
 
 class SharedStoreConformance(StoreConformance):

@@ -6,23 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from adapters.sqlite import open_store
-from fsm.ports import Store
-from fsm.testing.conformance import PersistentStoreConformance, SharedStoreConformance
+from fsm.testing.conformance import (
+    PersistentStoreConformance,
+    SharedStoreConformance,
+    UrlStore,
+)
 
 
-class TestSqliteConformance(SharedStoreConformance, PersistentStoreConformance):
+class TestSqliteConformance(UrlStore, SharedStoreConformance, PersistentStoreConformance):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:
         # a generous busy timeout: CI machines are loaded, and the concurrency
         # checks are about correctness, not about how long a writer waits
         self.url = f"sqlite:///{tmp_path / 'jobs.db'}?busy_timeout_ms=60000"
-
-    def make_store(self) -> Store:
-        return open_store(self.url)
-
-    def store_url(self) -> str:
-        return self.url
-
-    def reopen_store(self) -> Store:
-        return open_store(self.url)
