@@ -110,6 +110,11 @@ class Engine:
         self._heartbeat_states = self._sources("heartbeat")
         self._leased_states = self._sources("expire")
 
+    def _dests(self, event: str) -> frozenset[str]:
+        return frozenset(
+            r.dest for (_, ev), rules in self.spec.table.items() if ev == event for r in rules
+        )
+
     def _sources(self, event: str) -> tuple[str, ...]:
         return tuple(src for (src, ev) in self.spec.table if ev == event)
 
@@ -223,7 +228,7 @@ class Engine:
             return
         counts = self.store.counts()
         for queue, n in wanted.items():
-            waiting = counts.get((queue, "queued"), 0) + counts.get((queue, "retry_wait"), 0)
+            waiting = sum(counts.get((queue, state), 0) for state in self._lease_states)
             if waiting + n > caps[queue]:
                 raise QueueFull(queue, caps[queue])
 
@@ -388,7 +393,7 @@ class Engine:
         return self._operator(
             job_id,
             "cancel",
-            lambda j: j.state in ("cancelled", "cancelling"),
+            lambda j: j.state in self._dests("cancel"),
             actor=actor,
             reason=reason,
         )
