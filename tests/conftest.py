@@ -7,6 +7,7 @@ says why.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,16 @@ def need_service(name: str, host: str, port: int) -> None:
     if IN_CI:
         pytest.fail(f"{message}; CI requires it (.ci/run starts it)")
     pytest.skip(f"{message}; start it to run this test (CI never skips it)")
+
+
+def need_program(name: str, install: str) -> None:
+    """A system program a test needs (.ci/run installs it): a failure in CI, a skip elsewhere."""
+    if shutil.which(name) is not None:
+        return
+    message = f"`{name}` is not installed ({install})"
+    if IN_CI:
+        pytest.fail(f"{message}; CI requires it (.ci/run installs it)")
+    pytest.skip(f"{message}; install it to run this test (CI never skips it)")
 
 
 @pytest.fixture

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
-
 from fsm.spec import lifecycle
+from tests.conftest import need_program
 from tests.unit.test_diagram import parse_dot, parse_mermaid, spec_edges
 
 from ._cli import ok, ok_json, one_line_error, run_cli
@@ -55,8 +53,7 @@ def test_svg_without_graphviz_is_a_one_line_error_naming_what_to_install(
 
 
 def test_svg_and_png_with_graphviz(tmp_path: Path) -> None:
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz `dot` is not installed (apt-get install graphviz)")
+    need_program("dot", "apt-get install graphviz")
 
     ok("diagram", "--format", "svg", "-o", str(tmp_path / "x.svg"))
     ok("diagram", "--format", "png", "-o", str(tmp_path / "x.png"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from fsm.diagram import (
     render_table,
 )
 from fsm.spec import Lifecycle, lifecycle
+from tests.conftest import need_program
 
 Spec = set[tuple[str, str, str, tuple[str, ...]]]
 
@@ -187,8 +187,7 @@ def test_unknown_format_is_named() -> None:
 
 
 def test_svg_through_graphviz_is_an_svg_document() -> None:
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz `dot` is not installed (apt-get install graphviz)")
+    need_program("dot", "apt-get install graphviz")
 
     data = render(lifecycle(), "svg")
 
