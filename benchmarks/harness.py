@@ -53,23 +53,23 @@ class Config:
     @classmethod
     def make(cls, *, quick: bool, tmp: Path, **overrides: Any) -> Config:
         if quick:
-            base: dict[str, Any] = dict(
-                jobs=300,
-                repeats=1,
-                recovery_runs=1,
-                recovery_wait=8.0,
-                scale_rows=(0, 10_000),
-                memory_jobs=3_000,
-            )
+            base: dict[str, Any] = {
+                "jobs": 300,
+                "repeats": 1,
+                "recovery_runs": 1,
+                "recovery_wait": 8.0,
+                "scale_rows": (0, 10_000),
+                "memory_jobs": 3_000,
+            }
         else:
-            base = dict(
-                jobs=5_000,
-                repeats=3,
-                recovery_runs=5,
-                recovery_wait=120.0,
-                scale_rows=(0, 100_000, 1_000_000),
-                memory_jobs=100_000,
-            )
+            base = {
+                "jobs": 5_000,
+                "repeats": 3,
+                "recovery_runs": 5,
+                "recovery_wait": 120.0,
+                "scale_rows": (0, 100_000, 1_000_000),
+                "memory_jobs": 100_000,
+            }
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(quick=quick, tmp=tmp, **base)
 
@@ -176,16 +176,28 @@ def machine_facts() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "sqlite": __import__("sqlite3").sqlite_version,
-        "postgresql": _command_output(["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]),
+        "postgresql": _command_output(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "SHOW server_version"]
+        ),
         "rabbitmq": _command_output(["rabbitmqctl", "version"]),
         "packages": {
             name: version_of(name)
-            for name in ("jobfsm", "psycopg", "pika", "procrastinate", "dramatiq", "celery", "kombu")
+            for name in (
+                "jobfsm",
+                "psycopg",
+                "pika",
+                "procrastinate",
+                "dramatiq",
+                "celery",
+                "kombu",
+            )
         },
     }
 
 
-def write_jsonl(path: Path, facts: dict[str, Any], command: str, rows: Iterable[Measurement]) -> None:
+def write_jsonl(
+    path: Path, facts: dict[str, Any], command: str, rows: Iterable[Measurement]
+) -> None:
     """The raw results: a header line with the machine facts, then one line per figure."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as out:

@@ -1,0 +1,252 @@
+"""End-to-end throughput of jobfsm: enqueue no-op jobs, drain them with worker processes.
+
+The method is the one every system in the comparison follows (benchmarks/peers/ runs
+the peers and the raw baselines the same way):
+
+- enqueue rate: no worker running; one client enqueues `cfg.jobs` jobs one at a time
+  (`Engine.submit`: one store transaction each) and, separately, in batches of 1,000
+  (`Engine.submit_many`). With RabbitMQ delivery the clock stops only once every
+  wake-up is confirmed by the broker.
+- process rate: `jobfsm worker` processes are started and ready (start-up sweep done,
+  first claim answered) before the first job exists; then the jobs are submitted in
+  batches of 1,000 and the clock runs from the first submit until the store counts
+  all of them succeeded.
+
+Stores are fresh per run (a new SQLite file, a new PostgreSQL database); SQLite keeps
+its default `synchronous=FULL`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from benchmarks._services import fresh_store_url
+from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
+from fsm import Engine, open_store
+from fsm.context import Context
+from fsm.handlers import Handlers
+
+QUEUE_ENV = "JOBFSM_BENCH_QUEUE"
+CONCURRENCY = 32  # thread slots per worker process
+POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
+BATCH = 1_000  # jobs per submit_many
+DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
+START_LIMIT = 60.0  # seconds a worker process may take to become ready
+
+STORES = {"sqlite": "sqlite", "postgres": "postgres", "rabbitmq": "postgres"}
+LABELS = {
+    "sqlite": "jobfsm, SQLite store (synchronous=FULL)",
+    "postgres": "jobfsm, PostgreSQL store",
+    "rabbitmq": "jobfsm, PostgreSQL store + RabbitMQ delivery",
+}
+
+
+def make_handlers(queue: str) -> Handlers:
+    handlers = Handlers()
+
+    @handlers.handler("noop", queue=queue)
+    def noop(ctx: Context) -> None:
+        return None
+
+    return handlers
+
+
+# What `jobfsm worker --app benchmarks.throughput:handlers` runs: the queue is per run.
+handlers = make_handlers(os.environ.get(QUEUE_ENV, "bench"))
+
+
+class Setup:
+    """One system under test: a fresh store, a unique queue, optional RabbitMQ wake-ups."""
+
+    def __init__(self, system: str, url: str, tmp: Path) -> None:
+        self.system = system
+        self.url = url
+        self.tmp = tmp
+        self.queue = f"bench-{uuid.uuid4().hex[:10]}"
+        self.engine = Engine(
+            open_store(url), kinds={"noop": make_handlers(self.queue)["noop"].policy}
+        )
+        self.delivery: Any = None
+        self.dead_letter_existed = True
+        if system == "rabbitmq":
+            from adapters.rabbitmq import RabbitDelivery
+
+            self.dead_letter_existed = _queue_exists("jobfsm.dead-letter")
+            self.delivery = RabbitDelivery(AMQP_URL, engine=self.engine)
+            self.engine.publisher = self.delivery
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start_worker(self) -> None:
+        n = len(self.procs)
+        log = self.tmp / f"{self.queue}-w{n}.log"
+        ready = log.with_suffix(".ready")
+        cmd = [sys.executable, "-m", "fsm.cli", "worker", "--app", "benchmarks.throughput:handlers"]
+        cmd += ["--store", self.url, "--queues", self.queue, "--log-level", "WARNING"]
+        cmd += ["--concurrency", str(CONCURRENCY), "--poll-interval", str(POLL_INTERVAL)]
+        cmd += ["--ready-file", str(ready)]
+        if self.delivery is not None:
+            cmd += ["--delivery", AMQP_URL]
+        env = dict(os.environ, PYTHONPATH=str(REPO), **{QUEUE_ENV: self.queue})
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        wait_for(lambda: ready.exists() or proc.poll() is not None, START_LIMIT, "worker start")
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {proc.returncode}: {log.read_text()[-2000:]}")
+
+    def submit_one_by_one(self, n: int) -> None:
+        for _ in range(n):
+            self.engine.submit("noop")
+        self.flush()
+
+    def submit_batches(self, n: int) -> None:
+        for start in range(0, n, BATCH):
+            self.engine.submit_many([("noop", None, {})] * min(BATCH, n - start))
+        self.flush()
+
+    def flush(self) -> None:
+        if self.delivery is not None and not self.delivery.flush(60.0):
+            raise RuntimeError("RabbitMQ wake-ups were not confirmed within 60 s")
+
+    def succeeded(self) -> int:
+        return self.engine.counts().get((self.queue, "succeeded"), 0)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        if self.delivery is not None:
+            self.delivery.close()
+            _delete_broker_names([f"jobfsm.{self.queue}"], self.dead_letter_existed)
+        self.engine.store.close()
+
+
+def _queue_exists(name: str) -> bool:
+    import pika
+    import pika.exceptions
+
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        conn.channel().queue_declare(name, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def _delete_broker_names(queues: list[str], keep_dead_letter: bool) -> None:
+    """Delete what a run declared on the broker; the dead-letter pair only if it made it."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        channel = conn.channel()
+        for name in queues:
+            channel.queue_delete(name)
+        if not keep_dead_letter:
+            channel.queue_delete("jobfsm.dead-letter")
+            channel.exchange_delete("jobfsm.dead-letter")
+    finally:
+        conn.close()
+
+
+@contextmanager
+def setup(system: str, tmp: Path) -> Iterator[Setup]:
+    with fresh_store_url(STORES[system], tmp) as url:
+        s = Setup(system, url, tmp)
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def enqueue_rate(system: str, cfg: Config, batched: bool) -> float:
+    with setup(system, cfg.tmp) as s:
+        began = time.perf_counter()
+        (s.submit_batches if batched else s.submit_one_by_one)(cfg.jobs)
+        return cfg.jobs / (time.perf_counter() - began)
+
+
+def process_rate(system: str, cfg: Config, workers: int) -> float:
+    with setup(system, cfg.tmp) as s:
+        for _ in range(workers):
+            s.start_worker()
+        began = time.perf_counter()
+        s.submit_batches(cfg.jobs)
+        wait_for(lambda: s.succeeded() >= cfg.jobs, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
+        return cfg.jobs / (time.perf_counter() - began)
+
+
+def _settings(system: str, workers: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"store": STORES[system]}
+    if system == "sqlite":
+        out["synchronous"] = "FULL (default)"
+    if system == "rabbitmq":
+        out["delivery"] = "RabbitMQ wake-ups, publisher confirms on"
+    if workers is not None:
+        out.update(
+            {
+                "worker processes": workers,
+                "threads per process": CONCURRENCY,
+                "poll interval s": POLL_INTERVAL,
+                "submit": f"submit_many, batches of {BATCH}",
+            }
+        )
+    return out
+
+
+def plan(cfg: Config) -> list[Task]:
+    tasks = []
+    for system in ("sqlite", "postgres", "rabbitmq"):
+        label = LABELS[system]
+
+        def enqueue(system: str = system, label: str = label) -> list[Measurement]:
+            one: Callable[[], float] = lambda: enqueue_rate(system, cfg, batched=False)  # noqa: E731
+            many: Callable[[], float] = lambda: enqueue_rate(system, cfg, batched=True)  # noqa: E731
+            return [
+                Measurement(
+                    f"throughput.jobfsm.{system}.w1.enqueue",
+                    f"{label}: enqueue, one `submit` per job",
+                    "jobs/s",
+                    repeat(cfg.repeats, one),
+                    _settings(system),
+                ),
+                Measurement(
+                    f"throughput.jobfsm.{system}.batch.enqueue",
+                    f"{label}: enqueue, `submit_many` of {BATCH}",
+                    "jobs/s",
+                    repeat(cfg.repeats, many),
+                    _settings(system),
+                ),
+            ]
+
+        tasks.append(Task(f"jobfsm {system}: enqueue", enqueue))
+        for workers in (1, 4):
+
+            def process(
+                system: str = system, label: str = label, workers: int = workers
+            ) -> list[Measurement]:
+                return [
+                    Measurement(
+                        f"throughput.jobfsm.{system}.w{workers}.process",
+                        f"{label}: process, {workers} worker process{'es' if workers > 1 else ''}",
+                        "jobs/s",
+                        repeat(cfg.repeats, lambda: process_rate(system, cfg, workers)),
+                        _settings(system, workers),
+                    )
+                ]
+
+            tasks.append(Task(f"jobfsm {system}: {workers} worker(s)", process))
+    return tasks
