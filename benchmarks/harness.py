@@ -106,7 +106,7 @@ class Measurement:
     def to_json(self) -> str:
         data = asdict(self)
         data.update(median=self.median, min=self.low, max=self.high)
-        return json.dumps(data, sort_keys=True, default=str)
+        return json.dumps(data, default=str)
 
     @classmethod
     def from_json(cls, line: str) -> Measurement:

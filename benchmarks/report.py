@@ -1,0 +1,311 @@
+"""Render a benchmark run as Markdown: machine facts, targets, every figure, every ratio.
+
+Ratios are taken between figures of the same run only. A comparison whose figures
+are missing (a suite not selected, a task that failed) is shown as "not measured",
+never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.harness import Measurement
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`ours` against the best of `theirs` (higher is better unless `lower_is_better`)."""
+
+    label: str
+    ours: str
+    theirs: tuple[str, ...]
+    target: float | None = None
+    lower_is_better: bool = False
+
+
+T = "throughput"
+# The issue's targets, then the ratios a reader wants beside them.
+THROUGHPUT_COMPARISONS = (
+    Comparison(
+        "jobfsm PostgreSQL, 4 workers / procrastinate, best 4-way",
+        f"{T}.jobfsm.postgres.w4.process",
+        (f"{T}.procrastinate.w4.process", f"{T}.procrastinate.c4.process"),
+        1.5,
+    ),
+    Comparison(
+        "jobfsm SQLite (FULL), 4 workers / procrastinate, best 4-way",
+        f"{T}.jobfsm.sqlite.w4.process",
+        (f"{T}.procrastinate.w4.process", f"{T}.procrastinate.c4.process"),
+        1.5,
+    ),
+    Comparison(
+        "jobfsm RabbitMQ, 4 workers / dramatiq, 4 workers",
+        f"{T}.jobfsm.rabbitmq.w4.process",
+        (f"{T}.dramatiq.w4.process",),
+        1.0,
+    ),
+    Comparison(
+        "jobfsm SQLite, 1 worker / raw sqlite3 (FULL)",
+        f"{T}.jobfsm.sqlite.w1.process",
+        (f"{T}.raw.sqlite.full.process",),
+        0.6,
+    ),
+    Comparison(
+        "jobfsm PostgreSQL, 1 worker / raw psycopg, 1 client",
+        f"{T}.jobfsm.postgres.w1.process",
+        (f"{T}.raw.postgres.c1.process",),
+        0.6,
+    ),
+    Comparison(
+        "jobfsm PostgreSQL, 4 workers / raw psycopg, 4 clients",
+        f"{T}.jobfsm.postgres.w4.process",
+        (f"{T}.raw.postgres.c4.process",),
+        0.6,
+    ),
+    Comparison(
+        "jobfsm PostgreSQL, 1 worker / procrastinate, 1 worker",
+        f"{T}.jobfsm.postgres.w1.process",
+        (f"{T}.procrastinate.w1.process",),
+    ),
+    Comparison(
+        "jobfsm SQLite, 1 worker / procrastinate, 1 worker",
+        f"{T}.jobfsm.sqlite.w1.process",
+        (f"{T}.procrastinate.w1.process",),
+    ),
+    Comparison(
+        "jobfsm RabbitMQ, 1 worker / dramatiq, 1 worker",
+        f"{T}.jobfsm.rabbitmq.w1.process",
+        (f"{T}.dramatiq.w1.process",),
+    ),
+    Comparison(
+        "jobfsm RabbitMQ, 4 workers / celery, 4 workers",
+        f"{T}.jobfsm.rabbitmq.w4.process",
+        (f"{T}.celery.w4.process",),
+    ),
+    Comparison(
+        "jobfsm PostgreSQL enqueue, one `submit` / procrastinate `defer`",
+        f"{T}.jobfsm.postgres.w1.enqueue",
+        (f"{T}.procrastinate.w1.enqueue",),
+    ),
+    Comparison(
+        "jobfsm PostgreSQL enqueue, `submit_many` / procrastinate batch defer",
+        f"{T}.jobfsm.postgres.batch.enqueue",
+        (f"{T}.procrastinate.batch.enqueue",),
+    ),
+    Comparison(
+        "jobfsm RabbitMQ enqueue, one `submit` / dramatiq `send`",
+        f"{T}.jobfsm.rabbitmq.w1.enqueue",
+        (f"{T}.dramatiq.w1.enqueue",),
+    ),
+    Comparison(
+        "jobfsm RabbitMQ enqueue, one `submit` / raw pika publish with confirms",
+        f"{T}.jobfsm.rabbitmq.w1.enqueue",
+        (f"{T}.raw.pika.publish",),
+    ),
+)
+
+RECOVERY_TARGET_S = 1.0
+RECOVERY_TARGETS = (
+    "recovery.jobfsm.sqlite.same_host",
+    "recovery.jobfsm.postgres.same_host",
+    "recovery.jobfsm.postgres.cross_host",
+)
+ZOMBIE_KEYS = ("recovery.jobfsm.sqlite.zombie", "recovery.jobfsm.postgres.zombie")
+
+
+def fmt(value: float, unit: str = "") -> str:
+    """A figure for a table: thousands separated, else three significant places."""
+    if math.isnan(value):
+        return "-"
+    if abs(value) >= 100:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text} {unit}" if unit else text
+
+
+def spread(m: Measurement) -> str:
+    if len(m.values) < 2:
+        return ""
+    return f"{fmt(m.low)}-{fmt(m.high)}"
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in settings.items())
+
+
+class Report:
+    def __init__(self, rows: Iterable[Measurement]) -> None:
+        self.rows = list(rows)
+        self.by_key = {m.key: m for m in self.rows}
+
+    def ratio(self, c: Comparison) -> tuple[float, str]:
+        """(ours / best of theirs, the key of that best), or NaN when a side is missing."""
+        ours = self.by_key.get(c.ours)
+        theirs = [self.by_key[k] for k in c.theirs if k in self.by_key and self.by_key[k].values]
+        if ours is None or not ours.values or not theirs:
+            return float("nan"), ""
+        pick = min if c.lower_is_better else max
+        best = pick(theirs, key=lambda m: m.median)
+        return ours.median / best.median, best.key
+
+    def verdicts(self) -> list[tuple[str, str, str, bool | None]]:
+        """(target, measured, bound, met) for every target of the issue."""
+        out: list[tuple[str, str, str, bool | None]] = []
+        for c in THROUGHPUT_COMPARISONS:
+            if c.target is None:
+                continue
+            value, _ = self.ratio(c)
+            met = None if math.isnan(value) else value >= c.target
+            out.append(
+                (
+                    c.label,
+                    "not measured" if met is None else f"{value:.2f}x",
+                    f">= {c.target}x",
+                    met,
+                )
+            )
+        for key in RECOVERY_TARGETS:
+            m = self.by_key.get(key)
+            if m is None:
+                out.append((f"recovery p50, {key}", "not measured", "<= 1 s", None))
+                continue
+            never = int(m.facts.get("never_rerun", 0))
+            ok = bool(m.values) and never == 0 and m.median <= RECOVERY_TARGET_S
+            out.append((f"recovery p50 after kill -9: {m.label}", fmt(m.median, "s"), "<= 1 s", ok))
+        for key in ZOMBIE_KEYS:
+            m = self.by_key.get(key)
+            if m is None:
+                out.append((f"effects committed twice, {key}", "not measured", "0", None))
+                continue
+            twice = int(sum(m.values))
+            out.append((f"effects committed twice: {m.label}", str(twice), "0", twice == 0))
+        lost = [
+            (m.key, int(m.facts.get("lost", 0)))
+            for m in self.rows
+            if m.key.startswith("recovery.jobfsm.")
+        ]
+        if lost:
+            total = sum(n for _, n in lost)
+            out.append(("jobs lost, every jobfsm recovery scenario", str(total), "0", total == 0))
+        return out
+
+    def markdown(self, facts: dict[str, Any], command: str) -> str:
+        lines = [
+            f"Run {facts['date']} with `{command}`.",
+            "",
+            "| machine | |",
+            "|---|---|",
+            f"| cores | {facts['cores']} ({facts['cpu']}) |",
+            f"| memory | {facts['memory_gib']} GiB |",
+            "| load average at start (1, 5, 15 min) | "
+            + ", ".join(map(str, facts["load_average"]))
+            + " |",
+            f"| Python / kernel | {facts['python']} / {facts['kernel']} |",
+            "| SQLite / PostgreSQL / RabbitMQ | "
+            + " / ".join(str(facts[k]) for k in ("sqlite", "postgresql", "rabbitmq"))
+            + " |",
+            "| packages | " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items()) + " |",
+            "",
+            "### Targets",
+            "",
+            "| target | measured | bound | met |",
+            "|---|---:|---:|---|",
+        ]
+        for label, value, bound, met in self.verdicts():
+            mark = "not measured" if met is None else ("yes" if met else "**no**")
+            lines.append(f"| {label} | {value} | {bound} | {mark} |")
+        lines += self._throughput() + self._recovery() + self._scale()
+        return "\n".join(lines) + "\n"
+
+    def _throughput(self) -> list[str]:
+        rows = [m for m in self.rows if m.key.startswith("throughput.")]
+        if not rows:
+            return []
+        lines = [
+            "",
+            "### Throughput, end to end (no-op jobs)",
+            "",
+            "| figure | median | min-max | unit | settings |",
+            "|---|---:|---:|---|---|",
+        ]
+        for m in rows:
+            lines.append(
+                f"| {m.label} | {fmt(m.median)} | {spread(m)} | {m.unit} "
+                f"| {_settings(m.settings)} |"
+            )
+        lines += ["", "| ratio (medians, same run) | value | against |", "|---|---:|---|"]
+        for c in THROUGHPUT_COMPARISONS:
+            value, against = self.ratio(c)
+            shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
+            lines.append(
+                f"| {c.label} | {shown} | `{against}` |"
+                if against
+                else f"| {c.label} | {shown} | |"
+            )
+        return lines
+
+    def _recovery(self) -> list[str]:
+        rows = [m for m in self.rows if m.key.startswith("recovery.")]
+        if not rows:
+            return []
+        lines = [
+            "",
+            "### Crash recovery",
+            "",
+            "| scenario | re-run after (p50, max) | re-run | ran twice | lost | stuck "
+            "| setting | documented behaviour |",
+            "|---|---:|---:|---:|---:|---:|---|---|",
+        ]
+        for m in rows:
+            f = m.facts
+            runs = f.get("runs", len(m.values))
+            if m.unit == "s":
+                timing = f"{fmt(m.median, 's')}, {fmt(m.high, 's')}" if m.values else "never"
+            else:
+                timing = f"{int(sum(m.values))} {m.unit} twice"
+            bound = f.get("not_rerun_within_s")
+            rerun = f"{f.get('rerun', len(m.values))}/{runs}"
+            if bound is not None and f.get("never_rerun"):
+                rerun += f" (none within {bound:g} s)" if isinstance(bound, int | float) else ""
+            lines.append(
+                f"| {m.label} | {timing} | {rerun} | {f.get('ran_twice', '-')} "
+                f"| {f.get('lost', '-')} | {f.get('stuck', '-')} | {_settings(m.settings)} "
+                f"| {m.note} |"
+            )
+        return lines
+
+    def _scale(self) -> list[str]:
+        rows = [m for m in self.rows if m.key.startswith("scale.")]
+        if not rows:
+            return []
+        lines = [
+            "",
+            "### Scale",
+            "",
+            "| figure | median | min-max | unit | facts |",
+            "|---|---:|---:|---|---|",
+        ]
+        for m in rows:
+            facts = _settings({**m.settings, **m.facts})
+            lines.append(f"| {m.label} | {fmt(m.median)} | {spread(m)} | {m.unit} | {facts} |")
+        return lines
+
+
+BEGIN = "<!-- BEGIN python -m benchmarks: generated, do not edit by hand -->"
+END = "<!-- END python -m benchmarks -->"
+
+
+def splice(document: str, generated: str) -> str:
+    """Replace the generated block of `document` (appended if it has none)."""
+    block = f"{BEGIN}\n{generated}{END}\n"
+    if BEGIN in document and END in document:
+        head, rest = document.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        return head + block + tail.lstrip("\n")
+    return document.rstrip("\n") + "\n\n" + block

@@ -1,0 +1,100 @@
+"""The benchmark report: ratios from the same run, honest gaps, verdicts, the docs splice."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from benchmarks.harness import Measurement, read_jsonl, write_jsonl
+from benchmarks.report import BEGIN, END, Comparison, Report, splice
+
+
+def m(key: str, *values: float, unit: str = "jobs/s", **facts: object) -> Measurement:
+    return Measurement(key, key, unit, list(values), facts=dict(facts))
+
+
+FOUR_WAY = Comparison(
+    "pg / procrastinate",
+    "throughput.jobfsm.postgres.w4.process",
+    ("throughput.procrastinate.w4.process", "throughput.procrastinate.c4.process"),
+    1.5,
+)
+
+
+def test_a_ratio_is_taken_against_the_best_peer_configuration_by_median() -> None:
+    report = Report(
+        [
+            m("throughput.jobfsm.postgres.w4.process", 1500, 1600, 1700),
+            m("throughput.procrastinate.w4.process", 900, 1000, 5000),  # median 1000
+            m("throughput.procrastinate.c4.process", 800),
+        ]
+    )
+    value, against = report.ratio(FOUR_WAY)
+    assert value == 1.6
+    assert against == "throughput.procrastinate.w4.process"
+
+
+def test_a_missing_side_is_not_measured_rather_than_guessed() -> None:
+    report = Report([m("throughput.jobfsm.postgres.w4.process", 1500)])
+    value, against = report.ratio(FOUR_WAY)
+    assert math.isnan(value)
+    assert against == ""
+    rows = {label: (shown, met) for label, shown, _bound, met in report.verdicts()}
+    assert rows["jobfsm PostgreSQL, 4 workers / procrastinate, best 4-way"] == (
+        "not measured",
+        None,
+    )
+
+
+def test_recovery_verdicts_need_every_run_rerun_within_a_second() -> None:
+    fast = m("recovery.jobfsm.sqlite.same_host", 0.4, 0.6, unit="s", never_rerun=0, lost=0)
+    one_never = m("recovery.jobfsm.postgres.same_host", 0.4, unit="s", never_rerun=1, lost=0)
+    slow = m("recovery.jobfsm.postgres.cross_host", 1.2, 1.4, unit="s", never_rerun=0, lost=1)
+    zombie = m("recovery.jobfsm.sqlite.zombie", 0, 1, unit="effects")
+    met = {
+        label: ok
+        for label, _shown, _bound, ok in Report([fast, one_never, slow, zombie]).verdicts()
+    }
+    assert met["recovery p50 after kill -9: recovery.jobfsm.sqlite.same_host"] is True
+    assert met["recovery p50 after kill -9: recovery.jobfsm.postgres.same_host"] is False
+    assert met["recovery p50 after kill -9: recovery.jobfsm.postgres.cross_host"] is False
+    assert met["effects committed twice: recovery.jobfsm.sqlite.zombie"] is False
+    assert met["jobs lost, every jobfsm recovery scenario"] is False
+
+
+def test_results_round_trip_through_json_lines_and_render(tmp_path: Path) -> None:
+    rows = [
+        m("throughput.jobfsm.sqlite.w1.process", 2000, 2100),
+        m("throughput.raw.sqlite.full.process", 3000),
+        m("recovery.celery.acks_early", unit="s", runs=1, rerun=0, never_rerun=1, lost=1),
+        m("scale.sqlite.worker_memory", 40.0, 40.5, unit="MiB"),
+    ]
+    facts = {
+        "date": "2026-11-30 23:00 UTC",
+        "cores": 2,
+        "cpu": "test",
+        "memory_gib": 1.0,
+        "load_average": [0.1, 0.2, 0.3],
+        "python": "3.11",
+        "kernel": "k",
+        "sqlite": "3",
+        "postgresql": "15",
+        "rabbitmq": "3.10",
+        "packages": {"jobfsm": "0.1.0"},
+    }
+    path = tmp_path / "r.jsonl"
+    write_jsonl(path, facts, "python -m benchmarks", rows)
+    facts2, command, rows2 = read_jsonl(path)
+    assert (facts2, command, rows2) == (facts, "python -m benchmarks", rows)
+    text = Report(rows2).markdown(facts2, command)
+    assert "| jobfsm SQLite, 1 worker / raw sqlite3 (FULL) | 0.68x | >= 0.6x | yes |" in text
+    assert "| recovery.celery.acks_early | never | 0/1 |" in text
+    assert "| scale.sqlite.worker_memory | 40.2 | 40.0-40.5 | MiB |" in text
+
+
+def test_the_generated_block_is_replaced_and_the_hand_written_text_kept() -> None:
+    doc = "# Benchmarks\n\nintro\n"
+    once = splice(doc, "first\n")
+    assert once == f"# Benchmarks\n\nintro\n\n{BEGIN}\nfirst\n{END}\n"
+    twice = splice(once + "\n## After\n", "second\n")
+    assert twice == f"# Benchmarks\n\nintro\n\n{BEGIN}\nsecond\n{END}\n## After\n"
