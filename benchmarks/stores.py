@@ -285,7 +285,7 @@ def paired_lease_latencies(
     }
 
 
-def bulk_finished_sqlite(store: Any, n: int, now: float) -> None:
+def bulk_finished_sqlite(store: Any, n: int, now: float, queue: str = "default") -> None:
     """Write `n` succeeded jobs (4 audit rows each) straight into the file: setup only."""
     from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row
 
@@ -298,7 +298,7 @@ def bulk_finished_sqlite(store: Any, n: int, now: float) -> None:
         for i in range(base, min(n, base + chunk)):
             t = now - 86400 + i * 1e-3
             job = Job(
-                new_id(t), "bench", "default", "{}", "succeeded", t, t, t,
+                new_id(t), "bench", queue, "{}", "succeeded", t, t, t,
                 attempt=1, fence=1, version=4, started_at=t, finished_at=t, result_json="null",
             )  # fmt: skip
             r = job_to_row(job)
@@ -467,7 +467,7 @@ def _pg_children(code_argv: Callable[[int], list[str]], n: int) -> list[dict[str
     return out
 
 
-def _pg_fill_finished(db: str, schema: str, n: int) -> None:
+def _pg_fill_finished(db: str, schema: str, n: int, queue: str = "default") -> None:
     """`n` succeeded jobs (4 audit rows each) written straight into the schema: setup only."""
     import psycopg
 
@@ -477,10 +477,10 @@ def _pg_fill_finished(db: str, schema: str, n: int) -> None:
             "INSERT INTO jobs (id, kind, queue, payload_json, state, created_at, updated_at, "
             "run_after, priority, attempt, max_attempts, recoveries, max_recoveries, retry_safe, "
             "fence, version, started_at, finished_at, correlation_id, result_json) "
-            "SELECT '0' || lpad(g::text, 25, '0'), 'bench', 'default', '{}', 'succeeded', "
+            "SELECT '0' || lpad(g::text, 25, '0'), 'bench', %s, '{}', 'succeeded', "
             "1.0, 2.0, 1.0, 0, 1, 10, 0, 3, true, 1, 4, 1.5, 2.0, g::text, 'null' "
             "FROM generate_series(1, %s) AS g",
-            (n,),
+            (queue, n),
         )
         conn.execute(
             "INSERT INTO job_events (job_id, version, at, event, from_state, to_state, fence, "
