@@ -12,7 +12,13 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, audit_from_row, job_from_row, owner_to_text
+from adapters._rows import (
+    AUDIT_COLUMNS,
+    JOB_COLUMNS,
+    audit_from_row,
+    job_from_values,
+    owner_to_text,
+)
 from fsm.errors import BadInput, JobFSMError, SchemaError, StoreError, TransientStoreError
 from fsm.records import AuditEntry, Decision, Job
 
@@ -28,7 +34,7 @@ _OWNER = JOB_COLUMNS.index("owner")
 
 
 def _job(row: Sequence[Any]) -> Job:
-    return job_from_row(dict(zip(JOB_COLUMNS, row, strict=True)))
+    return job_from_values(row)
 
 
 def _entry(row: Sequence[Any]) -> AuditEntry:

@@ -16,7 +16,7 @@ from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConf
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job, Owner
 
-from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_from_text, owner_to_text
+from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -42,13 +42,7 @@ _SCHEMA = ("no such table", "no such column", "has no column")
 
 
 _OWNER_AT = JOB_COLUMNS.index("owner")
-_RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
 _VERSION_AT = JOB_COLUMNS.index("version")
-
-
-@functools.lru_cache(maxsize=1024)  # bounded: a few owners hold most leases
-def _owner(text: str) -> Owner | None:
-    return owner_from_text(text)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -58,11 +52,7 @@ def _owner_text(owner: Owner) -> str | None:
 
 def _job(row: Sequence[Any]) -> Job:
     """A Job from a row selected as `_JOB_COLS` (the `_rows` mapping, positionally)."""
-    values = list(row)
-    if values[_OWNER_AT] is not None:
-        values[_OWNER_AT] = _owner(values[_OWNER_AT])
-    values[_RETRY_SAFE_AT] = bool(values[_RETRY_SAFE_AT])
-    return Job(*values)
+    return job_from_values(row)
 
 
 def _job_values(job: Job) -> list[Any]:
