@@ -122,19 +122,16 @@ class Statements:
             f"({unordered}) e WHERE e.job_id IN (SELECT id FROM upd)) "
             "SELECT id FROM upd"
         )
-        # apply of one decision (the Engine's transitions): scalar parameters, which
-        # cost the client far less to send than one-element arrays
-        one_sets = ", ".join(f"{c} = %s::{JOB_TYPES[c]}" for c in JOB_COLUMNS if c != "id")
+        # apply of one decision (the Engine's transitions) takes scalar parameters,
+        # which cost the client far less to send than one-element arrays
         one_entry = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
-        upd_one = (
-            f"upd AS (UPDATE {jobs} SET {one_sets} WHERE id = %s AND version = %s RETURNING id)"
+        self._one_entry = one_entry
+        self._aud_batch = (
+            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM "
+            f"({unordered}) e WHERE e.job_id IN (SELECT id FROM upd))"
         )
-        self.apply_one = f"WITH {upd_one} SELECT id FROM upd"
-        self.apply_one_audited = (
-            f"WITH {upd_one}, aud AS (INSERT INTO {events} ({audit_cols}) SELECT * FROM "
-            f"(VALUES ({one_entry})) AS e({audit_cols}) WHERE EXISTS (SELECT 1 FROM upd)) "
-            "SELECT id FROM upd"
-        )
+        self._audit_cols = audit_cols
+        self._changed: dict[tuple[tuple[str, ...], bool, bool], str] = {}
         self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
         self.copy_jobs = f"COPY {jobs} ({job_cols}) FROM STDIN"
         self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
@@ -157,6 +154,48 @@ class Statements:
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
         self._claims: dict[tuple[tuple[str, ...], bool, bool], str] = {}
+
+    def apply_changed(self, columns: tuple[str, ...], *, batch: bool, audited: bool) -> str:
+        """`apply` / `apply_one` setting only `columns` (the ones the decisions change).
+
+        Parameters: batch, `prev_version[]`, `id[]`, one array per column, then the
+        audit arrays; one, the column values, `id`, `prev_version`, then the entry.
+        """
+        key = (columns, batch, audited)
+        statement = self._changed.get(key)
+        if statement is not None:
+            return statement
+        if not columns or any(c not in JOB_TYPES or c == "id" for c in columns):
+            raise BadInput(f"apply: not a set of job columns: {columns!r}")
+        jobs, events, audit_cols = self.jobs, self.events, self._audit_cols
+        if batch:
+            arrays = ", ".join(f"%b::{JOB_TYPES[c]}[]" for c in columns)
+            sets = ", ".join(f"{c} = d.{c}" for c in columns)
+            statement = (
+                f"WITH d AS (SELECT * FROM unnest(%b::int8[], %b::text[], {arrays}) "
+                f"AS d(prev_version, id, {', '.join(columns)})), "
+                f"upd AS (UPDATE {jobs} AS j SET {sets} FROM d "
+                "WHERE j.id = d.id AND j.version = d.prev_version RETURNING j.id)"
+            )
+            if audited:
+                statement += f", {self._aud_batch}"
+        else:
+            sets = ", ".join(f"{c} = %s::{JOB_TYPES[c]}" for c in columns)
+            statement = (
+                f"WITH upd AS (UPDATE {jobs} SET {sets} WHERE id = %s AND version = %s "
+                "RETURNING id)"
+            )
+            if audited:
+                statement += (
+                    f", aud AS (INSERT INTO {events} ({audit_cols}) SELECT * FROM "
+                    f"(VALUES ({self._one_entry})) AS e({audit_cols}) "
+                    "WHERE EXISTS (SELECT 1 FROM upd))"
+                )
+        statement += " SELECT id FROM upd"
+        if len(self._changed) >= 256:  # bounded; a few column sets cover the lifecycle
+            self._changed.clear()
+        self._changed[key] = statement
+        return statement
 
     def claim(self, states: tuple[str, ...], by_ids: bool, one_queue: bool = False) -> str:
         """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both

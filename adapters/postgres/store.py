@@ -12,6 +12,7 @@ connection, never by assuming.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +47,20 @@ COPY_MIN = 200
 INSERT_ROUNDS = 3
 _N = len(JOB_COLUMNS)
 _SET_COLUMNS = tuple(c for c in JOB_COLUMNS if c != "id")
-_SET_OWNER = _SET_COLUMNS.index("owner")
+_set_values = operator.attrgetter(*_SET_COLUMNS)
+
+
+def _changed(d: Decision) -> tuple[str, ...]:
+    """The columns `d` changes, in column order; `version` always (it always grows)."""
+    assert d.previous is not None
+    new, old = _set_values(d.job), _set_values(d.previous)
+    return tuple(
+        c for c, a, b in zip(_SET_COLUMNS, new, old, strict=True) if a != b or c == "version"
+    )
+
+
+def _value(job: Job, column: str) -> Any:
+    return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
 
 class PostgresStore(Connected):
@@ -254,10 +268,7 @@ class PostgresStore(Connected):
             return self._apply_in_order(decisions)
 
         def body(conn: Conn) -> set[str]:
-            if len(decisions) == 1:
-                statement, params = self._apply_one(decisions[0])
-            else:
-                statement, params = self.sql.apply, self._apply_params(decisions)
+            statement, params = self._apply_statement(decisions)
             return {r[0] for r in conn.execute(statement, params).fetchall()}
 
         def reconcile() -> set[str]:
@@ -269,16 +280,37 @@ class PostgresStore(Connected):
         written = self._write("apply", body, reconcile)
         return self._outcomes(decisions, written)
 
-    def _apply_one(self, d: Decision) -> tuple[str, list[Any]]:
-        assert d.previous is not None
-        job = d.job
-        values = [getattr(job, c) for c in _SET_COLUMNS]
-        values[_SET_OWNER] = owner_to_text(job.owner)
-        params = [*values, job.id, d.previous.version]
-        if d.entry is None:
-            return self.sql.apply_one, params
-        entry = d.entry
-        return self.sql.apply_one_audited, params + [getattr(entry, c) for c in AUDIT_COLUMNS]
+    def _apply_statement(self, decisions: Sequence[Decision]) -> tuple[str, list[Any]]:
+        """The apply statement and its parameters, setting only the changed columns.
+
+        Every write bumps `version`, so the row a compare-and-set on
+        `d.previous.version` finds holds exactly `d.previous`: setting the columns
+        that differ leaves it equal to `d.job`, field for field, while the row,
+        the parameters and the server's work shrink to what changed. A batch
+        whose decisions change different sets of columns sets every column.
+        """
+        changed = {_changed(d) for d in decisions}
+        audited = all(d.entry is not None for d in decisions)
+        if len(changed) != 1 or not (audited or all(d.entry is None for d in decisions)):
+            return self.sql.apply, self._apply_params(decisions)
+        (columns,) = changed
+        entries = [d.entry for d in decisions if d.entry is not None]
+        if len(decisions) == 1:
+            (d,) = decisions
+            assert d.previous is not None
+            params = [_value(d.job, c) for c in columns] + [d.job.id, d.previous.version]
+            if entries:
+                params += [getattr(entries[0], c) for c in AUDIT_COLUMNS]
+        else:
+            params = [
+                [d.previous.version if d.previous is not None else None for d in decisions],
+                [d.job.id for d in decisions],
+                *([_value(d.job, c) for d in decisions] for c in columns),
+            ]
+            if entries:
+                params += _audit_arrays(entries)
+        statement = self.sql.apply_changed(columns, batch=len(decisions) > 1, audited=audited)
+        return statement, params
 
     def _apply_params(self, decisions: Sequence[Decision]) -> list[Any]:
         entries = [d.entry for d in decisions if d.entry is not None]
