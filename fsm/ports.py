@@ -248,15 +248,27 @@ class Attempt:
 
     `run` runs it in this process (thread executors); `target` names the handler by
     import path ("module:qualname") for executors that run it in another process,
-    which rebuild the job from `job_json` (never a pickled object).
+    which rebuild the job from `job_json` (never a pickled object). Left out,
+    `job_json` is made from `job` when first read, so an executor that runs
+    attempts in this process never pays for the JSON.
     """
 
     job: Job
     timeout: float
     target: str
-    job_json: str
     run: Callable[[], Outcome] = attrs.field(repr=False)
     cancelled: CancelToken = attrs.field(repr=False)
+    _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
+
+    @property
+    def job_json(self) -> str:
+        """The job as JSON (`fsm.context.job_to_json`), made once, on first use."""
+        if self._job_json is None:
+            from .context import job_to_json  # fsm.context imports this module
+
+            object.__setattr__(self, "_job_json", job_to_json(self.job))
+        assert self._job_json is not None
+        return self._job_json
 
 
 class Executor(Protocol):

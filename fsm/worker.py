@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from . import jsonio
-from .context import Context, Handler, job_to_json, run_attempt
+from .context import Context, Handler, run_attempt
 from .engine import Engine, RecoveryReport
 from .errors import (
     BadInput,
@@ -422,7 +422,6 @@ class Worker:
             job=job,
             timeout=float(timeout),
             target=spec.target,
-            job_json=job_to_json(job),
             run=lambda: run_attempt(fn, ctx, limit),
             cancelled=run.cancelled,
         )
