@@ -46,7 +46,12 @@ def fresh_store_url(kind: str, folder: Path | None = None) -> Iterator[str]:
             yield url
         return
     if folder is not None:
-        yield f"sqlite:///{folder / f'bench-{uuid.uuid4().hex[:8]}.db'}"
+        path = folder / f"bench-{uuid.uuid4().hex[:8]}.db"
+        try:
+            yield f"sqlite:///{path}"
+        finally:  # a 1M-row file should not wait for the folder's removal
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
         return
     with tempfile.TemporaryDirectory() as tmp:
         yield f"sqlite:///{tmp}/bench.db"

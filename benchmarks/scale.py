@@ -26,8 +26,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -73,19 +71,6 @@ def plan(cfg: Config) -> list[Task]:
 
 
 # --- stores ------------------------------------------------------------------------------
-
-
-@contextmanager
-def fresh_store(cfg: Config, store: str) -> Iterator[str]:
-    """A fresh store URL; a SQLite file (with its WAL) is deleted afterwards."""
-    with fresh_store_url(store, cfg.tmp) as url:
-        try:
-            yield url
-        finally:
-            if store == "sqlite":
-                path = url.removeprefix("sqlite:///").split("?", 1)[0]
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    Path(path + suffix).unlink(missing_ok=True)
 
 
 def fill(store: str, url: str, rows: int) -> float:
@@ -199,7 +184,7 @@ def table(cfg: Config, store: str, rows: int) -> list[Measurement]:
     samples = LEASE_SAMPLES
     jobs = min(cfg.jobs, 2000)
     prefix = f"scale.{store}.rows{rows}"
-    with fresh_store(cfg, store) as url:
+    with fresh_store_url(store, cfg.tmp) as url:
         fill_s = fill(store, url, rows)
         engine = engine_for(url)
         try:
@@ -274,7 +259,7 @@ def memory(cfg: Config, store: str) -> list[Measurement]:
     marks = [total * k // MEMORY_SAMPLES for k in range(1, MEMORY_SAMPLES + 1)]
     samples: list[float] = []
     at_jobs: list[int] = []
-    with fresh_store(cfg, store) as url:
+    with fresh_store_url(store, cfg.tmp) as url:
         fill(store, url, 0)
         engine = engine_for(url)
         folder = Path(tempfile.mkdtemp(prefix="scale-", dir=cfg.tmp))
