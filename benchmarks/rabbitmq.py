@@ -34,7 +34,6 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -44,6 +43,7 @@ import pika  # noqa: E402
 
 from adapters.rabbitmq import RabbitDelivery  # noqa: E402
 from benchmarks._services import fresh_store_url  # noqa: E402
+from benchmarks.peers.raw_pika import end_to_end  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
 from fsm.owner import Identity  # noqa: E402
 from fsm.worker import Worker  # noqa: E402
@@ -74,61 +74,8 @@ def delete_queues(names: list[str]) -> None:
 
 
 def run_raw(jobs: int, prefetch: int, publishers: int = 1) -> float:
-    queue = f"bench.raw.{uuid.uuid4().hex[:8]}"
-    setup = pika.BlockingConnection(pika.URLParameters(RABBIT))
-    setup.channel().queue_declare(queue, durable=True)
-    setup.close()
-    got = 0
-    ready = threading.Event()
-
-    def consume() -> None:
-        nonlocal got
-        conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
-        channel = conn.channel()
-        channel.basic_qos(prefetch_count=prefetch)
-
-        def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
-            nonlocal got
-            ch.basic_ack(method.delivery_tag)
-            got += 1
-            if got >= jobs:
-                ch.stop_consuming()
-
-        channel.basic_consume(queue, on_message)
-        ready.set()
-        channel.start_consuming()
-        conn.close()
-
-    consumer = threading.Thread(target=consume)
-    consumer.start()
-    ready.wait(10)
-    props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
-    channels = []
-    for _ in range(publishers):  # one connection per publishing thread (pika is not thread-safe)
-        conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
-        channel = conn.channel()
-        channel.confirm_delivery()
-        channels.append((conn, channel))
-
-    def produce(channel: Any, share: range) -> None:
-        for i in share:
-            channel.basic_publish("", queue, b'{"job_id":"%d"}' % i, props, mandatory=True)
-
-    producers = [
-        threading.Thread(target=produce, args=(channel, range(n, jobs, publishers)))
-        for n, (_conn, channel) in enumerate(channels)
-    ]
-    started = time.perf_counter()
-    for producer in producers:
-        producer.start()
-    consumer.join(WAIT_LIMIT)
-    elapsed = time.perf_counter() - started
-    for producer in producers:
-        producer.join()
-    for conn, _channel in channels:
-        conn.close()
-    delete_queues([queue])
-    return jobs / elapsed
+    """Raw pika end to end, confirmed publishes and an acking consumer (peers/raw_pika.py)."""
+    return end_to_end(jobs, prefetch, publishers, limit=WAIT_LIMIT)
 
 
 # --- dramatiq ---------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""celery on RabbitMQ (amqp): enqueue rate of `apply_async` and process rates of no-op jobs.
+
+Every run uses a fresh queue (and the direct exchange of the same name celery
+declares for it), deleted after. The client publishes with one producer
+(`apply_async(producer=...)`, the path `delay` takes without the pool round trip);
+celery publishes without confirms, so the enqueue clock stops when the queue holds
+every message, and in a process run a basic.get on the producer's channel is the
+barrier that all messages reached the queue.
+"Done" is the broker's record, ready + unacked == 0; celery acks early by default
+(before the task runs), so at that moment at most one no-op task per pool process
+may still be running. See `_common.wait_drained`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import Config, version_of
+from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
+from benchmarks.peers.celery_app import QUEUE_ENV, make_app
+
+DOCS = "https://docs.celeryq.dev/en/stable/userguide/configuration.html"
+PREFETCH_MULTIPLIER = 4  # celery's default worker_prefetch_multiplier
+
+
+def settings(**extra: Any) -> dict[str, Any]:
+    return {
+        "version": version_of("celery"),
+        "kombu": version_of("kombu"),
+        "transport": "amqp (py-amqp)",
+        "results": "ignored (task_ignore_result=True, no result backend)",
+        "pool": "prefork (default)",
+        "worker_prefetch_multiplier": f"{PREFETCH_MULTIPLIER} (default)",
+        "acks_late": "off (default: ack before the task runs)",
+        "publisher confirms": "off (kombu default)",
+        "delivery mode": "persistent (default)",
+        "remote control / events / gossip / mingle / heartbeat": "off",
+        **extra,
+        "docs": DOCS,
+    }
+
+
+def _barrier(producer: Any, queue: str) -> None:
+    """Return once every message published on the producer's channel is in `queue`.
+
+    A basic.get on that channel: RabbitMQ's queue process handles it in order after
+    the deliveries from the channel (a passive queue.declare it answers first, ahead
+    of them). A message it gets is rejected back to the queue at once.
+    """
+    message = producer.channel.basic_get(queue=queue, no_ack=False)
+    if message is not None:
+        producer.channel.basic_reject(message.delivery_tag, requeue=True)
+
+
+def enqueue_rate(jobs: int) -> float:
+    """Messages/s of `apply_async` one at a time, no worker running; then the queue is deleted."""
+    queue = run_name("celery")
+    app, noop = make_app(queue)
+    probe = QueueProbe()
+    try:
+        with app.producer_or_acquire() as producer:
+            noop.apply_async(producer=producer)  # warm-up: declares queue and exchange
+            started = time.perf_counter()
+            for _ in range(jobs):
+                noop.apply_async(producer=producer)
+            probe.wait_queued(queue, jobs + 1)
+            elapsed = time.perf_counter() - started
+    finally:
+        app.close()
+        probe.delete(queue, exchanges=(queue,))
+        probe.close()
+    return jobs / elapsed
+
+
+def worker_argvs(queue: str, workers: int, concurrency: int) -> list[list[str]]:
+    host = socket.gethostname()
+    base = ["celery", "-A", "benchmarks.peers.celery_app", "worker", "--pool=prefork"]
+    base += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    base.append(f"--concurrency={concurrency}")
+    return [[*base, f"--hostname={queue}_{n}@{host}"] for n in range(workers)]
+
+
+def process_rate(jobs: int, workers: int, concurrency: int, log: Path) -> tuple[float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+    queue = run_name("celery")
+    app, noop = make_app(queue)
+    probe = QueueProbe()
+    try:
+        with (
+            Workers(worker_argvs(queue, workers, concurrency), {QUEUE_ENV: queue}, log) as procs,
+            app.producer_or_acquire() as producer,
+        ):
+            probe.wait_consumers(queue, workers, procs)  # one consumer per worker
+            warm = workers * concurrency * PREFETCH_MULTIPLIER
+            for _ in range(warm):  # warm-up, drained before the clock starts
+                noop.apply_async(producer=producer)
+            _barrier(producer, queue)
+            wait_drained(probe, queue, time.perf_counter(), warm, procs)
+            started = time.perf_counter()
+            for _ in range(jobs):
+                noop.apply_async(producer=producer)
+            _barrier(producer, queue)
+            at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs)
+    finally:
+        app.close()
+        probe.delete(queue, exchanges=(queue,))
+        probe.close()
+    return jobs / at_ready, jobs / at_empty
+
+
+def enqueue_runs(cfg: Config) -> list[float]:
+    return [enqueue_rate(cfg.jobs) for _ in range(cfg.repeats)]
+
+
+def process_runs(cfg: Config, workers: int, concurrency: int) -> tuple[list[float], list[float]]:
+    log = cfg.tmp / f"{run_name('celery')}.log"
+    runs = [process_rate(cfg.jobs, workers, concurrency, log) for _ in range(cfg.repeats)]
+    return [r[0] for r in runs], [r[1] for r in runs]

@@ -1,0 +1,33 @@
+"""The dramatiq module the benchmark's workers run: one no-op actor named "noop".
+
+    BENCH_DRAMATIQ_QUEUE=name python -m dramatiq benchmarks.peers.dramatiq_app --processes 1
+
+The broker is dramatiq's RabbitmqBroker with its defaults (publisher confirms off);
+the benchmark builds its own client broker with `make(queue)` for every run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+from benchmarks.harness import AMQP_URL
+
+QUEUE_ENV = "BENCH_DRAMATIQ_QUEUE"
+
+
+def nothing() -> None:
+    return None
+
+
+def make(queue: str) -> tuple[RabbitmqBroker, dramatiq.Actor[[], None]]:
+    broker = RabbitmqBroker(url=AMQP_URL)
+    actor = dramatiq.actor(actor_name="noop", queue_name=queue, broker=broker)(nothing)
+    return broker, actor
+
+
+if QUEUE_ENV in os.environ:  # the worker process: the CLI takes the global broker
+    broker, actor = make(os.environ[QUEUE_ENV])
+    dramatiq.set_broker(broker)

@@ -1,0 +1,105 @@
+"""dramatiq on RabbitMQ: enqueue rate of `send` and process rates of no-op jobs.
+
+Every run uses a fresh queue (and its `.DQ` / `.XQ` companions), deleted after. The
+client is a RabbitmqBroker with dramatiq's defaults (no publisher confirms), so the
+enqueue clock stops when the queue holds every message, and in a process run a
+basic.get on the sending channel is the barrier that all messages reached the queue.
+"Done" is the broker's record: ready + unacked == 0 (dramatiq acks a message after
+its actor ran); see `_common.wait_drained`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import Config, version_of
+from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
+from benchmarks.peers.dramatiq_app import QUEUE_ENV, make
+
+DOCS = "https://dramatiq.io/reference.html#dramatiq.brokers.rabbitmq.RabbitmqBroker"
+THREADS = 8  # dramatiq's CLI default --threads
+PREFETCH_PER_PROCESS = THREADS * 2  # dramatiq.worker: queue prefetch = worker_threads * 2
+
+
+def settings(**extra: Any) -> dict[str, Any]:
+    return {
+        "version": version_of("dramatiq"),
+        "pika": version_of("pika"),
+        "broker": "RabbitmqBroker",
+        "publisher confirms": "off (default confirm_delivery=False)",
+        "delivery mode": "persistent (dramatiq always)",
+        "middleware": "default (AgeLimit, TimeLimit, ShutdownNotifications, Callbacks, "
+        "Pipelines, Retries)",
+        **extra,
+        "docs": DOCS,
+    }
+
+
+def _barrier(broker: Any, queue: str) -> None:
+    """Return once every message sent on the broker's channel is in `queue`.
+
+    A basic.get on the sending channel: RabbitMQ's queue process handles it in order
+    after the deliveries from that channel (a passive queue.declare it answers first,
+    ahead of them). A message it gets is rejected back to the queue at once.
+    """
+    channel = broker.channel
+    method, _props, _body = channel.basic_get(queue, auto_ack=False)
+    if method is not None:
+        channel.basic_reject(method.delivery_tag, requeue=True)
+
+
+def enqueue_rate(jobs: int) -> float:
+    """Messages/s of `actor.send()` one at a time, no worker running; then the queue is deleted."""
+    queue = run_name("dramatiq")
+    broker, actor = make(queue)
+    probe = QueueProbe()
+    try:
+        actor.send()  # warm-up: connects and declares the queues; not timed
+        started = time.perf_counter()
+        for _ in range(jobs):
+            actor.send()
+        probe.wait_queued(queue, jobs + 1)
+        elapsed = time.perf_counter() - started
+    finally:
+        broker.close()
+        probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
+        probe.close()
+    return jobs / elapsed
+
+
+def process_rate(jobs: int, processes: int, log: Path) -> tuple[float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+    queue = run_name("dramatiq")
+    broker, actor = make(queue)
+    argv = ["dramatiq", "benchmarks.peers.dramatiq_app", "--processes", str(processes)]
+    argv += ["--threads", str(THREADS), "--queues", queue]
+    probe = QueueProbe()
+    try:
+        with Workers([argv], {QUEUE_ENV: queue}, log) as workers:
+            probe.wait_consumers(queue, processes, workers)  # one consumer per worker process
+            for _ in range(processes * THREADS):  # warm-up, drained before the clock starts
+                actor.send()
+            _barrier(broker, queue)
+            wait_drained(probe, queue, time.perf_counter(), processes * THREADS, workers)
+            started = time.perf_counter()
+            for _ in range(jobs):
+                actor.send()
+            _barrier(broker, queue)
+            at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers)
+    finally:
+        broker.close()
+        probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
+        probe.close()
+    return jobs / at_ready, jobs / at_empty
+
+
+def enqueue_runs(cfg: Config) -> list[float]:
+    return [enqueue_rate(cfg.jobs) for _ in range(cfg.repeats)]
+
+
+def process_runs(cfg: Config, processes: int) -> tuple[list[float], list[float]]:
+    log = cfg.tmp / f"{run_name('dramatiq')}.log"
+    runs = [process_rate(cfg.jobs, processes, log) for _ in range(cfg.repeats)]
+    return [r[0] for r in runs], [r[1] for r in runs]
