@@ -41,11 +41,11 @@ class Sizes:
     bound: float  # "never re-run" after this many seconds
 
     @classmethod
-    def of(cls, cfg: Config, *, runs: int | None = None, bound: float | None = None) -> Sizes:
+    def of(cls, cfg: Config, *, bound: float | None = None) -> Sizes:
         return cls(
             sleep=3.0 if cfg.quick else 30.0,
             kill_after=1.0 if cfg.quick else 2.0,
-            runs=runs if runs is not None else cfg.recovery_runs,
+            runs=cfg.recovery_runs,
             bound=bound if bound is not None else cfg.recovery_wait,
         )
 
@@ -171,7 +171,7 @@ def kill_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Run:
         until = sizes.sleep + COMPLETE_MARGIN_S
         with suppress(TimeoutError):
             wait_for(lambda: marks.read(folder, "done"), until, "the re-run to complete", step=0.05)
-        time.sleep(0.5)  # a straggler completing too would show here
+        time.sleep(0.5)  # let a second completion, if any, land before counting
     run.completions = len(marks.read(folder, "done"))
     group.close()
     if not run.completions:

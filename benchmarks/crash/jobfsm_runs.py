@@ -146,13 +146,10 @@ def kill(cfg: Config, kind: str, cross_host: bool) -> Measurement:
 
 
 def zombie(cfg: Config, kind: str) -> Measurement:
-    sizes = common.Sizes.of(cfg)
-    # A frozen process is alive (pid there, advisory lock held): only its lease can lapse.
+    # A frozen process is alive (pid there, advisory lock held): only its lease can lapse,
+    # so the quick run shortens the lease to fit its budget.
     ttl, heartbeat = (3.0, 0.5) if cfg.quick else (DEFAULT_TTL, DEFAULT_HEARTBEAT)
-    bound = max(sizes.bound, ttl + 2 * heartbeat + 10.0)
-    sizes = common.Sizes(
-        sleep=sizes.sleep, kill_after=sizes.kill_after, runs=sizes.runs, bound=bound
-    )
+    sizes = common.Sizes.of(cfg, bound=max(cfg.recovery_wait, ttl + 2 * heartbeat + 10.0))
     return common.measure_zombie(
         f"recovery.jobfsm.{kind}.zombie",
         label=f"jobfsm {kind}, SIGSTOP then SIGCONT (zombie), fenced effect",

@@ -383,11 +383,8 @@ def celery(cfg: Config, acks_late: bool, reject: bool = False) -> Measurement:
 
 def zombie(cfg: Config, peer: str) -> Measurement:
     heartbeat = 2.0 if cfg.quick else 10.0
-    sizes = common.Sizes.of(cfg)
     # the broker notices a frozen connection after about two missed heartbeats
-    sizes = common.Sizes(
-        sizes.sleep, sizes.kill_after, sizes.runs, max(sizes.bound, 4 * heartbeat + 10.0)
-    )
+    sizes = common.Sizes.of(cfg, bound=max(cfg.recovery_wait, 4 * heartbeat + 10.0))
     if peer == "dramatiq":
         env = {"CRASH_AMQP_URL": _amqp_url(heartbeat)}
         settings: dict[str, Any] = {
