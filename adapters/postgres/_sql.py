@@ -74,6 +74,23 @@ def _unnest(types: dict[str, str]) -> str:
     return ", ".join(f"%b::{t}[]" for t in types.values())
 
 
+def batch_rows(columns: tuple[tuple[str, str], ...], varying: tuple[bool, ...]) -> str:
+    """SELECT of rows of `columns` (name, type) from parameters: one array per varying
+    column (unnest), one scalar for a column that holds the same value in every row.
+
+    Parameters, in this order: the scalars, then the arrays, each in column order.
+    The first column must vary (unnest needs an array to count the rows).
+    """
+    if not varying or not varying[0]:
+        raise BadInput("batch_rows: the first column must vary")
+    names = [c for (c, _), v in zip(columns, varying, strict=True) if v]
+    arrays = ", ".join(f"%b::{t}[]" for (_, t), v in zip(columns, varying, strict=True) if v)
+    select = ", ".join(
+        f"u.{c}" if v else f"%b::{t} AS {c}" for (c, t), v in zip(columns, varying, strict=True)
+    )
+    return f"SELECT {select} FROM unnest({arrays}) AS u({', '.join(names)})"
+
+
 class Statements:
     """Every statement of the store for one schema `s` (already quoted)."""
 
@@ -126,12 +143,9 @@ class Statements:
         # which cost the client far less to send than one-element arrays
         one_entry = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
         self._one_entry = one_entry
-        self._aud_batch = (
-            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM "
-            f"({unordered}) e WHERE e.job_id IN (SELECT id FROM upd))"
-        )
         self._audit_cols = audit_cols
-        self._changed: dict[tuple[tuple[str, ...], bool, bool], str] = {}
+        self._changed: dict[tuple[tuple[str, ...], bool, bool, tuple[bool, ...]], str] = {}
+        self._audits: dict[tuple[bool, ...], str] = {}
         self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
         self.copy_jobs = f"COPY {jobs} ({job_cols}) FROM STDIN"
         self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
@@ -155,13 +169,21 @@ class Statements:
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
         self._claims: dict[tuple[tuple[str, ...], bool, bool], str] = {}
 
-    def apply_changed(self, columns: tuple[str, ...], *, batch: bool, audited: bool) -> str:
+    def apply_changed(
+        self,
+        columns: tuple[str, ...],
+        *,
+        batch: bool,
+        audited: bool,
+        varying: tuple[bool, ...] = (),
+    ) -> str:
         """`apply` / `apply_one` setting only `columns` (the ones the decisions change).
 
-        Parameters: batch, `prev_version[]`, `id[]`, one array per column, then the
-        audit arrays; one, the column values, `id`, `prev_version`, then the entry.
+        Parameters: batch, the rows (id, prev_version, *columns) and then the audit
+        entries as `batch_rows` takes them, `varying` flagging their columns in that
+        order; one decision, the column values, `id`, `prev_version`, then the entry.
         """
-        key = (columns, batch, audited)
+        key = (columns, batch, audited, varying)
         statement = self._changed.get(key)
         if statement is not None:
             return statement
@@ -169,16 +191,22 @@ class Statements:
             raise BadInput(f"apply: not a set of job columns: {columns!r}")
         jobs, events, audit_cols = self.jobs, self.events, self._audit_cols
         if batch:
-            arrays = ", ".join(f"%b::{JOB_TYPES[c]}[]" for c in columns)
+            row_types: tuple[tuple[str, str], ...] = (("id", "text"), ("prev_version", "int8"))
+            row_types += tuple((c, JOB_TYPES[c]) for c in columns)
+            n = len(row_types)
+            rows = batch_rows(row_types, varying[:n])
             sets = ", ".join(f"{c} = d.{c}" for c in columns)
             statement = (
-                f"WITH d AS (SELECT * FROM unnest(%b::int8[], %b::text[], {arrays}) "
-                f"AS d(prev_version, id, {', '.join(columns)})), "
+                f"WITH d AS ({rows}), "
                 f"upd AS (UPDATE {jobs} AS j SET {sets} FROM d "
                 "WHERE j.id = d.id AND j.version = d.prev_version RETURNING j.id)"
             )
             if audited:
-                statement += f", {self._aud_batch}"
+                entries = batch_rows(tuple(AUDIT_TYPES.items()), varying[n:])
+                statement += (
+                    f", aud AS (INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM "
+                    f"({entries}) e WHERE e.job_id IN (SELECT id FROM upd))"
+                )
         else:
             sets = ", ".join(f"{c} = %s::{JOB_TYPES[c]}" for c in columns)
             statement = (
@@ -195,6 +223,15 @@ class Statements:
         if len(self._changed) >= 256:  # bounded; a few column sets cover the lifecycle
             self._changed.clear()
         self._changed[key] = statement
+        return statement
+
+    def audit_insert_rows(self, varying: tuple[bool, ...]) -> str:
+        """Insert audit entries given as `batch_rows` takes them (`varying` per column)."""
+        statement = self._audits.get(varying)
+        if statement is None:
+            rows = batch_rows(tuple(AUDIT_TYPES.items()), varying)
+            statement = f"INSERT INTO {self.events} ({self._audit_cols}) {rows}"
+            self._audits[varying] = statement  # bounded: one per subset of audit columns
         return statement
 
     def claim(self, states: tuple[str, ...], by_ids: bool, one_queue: bool = False) -> str:

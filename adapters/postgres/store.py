@@ -59,6 +59,22 @@ def _changed(d: Decision) -> tuple[str, ...]:
     )
 
 
+_audit_values = operator.attrgetter(*AUDIT_COLUMNS)
+
+
+def _batch_params(rows: Sequence[Sequence[Any]]) -> tuple[tuple[bool, ...], list[Any]]:
+    """`batch_rows` flags and parameters for `rows`: a column whose rows all hold the
+    very same object (one `now`, one state name, None) goes as one scalar; the first
+    column always goes as an array. Fewer values to dump, the same rows written."""
+    first = rows[0]
+    varying = tuple(
+        i == 0 or any(row[i] is not value for row in rows) for i, value in enumerate(first)
+    )
+    scalars = [value for value, v in zip(first, varying, strict=True) if not v]
+    arrays = [[row[i] for row in rows] for i, v in enumerate(varying) if v]
+    return varying, scalars + arrays
+
+
 def _value(job: Job, column: str) -> Any:
     return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
@@ -239,7 +255,8 @@ class PostgresStore(Connected):
                 # round trip 2: the audit entries and COMMIT, pipelined
                 with conn.pipeline():
                     if entries:
-                        conn.execute(self.sql.audit_insert, _audit_arrays(entries))
+                        varying, rows = _batch_params([_audit_values(e) for e in entries])
+                        conn.execute(self.sql.audit_insert_rows(varying), rows)
                     conn.execute("COMMIT")
             except psycopg.Error as err:
                 if not conn.broken:
@@ -302,14 +319,21 @@ class PostgresStore(Connected):
             if entries:
                 params += [getattr(entries[0], c) for c in AUDIT_COLUMNS]
         else:
-            params = [
-                [d.previous.version if d.previous is not None else None for d in decisions],
-                [d.job.id for d in decisions],
-                *([_value(d.job, c) for d in decisions] for c in columns),
+            rows = [
+                [d.job.id, d.previous.version if d.previous is not None else None]
+                + [_value(d.job, c) for c in columns]
+                for d in decisions
             ]
+            varying, params = _batch_params(rows)
             if entries:
-                params += _audit_arrays(entries)
-        statement = self.sql.apply_changed(columns, batch=len(decisions) > 1, audited=audited)
+                audit_varying, audit_params = _batch_params([_audit_values(e) for e in entries])
+                varying += audit_varying
+                params += audit_params
+            statement = self.sql.apply_changed(
+                columns, batch=True, audited=audited, varying=varying
+            )
+            return statement, params
+        statement = self.sql.apply_changed(columns, batch=False, audited=audited)
         return statement, params
 
     def _apply_params(self, decisions: Sequence[Decision]) -> list[Any]:
