@@ -40,11 +40,7 @@ def make_app(
 
 
 def crash_sleep(marks_dir: str, seconds: float, effect: bool = False) -> None:
-    marks.record(marks_dir, "start")
-    marks.nap(seconds)
-    if effect:
-        marks.record(marks_dir, "effect")
-    marks.record(marks_dir, "done")
+    marks.unfenced_job(marks_dir, seconds, effect)
 
 
 app = make_app(

@@ -23,8 +23,4 @@ dramatiq.set_broker(broker)
 
 @dramatiq.actor(actor_name="crash_sleep", queue_name=QUEUE, max_retries=0)
 def crash_sleep(marks_dir: str, seconds: float, effect: bool = False) -> None:
-    marks.record(marks_dir, "start")
-    marks.nap(seconds)
-    if effect:
-        marks.record(marks_dir, "effect")
-    marks.record(marks_dir, "done")
+    marks.unfenced_job(marks_dir, seconds, effect)

@@ -46,3 +46,12 @@ def read(folder: Path, what: str) -> list[Mark]:
 def nap(seconds: float) -> None:
     """The job's work: a plain sleep that notices no cancellation (a handler that hangs on I/O)."""
     time.sleep(seconds)
+
+
+def unfenced_job(folder: str, seconds: float, effect: bool) -> None:
+    """The peers' job: start, work, commit the effect with no fence, done."""
+    record(folder, "start")
+    nap(seconds)
+    if effect:
+        record(folder, "effect")
+    record(folder, "done")

@@ -38,11 +38,7 @@ app = procrastinate.App(
 
 @app.task(name="crash_sleep", queue="crash")
 def crash_sleep(marks_dir: str, seconds: float, effect: bool = False) -> None:
-    marks.record(marks_dir, "start")
-    marks.nap(seconds)
-    if effect:
-        marks.record(marks_dir, "effect")
-    marks.record(marks_dir, "done")
+    marks.unfenced_job(marks_dir, seconds, effect)
 
 
 if RECIPE:
