@@ -79,7 +79,7 @@ class PollingDelivery:
                 self._woken.wait(left)
                 return
 
-    def settle(self, wakeup: Wakeup) -> None:
+    def settle(self, wakeup: Wakeup, claimed: bool = False) -> None:
         """Nothing to acknowledge: a polling wake-up carries no message."""
 
     @property

@@ -152,8 +152,11 @@ class WorkerDelivery(Delivery, Protocol):
         """Block at most `timeout` seconds; return at most `capacity` wake-ups."""
         ...
 
-    def settle(self, wakeup: Wakeup) -> None:
-        """The wake-up was handled (job leased durably, or not claimable): ack it."""
+    def settle(self, wakeup: Wakeup, claimed: bool = False) -> None:
+        """The wake-up was handled (job leased durably, or not claimable): ack it.
+
+        `claimed`: the worker leased the job it names, so the job certainly exists.
+        """
         ...
 
     @property

@@ -340,9 +340,10 @@ class Worker:
             errors = 0
             self._store_ok = True
             self._claim_failing = False
+            claimed = {j.id for j in jobs}
             for w in wakeups:
                 try:
-                    self.delivery.settle(w)
+                    self.delivery.settle(w, claimed=w.job_id in claimed)
                 except Exception:
                     log.exception("worker %s: settling a wake-up failed", self.identity.owner)
             self._dispatch(jobs)

@@ -137,15 +137,19 @@ class RabbitDelivery:
             wakeups.append(Wakeup(job_id, item.token))
         return wakeups
 
-    def settle(self, wakeup: Wakeup) -> None:
-        """Ack the delivery: the job is durably leased, or it was not claimable."""
+    def settle(self, wakeup: Wakeup, claimed: bool = False) -> None:
+        """Ack the delivery: the job is durably leased, or it was not claimable.
+
+        A wake-up that led to no lease is checked later against the store (an
+        unknown job id is dead-lettered); a claimed one needs no check.
+        """
         token = wakeup.token
         if not isinstance(token, Token):
             raise ValueError(f"settle() got a wake-up RabbitDelivery did not hand out: {wakeup}")
         if self.config.ack_on_settle:
             self.consumer.ack(token)
         entry = self._unverified.pop(token, None) if self._verifying else None
-        if entry is not None:
+        if entry is not None and not claimed:
             self._to_verify.append((entry[0], entry[1], token.queue))
             self._verify_wanted.set()
 

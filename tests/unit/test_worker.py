@@ -340,7 +340,7 @@ class SilentDelivery:
         time.sleep(min(timeout, 0.05))
         return []
 
-    def settle(self, wakeup: Any) -> None:
+    def settle(self, wakeup: Any, claimed: bool = False) -> None:
         """Nothing was delivered."""
 
     def check(self) -> None:
