@@ -83,8 +83,10 @@ class RabbitConfig:
     heartbeat: int = attrs.field(default=30, validator=_integer(1))
     #: reconnect-and-retry rounds of one publish call after a connection loss
     publish_retries: int = attrs.field(default=1, validator=_integer(0))
-    #: False: `publish` returns once wake-ups are queued (confirms handled by sender threads)
+    #: False: `publish` returns once wake-ups are queued (commits handled by sender threads)
     publish_wait: bool = attrs.field(default=False, validator=_flag)
+    #: wake-ups published in one AMQP transaction (one durable commit at the broker)
+    publish_batch: int = attrs.field(default=100, validator=_integer(1))
     #: sender threads, one connection each, for asynchronous publishing
     publisher_threads: int = attrs.field(default=4, validator=_integer(1))
     #: wake-ups queued in memory at most; beyond, they are left to the repair sweep

@@ -4,13 +4,13 @@ Why: `Engine.submit` publishes after its commit and, whatever happens, only logs
 a failure (the store is the truth and the repair sweep republishes). Waiting for
 the broker inside submit therefore buys the caller nothing but latency. Here a few
 sender threads, each with its own connection (pika connections are not
-thread-safe), take wake-ups from a bounded in-memory queue and publish them with
-confirms and `mandatory`, one confirm per message. Several connections keep
-several confirms in flight, so the broker's disk syncs are shared between them
-instead of being paid one after the other.
+thread-safe), take wake-ups from a bounded in-memory queue and publish what is
+waiting, up to `publish_batch` at a time, in one AMQP transaction with `mandatory`:
+one durable commit per batch instead of one confirm per message. Several
+connections keep several commits in flight.
 
-Every failure (unroutable, nacked, connection lost after the retry) is logged and
-the job id is kept, boundedly, for the next repair sweep, which republishes it at
+Every failure (unroutable, connection lost after the retry) is logged and the job
+ids of the batch are kept, boundedly, for the next repair sweep, which republishes it at
 once instead of after `repair_after`.
 """
 
@@ -79,24 +79,42 @@ class Outbox:
                     job.id,
                 )
 
+    def _take(self, first: Job) -> tuple[list[Job], bool]:
+        """`first` and what else is queued now, up to one batch; True if a stop was taken."""
+        batch = [first]
+        while len(batch) < self._config.publish_batch:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
     def _send_loop(self, publisher: Publisher) -> None:
         idle = self._config.heartbeat / 2
         while True:
             try:
-                job = self._queue.get(timeout=idle)
+                first = self._queue.get(timeout=idle)
             except queue.Empty:
                 publisher.keepalive()  # answer heartbeats so the broker keeps the connection
                 continue
-            try:
-                if job is None:
-                    return
-                publisher.publish([job])
-            except Exception as err:
-                self.failed += 1
-                self.lost.append(job.id if job is not None else "")
-                log.warning("wake-up of job %s not published: %s", getattr(job, "id", "?"), err)
-            finally:
+            if first is None:
                 self._queue.task_done()
+                return
+            batch, stop = self._take(first)
+            try:
+                publisher.publish(batch)
+            except Exception as err:
+                self.failed += len(batch)
+                self.lost.extend(job.id for job in batch)
+                log.warning("wake-ups of %d jobs not published: %s", len(batch), err)
+            finally:
+                for _ in range(len(batch) + stop):
+                    self._queue.task_done()
+            if stop:
+                return
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued wake-up was published or failed; False on timeout."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -318,3 +319,82 @@ def test_repair_sweep_does_not_republish_the_same_job_twice_within_the_bound(
     assert (again, later) == (0, 1)
     assert memory_engine.get(job.id).state == "queued"
     delivery.close()
+
+
+def test_a_batch_is_published_in_transactions_of_publish_batch_in_order(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery that commits 100 wake-ups per transaction
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, publish_batch=100)
+    try:
+        # when 250 jobs are published and waited for (transactions of 100, 100, then 50)
+        jobs = engine.submit_many([("noop", {"n": n}, {}) for n in range(250)])
+        delivery.publish(jobs, wait=True)
+        # then every wake-up is on the broker, persistent, in submit order, none twice
+        messages = drain_queue(rabbit_url, f"{prefix}default")
+        assert [json.loads(body)["job_id"] for _, body in messages] == [j.id for j in jobs]
+        assert {props.delivery_mode for props, _ in messages} == {2}
+        assert delivery.publisher.published == 250
+    finally:
+        delivery.close()
+
+
+def test_an_unroutable_batch_raises_and_its_jobs_stay_queued(rabbit_url: str, prefix: str) -> None:
+    # given a publisher that declared its work queue, which is then deleted behind its back
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix)
+    engine = Engine(MemoryStore())
+    delivery.publish([engine.submit("noop")], wait=True)
+    conn, channel = raw_channel(rabbit_url)
+    channel.queue_delete(f"{prefix}default")
+    conn.close()
+    jobs = engine.submit_many([("noop", None, {})] * 3)
+    # when three wake-ups go out in one transaction
+    with pytest.raises(PublishFailed, match=r"unroutable.*\(3 in all\)"):
+        delivery.publish(jobs, wait=True)
+    # then the broker returned every one of them and the jobs are untouched in the store
+    assert delivery.publisher.published == 1
+    assert {engine.get(j.id).state for j in jobs} == {"queued"}
+    delivery.close()
+
+
+class CountingStore(MemoryStore):
+    """The memory store, counting single-job reads (the unknown-job check makes them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def get(self, job_id: str) -> Any:
+        self.reads.append(job_id)
+        return super().get(job_id)
+
+
+def test_only_wakeups_that_led_to_no_lease_are_checked_against_the_store(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a consuming delivery with an engine, and two jobs: one to claim, one leased already
+    store = CountingStore()
+    engine = Engine(store)
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    try:
+        claimed, taken = engine.submit_many([("noop", None, {})] * 2)
+        engine.claim(OWNER, ["default"], 1, ids=[taken.id])
+        wakeups: list[Any] = []
+        wait_until(
+            lambda: bool(wakeups.extend(delivery.poll(8, 0.2))) or len(wakeups) == 2, 10, "2"
+        )
+        # when the worker claims one and settles both, saying which it claimed
+        (lease,) = engine.claim(OWNER, ["default"], 2, ids=[claimed.id, taken.id])
+        store.reads.clear()
+        for w in wakeups:
+            delivery.settle(w, claimed=w.job_id == lease.id)
+        # then only the unclaimed one is read back (it exists, so nothing is dead-lettered)
+        wait_until(lambda: store.reads == [taken.id], 10, "one verification read")
+        time.sleep(0.3)
+        assert store.reads == [taken.id]
+        assert delivery.unknown_jobs == 0
+    finally:
+        delivery.close()
