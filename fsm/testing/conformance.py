@@ -449,8 +449,8 @@ class StoreConformance:
         engine, clock = self.engine()
         a, b = engine.submit("conformance", 1), engine.submit("conformance", 2)
         done = reach(engine, clock, "succeeded")
-        leased = engine.claim(owner(), ids=[b.id, done.id, "missing"], limit=10)
-        assert [j.id for j in leased] == [b.id]
+        leased = engine.claim(owner(), ids=[b.id, done.id, "missing", b.id], limit=10)
+        assert [j.id for j in leased] == [b.id]  # a duplicate id (a redelivery) leases once
         assert self.store.get(a.id) is not None
         assert self.store.get(a.id).state == "queued"  # type: ignore[union-attr]
 
