@@ -123,7 +123,7 @@ def run_tasks(tasks: list[Task]) -> tuple[list[Measurement], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = f"python -m benchmarks {shlex.join(sys.argv[1:] if argv is None else argv)}".rstrip()
     write_docs = args.docs or not (args.quick or args.no_docs or args.render)
     if args.render:
         facts, command, rows = read_jsonl(args.render)

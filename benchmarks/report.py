@@ -197,7 +197,7 @@ class Report:
 
     def markdown(self, facts: dict[str, Any], command: str) -> str:
         lines = [
-            f"Run {facts['date']} with `{command}`.",
+            f"Run {facts['date']} with `{command.strip()}`.",
             "",
             "| machine | |",
             "|---|---|",
