@@ -194,7 +194,10 @@ def _settings(system: str, workers: int | None = None) -> dict[str, Any]:
     if system == "sqlite":
         out["synchronous"] = "FULL (default)"
     if system == "rabbitmq":
-        out["delivery"] = "RabbitMQ wake-ups, publisher confirms on"
+        out["delivery"] = (
+            "RabbitMQ wake-ups, durable at the broker before counted "
+            "(AMQP transactions of up to 100; a lone one with a publisher confirm)"
+        )
     if workers is not None:
         out.update(
             {
