@@ -50,6 +50,7 @@ class Consumer:
         #: handed to the worker, not settled yet: token -> monotonic time handed out
         self._outstanding: dict[Token, float] = {}
         self._ops: deque[Callable[[], None]] = deque()
+        self._acks: list[Token] = []  # settled, to be acked by the I/O thread's next drain
         self._wake_pending = False
         self._interrupted = False  # set by wake(): the next blocked take returns at once
         self._queues: tuple[str, ...] = ()
@@ -129,7 +130,12 @@ class Consumer:
             self._cond.notify_all()
 
     def ack(self, token: Token) -> None:
-        self._submit(lambda: self._ack(token))
+        with self._cond:
+            self._acks.append(token)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self._wake()
 
     def dead_letter(self, token: Token, body: bytes, reason: str) -> None:
         self._submit(lambda: self._dead_letter(token, body, reason))
@@ -305,8 +311,11 @@ class Consumer:
             self._wake_pending = False
             ops = list(self._ops)
             self._ops.clear()
+            acks, self._acks = self._acks, []
         for op in ops:
             op()
+        if acks:
+            self._ack(acks)
 
     def _current(self, token: Token, what: str) -> bool:
         """True if `token` may be settled now: its channel is the live one and the
@@ -330,10 +339,28 @@ class Consumer:
         )
         return False
 
-    def _ack(self, token: Token) -> None:
-        if self._current(token, "acking"):
-            self._channel.basic_ack(token.tag)
-            self.stats["acked"] += 1
+    def _ack(self, tokens: list[Token]) -> None:
+        """Ack settled deliveries: one `multiple` ack for those below every delivery
+        still held (buffered or handed out), one ack each for the rest.
+
+        Each basic.ack is a socket write; a claim settles a whole batch at once, and
+        acking its deliveries one by one cost the I/O thread more than the claim.
+        """
+        tags = sorted(t.tag for t in tokens if self._current(t, "acking"))
+        if not tags:
+            return
+        with self._cond:
+            held = [i.token.tag for i in self._inbox if i.token.generation == self._generation]
+            held += [t.tag for t in self._outstanding if t.generation == self._generation]
+        floor = min(held, default=tags[-1] + 1)
+        below = sum(1 for tag in tags if tag < floor)
+        single = 0
+        if below > 1:  # every unacked delivery up to this tag is one of ours
+            self._channel.basic_ack(tags[below - 1], multiple=True)
+            single = below
+        for tag in tags[single:]:
+            self._channel.basic_ack(tag)
+        self.stats["acked"] += len(tags)
 
     def _dead_letter(self, token: Token, body: bytes, reason: str) -> None:
         if not self._current(token, "dead-lettering"):

@@ -398,3 +398,27 @@ def test_only_wakeups_that_led_to_no_lease_are_checked_against_the_store(
         assert delivery.unknown_jobs == 0
     finally:
         delivery.close()
+
+
+def test_settling_many_at_once_never_acks_a_delivery_still_held(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given ten wake-ups handed to the worker
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, prefetch=10)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    jobs = engine.submit_many([("noop", None, {})] * 10)
+    wakeups: list[Any] = []
+    wait_until(lambda: bool(wakeups.extend(delivery.poll(10, 0.2))) or len(wakeups) == 10, 10, "10")
+    assert sorted(w.job_id for w in wakeups) == sorted(j.id for j in jobs)
+    # when all but the third are settled together (acked in one drain of the I/O thread)
+    held = wakeups[2]
+    for w in wakeups:
+        if w is not held:
+            delivery.settle(w)
+    wait_until(lambda: delivery.consumer.stats["acked"] == 9, 10, "nine acks")
+    # then closing the consumer returns exactly the held one to the queue
+    delivery.close()
+    ((_props, body),) = drain_queue(rabbit_url, f"{prefix}default")
+    assert json.loads(body)["job_id"] == held.job_id
