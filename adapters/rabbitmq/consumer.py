@@ -130,12 +130,7 @@ class Consumer:
             self._cond.notify_all()
 
     def ack(self, token: Token) -> None:
-        with self._cond:
-            self._acks.append(token)
-            if self._wake_pending:
-                return
-            self._wake_pending = True
-        self._wake()
+        self._for_io_thread(lambda: self._acks.append(token))
 
     def dead_letter(self, token: Token, body: bytes, reason: str) -> None:
         self._submit(lambda: self._dead_letter(token, body, reason))
@@ -149,8 +144,12 @@ class Consumer:
             self._thread.join(timeout)
 
     def _submit(self, op: Callable[[], None]) -> None:
+        self._for_io_thread(lambda: self._ops.append(op))
+
+    def _for_io_thread(self, add: Callable[[], None]) -> None:
+        """Queue work for the I/O thread (under the lock) and wake it once per drain."""
         with self._cond:
-            self._ops.append(op)
+            add()
             if self._wake_pending:
                 return
             self._wake_pending = True
