@@ -14,6 +14,7 @@ job, say where an unfinished job ended up once every worker is gone).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -219,9 +220,10 @@ def zombie_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Ru
     return run
 
 
-def measure_kill(
+def measure(
     key: str,
     *,
+    zombie: bool,
     label: str,
     system: System,
     sizes: Sizes,
@@ -229,40 +231,26 @@ def measure_kill(
     settings: dict[str, Any],
     note: str,
 ) -> Measurement:
-    runs = _runs(system, sizes, tmp, lambda f, g, s: kill_run(f, g, s, sizes))
-    rerun = [r.rerun_after for r in runs if r.rerun_after is not None]
+    """Kill runs: seconds until the re-run. Zombie runs: runs whose effect landed twice."""
+    scenario = zombie_run if zombie else kill_run
+    runs = _runs(system, sizes, tmp, lambda f, g, s: scenario(f, g, s, sizes))
+    if zombie:
+        unit, values = "effects", [float(sum(1 for r in runs if r.effects > 1))]
+    else:
+        unit, values = "s", [round(r.rerun_after, 3) for r in runs if r.rerun_after is not None]
     return Measurement(
         key=key,
         label=label,
-        unit="s",
-        values=[round(v, 3) for v in rerun],
+        unit=unit,
+        values=values,
         settings=settings,
-        facts=_facts(runs, sizes, zombie=False),
+        facts=_facts(runs, sizes, zombie=zombie),
         note=note,
     )
 
 
-def measure_zombie(
-    key: str,
-    *,
-    label: str,
-    system: System,
-    sizes: Sizes,
-    tmp: Path,
-    settings: dict[str, Any],
-    note: str,
-) -> Measurement:
-    runs = _runs(system, sizes, tmp, lambda f, g, s: zombie_run(f, g, s, sizes))
-    facts = _facts(runs, sizes, zombie=True)
-    return Measurement(
-        key=key,
-        label=label,
-        unit="effects",
-        values=[float(sum(1 for r in runs if r.effects > 1))],
-        settings=settings,
-        facts=facts,
-        note=note,
-    )
+measure_kill = functools.partial(measure, zombie=False)
+measure_zombie = functools.partial(measure, zombie=True)
 
 
 def _facts(runs: list[Run], sizes: Sizes, *, zombie: bool) -> dict[str, Any]:
