@@ -203,7 +203,7 @@ def test_repair_sweep_republishes_only_the_deficit_over_wakeups_still_in_the_bro
     # given three stale queued jobs whose wake-ups still sit in the broker
     delivery = RabbitDelivery(rabbit_url, engine=memory_engine, prefix=prefix, repair_after=0.0)
     memory_engine.publisher = delivery
-    jobs = sorted((memory_engine.submit("noop") for _ in range(3)), key=lambda j: j.id)
+    jobs = [memory_engine.submit("noop") for _ in range(3)]
     assert delivery.flush(10)
     # when a sweep runs, then a fourth job loses its wake-up and a sweep runs again
     first = delivery.repair(["default"])
@@ -214,8 +214,9 @@ def test_repair_sweep_republishes_only_the_deficit_over_wakeups_still_in_the_bro
     # oldest stale job first (which wake-up was lost is unknown; duplicates are harmless)
     assert (first, second) == (0, 1)
     bodies = [json.loads(b)["job_id"] for _, b in drain_queue(rabbit_url, f"{prefix}default")]
-    assert sorted(bodies[:3]) == [j.id for j in jobs]  # the sender threads may reorder
-    assert bodies[3] == jobs[0].id
+    assert sorted(bodies[:3]) == sorted(j.id for j in jobs)  # the sender threads may reorder
+    # oldest is by (run_after, id): ids made within one millisecond are in random order
+    assert bodies[3] == min(jobs, key=lambda j: (j.run_after, j.id)).id
     delivery.close()
 
 
