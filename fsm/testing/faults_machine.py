@@ -748,7 +748,8 @@ class FaultMachine(RuleBasedStateMachine):
             ]
             if running:
                 self._fail(
-                    f"I1 job {jid}: expired on a death verdict ({taken[0].error}) while its "
+                    f"I1 job {jid}: expired on a death verdict ({taken[0].data.get('reason')}) "
+                    "while its "
                     f"owner {job.owner} was alive and running it (fence {job.fence})"
                 )
         self.stats.checks["I1 death verdicts only on dead runs"] += 1
