@@ -332,7 +332,16 @@ class Executor(Protocol):
 
     def submit(self, attempt: Attempt, done: Callable[[Attempt, Outcome], None]) -> None: ...
 
-    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None: ...
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        fence: int | None = None,
+        hard: bool = False,
+        reason: str = "cancelled",
+    ) -> None:
+        """Cancel run (job id, fence); without a fence, the job's newest run."""
+        ...
 
     def restart(self, reason: str) -> None: ...
 

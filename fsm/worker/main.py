@@ -299,7 +299,7 @@ class Worker:
             run.cancelled.set()
             log.warning("job %s: %s; hard-cancelled, left to recovery", run.job.id, reason)
             if s.executor is not None:
-                s.executor.cancel(run.job.id, hard=True, reason=reason)
+                s.executor.cancel(run.job.id, fence=run.job.fence, hard=True, reason=reason)
             s.runs.finish(run, abandoned=reason)
         # Let the reporter write what already finished, within a bound.
         drain_until = time.monotonic() + min(DRAIN_REPORTS, self.engine.policy.lease.ttl)
