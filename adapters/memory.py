@@ -127,6 +127,7 @@ class MemoryStore:
             return leased
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         with self._lock:
             return [self._write(d) for d in decisions]
 
@@ -154,6 +155,7 @@ class MemoryStore:
             return renewed
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
+        check_storable((), entries)
         with self._lock:
             for e in first_rejections(entries):
                 trail = self._audit.get(e.job_id)

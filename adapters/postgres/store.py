@@ -374,6 +374,7 @@ class PostgresStore(Connected):
         for d in decisions:
             if d.previous is None:
                 raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         ids = [d.job.id for d in decisions]
         if len(set(ids)) != len(ids):
             return self._apply_in_order(decisions)
