@@ -302,8 +302,14 @@ class SqliteStore:
             return int(row[0])
 
     def migrate(self) -> list[int]:
-        """Apply the missing migration steps; return their numbers (empty if none)."""
+        """Apply the missing migration steps; return their numbers (empty if none).
+
+        A file already at this version is only read (no write lock), so a store
+        opens while another process holds, or is frozen in, a write transaction.
+        """
         applied: list[int] = []
+        if self.schema_version() == SCHEMA_VERSION:
+            return applied
         with self._write("migrate") as conn:
             conn.execute(CREATE_VERSION_TABLE)
             current = int(
