@@ -175,8 +175,8 @@ class Statements:
         self._waiting: dict[tuple[str, ...], str] = {}
 
     def waiting(self, states: tuple[str, ...]) -> str:
-        """Count a queue's jobs in `states`, stopping after %s rows: with the claimable
-        states this walks the partial index jobs_due, never the table."""
+        """Count a queue's jobs in `states`, stopping after %s rows: an index-only scan
+        (jobs_state or, for the claimable states, jobs_due), never the table."""
         statement = self._waiting.get(states)
         if statement is None:
             statement = (

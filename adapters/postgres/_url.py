@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -78,12 +79,16 @@ def parse(url: str) -> Settings:
     scheme = parts.scheme.lower().split("+", 1)[0]
     if scheme not in ("postgresql", "postgres"):
         raise BadStoreURL(f"store URL {shown}: expected postgresql://..., got scheme {scheme!r}")
+    # errors are raised outside the `except`, so no driver text (which may quote the
+    # password) is even chained as __context__
+    query: list[tuple[str, str]] = []
+    problem = ""
     try:
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as err:
-        raise BadStoreURL(
-            f"store URL {shown}: malformed query string ({scrub(str(err), secrets)})"
-        ) from None
+        problem = f"malformed query string ({scrub(str(err), secrets)})"
+    if problem:
+        raise BadStoreURL(f"store URL {shown}: {problem}")
     ours: dict[str, str] = {}
     rest: list[tuple[str, str]] = []
     for key, value in query:
@@ -117,12 +122,13 @@ def parse(url: str) -> Settings:
     if migrate_text not in ("true", "false", "1", "0", "yes", "no"):
         raise BadStoreURL(f"store URL {shown}: migrate must be true or false, got {migrate_text!r}")
     plain = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    params: dict[str, Any] = {}
     try:
         params = conninfo_to_dict(plain)
     except psycopg.Error as err:
-        # the driver's text quotes the token it could not parse (maybe the password),
-        # and chaining it would carry it into tracebacks: mask it, do not chain it
-        raise BadStoreURL(f"store URL {shown}: {scrub(str(err), secrets)}") from None
+        problem = scrub(str(err), secrets)  # the driver quotes the token it could not parse
+    if problem:
+        raise BadStoreURL(f"store URL {shown}: {problem}")
     extra = {} if "connect_timeout" in params else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
     return Settings(
         conninfo=make_conninfo(plain, **extra),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from urllib.parse import parse_qsl, urlsplit
 
 import attrs
@@ -59,10 +60,12 @@ def parse_url(url: str) -> SqliteOptions:
         )
     if path.endswith("/"):
         raise BadStoreURL(f"SQLite store URL {shown!r} names a directory, not a database file")
-    try:
+    pairs: list[tuple[str, str]] | None = None
+    # raised below, outside the handler: the parser's text quotes the query (a password?)
+    with contextlib.suppress(ValueError):
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        raise BadStoreURL(f"SQLite store URL {shown!r}: malformed query string") from None
+    if pairs is None:
+        raise BadStoreURL(f"SQLite store URL {shown!r}: malformed query string")
     seen: dict[str, str] = {}
     for key, value in pairs:
         if key not in _OPTIONS:
