@@ -235,6 +235,6 @@ def open_store(url: str) -> MemoryStore:
     if not isinstance(url, str):
         raise BadStoreURL(f"a memory store URL is a string, got {type(url).__name__}")
     parts = urlsplit(url)
-    if parts.scheme != "memory" or parts.path not in ("", "/") or parts.query:
+    if parts.scheme != "memory" or parts.netloc or parts.path not in ("", "/") or parts.query:
         raise BadStoreURL(f"a memory store URL is exactly 'memory://', got {redact_url(url)!r}")
     return MemoryStore()

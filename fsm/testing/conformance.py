@@ -59,7 +59,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
@@ -871,6 +871,9 @@ class UrlStore:
     def reopen_store(self) -> Store:
         return open_store(self.url)
 
+    def store_after_drop(self) -> Store:
+        return open_store(self.url)
+
 
 class SharedStoreConformance(StoreConformance):
     """For stores that several processes open at once by URL (SQLite, PostgreSQL)."""
@@ -963,6 +966,36 @@ class SharedStoreConformance(StoreConformance):
             + ["full"] * (self.capacity_submitters - self.capacity_limit)
         ), f"answers {answers}, {waiting} jobs waiting"
         assert waiting == self.capacity_limit
+
+
+class _Droppable(Protocol):
+    """A store that can remove what it created (the optional port `SchemaDroppable`)."""
+
+    def drop_schema(self) -> None: ...
+
+
+class DroppableStoreConformance(StoreConformance):
+    """For stores with `drop_schema()`: it removes every job and audit entry it holds."""
+
+    def store_after_drop(self) -> Store:
+        """A store on the same data after `drop_schema()` (reopened, or the same object)."""
+        raise NotImplementedError("define store_after_drop() for the drop_schema check")
+
+    def test_drop_schema_removes_every_job_and_audit_entry(self) -> None:
+        engine, clock = self.engine()
+        running = reach(engine, clock, "running")
+        done = reach(engine, clock, "succeeded", idempotency_key="dropped")
+        droppable: _Droppable = self.store  # type: ignore[assignment]
+        droppable.drop_schema()
+        after = self.store_after_drop()
+        if after is not self.store:
+            self._opened.append(after)
+        assert after.counts() == {}
+        for job in (running, done):
+            assert after.get(job.id) is None
+            assert after.history(job.id) == []
+        again, _ = self.engine(after)
+        assert again.submit("conformance", 1, idempotency_key="dropped").id != done.id
 
 
 class PersistentStoreConformance(StoreConformance):
