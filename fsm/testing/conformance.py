@@ -37,12 +37,20 @@ no fence is ever given to two owners and every job is leased exactly once;
 renew semantics; expired-lease and deadline scans; prune bounds; audit order and
 replay; stale reports recorded as rejected entries.
 
+It also checks queue capacities (an insert past a capacity raises QueueFull and
+writes nothing), that NaN or infinite times and integers beyond 64 bits are
+refused with BadInput, that a job whose lease decision raises is skipped while
+the jobs behind it are leased, and that a repeated stale report is recorded once.
+
 `SharedStoreConformance` adds concurrent leasing from several processes that
 open `store_url()` through `fsm.open_store` (so the store must be registered in
-the `jobfsm.stores` entry-point group). `PersistentStoreConformance` adds that a
-committed transition survives closing and reopening the store. A store that is
-neither (like `memory://`) subclasses only `StoreConformance`: a capability a
-store does not have is left out, never skipped.
+the `jobfsm.stores` entry-point group), and 16 processes submitting at once to a
+queue of capacity 5 (exactly 5 accepted). `DroppableStoreConformance` checks
+`drop_schema()` (define `store_after_drop()`; `UrlStore` reopens the URL).
+`PersistentStoreConformance` adds that a committed transition survives closing
+and reopening the store. A store that is neither (like `memory://`) subclasses
+only `StoreConformance`: a capability a store does not have is left out, never
+skipped.
 
 Sizes are class attributes (`concurrent_jobs`, `concurrent_threads`,
 `concurrent_processes`, `claim_batch`) so the same checks can run bigger. The
