@@ -14,6 +14,7 @@ import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from math import isfinite
 from typing import Any
 
 import attrs
@@ -125,19 +126,18 @@ def check_storable(jobs: Iterable[Job] = (), entries: Iterable[AuditEntry | None
     writes, so no store silently changes a value (SQLite stores NaN as NULL)."""
     for job in jobs:
         floats, ints = _job_floats(job), _job_ints(job)
-        try:
-            if math.isfinite(math.fsum(v for v in floats if v is not None)) and all(
-                INT64_MIN <= v <= INT64_MAX for v in ints
-            ):
-                continue  # the common case: one pass, no error text built
-        except OverflowError:
-            pass  # a sum of huge finite times: check field by field
+        # the common case in one pass: a sum is finite only if every term is (a sum of
+        # huge finite times may overflow: the field-by-field check then passes it)
+        if isfinite(sum([v for v in floats if v is not None])) and (
+            min(ints) >= INT64_MIN and max(ints) <= INT64_MAX
+        ):
+            continue
         _refuse(f"job {job.id}", _JOB_FLOATS, floats, ints, _JOB_INTS)
     for entry in entries:
         if entry is None:
             continue
         floats, ints = (entry.at,), _audit_ints(entry)
-        if math.isfinite(entry.at) and all(INT64_MIN <= v <= INT64_MAX for v in ints):
+        if isfinite(entry.at) and min(ints) >= INT64_MIN and max(ints) <= INT64_MAX:
             continue
         _refuse(f"audit entry of job {entry.job_id}", _AUDIT_FLOATS, floats, ints, _AUDIT_INTS)
 

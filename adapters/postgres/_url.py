@@ -52,11 +52,6 @@ class Settings:
         return scrub(text, self.secrets)
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by `***`, for error messages and logs."""
-    return redact_url(url)
-
-
 def _int(name: str, text: str, low: int, high: int, url: str) -> int:
     try:
         value = int(text)
