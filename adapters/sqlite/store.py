@@ -340,12 +340,15 @@ class SqliteStore:
         check_storable((d.job for d in decisions), (d.entry for d in decisions))
         rows = [_job_values(d.job) for d in decisions]
         entries = [None if d.entry is None else _audit_values(d.entry) for d in decisions]
+        # (queue, limit, count statement) of each capped queue this insert adds to
         capped = (
-            []
-            if capacity is None
-            else sorted({d.job.queue for d in decisions} & set(capacity.limits))
+            [
+                (queue, capacity.limits[queue], _waiting_sql(tuple(capacity.states)))
+                for queue in sorted({d.job.queue for d in decisions} & set(capacity.limits))
+            ]
+            if capacity is not None
+            else []
         )
-        count = "" if capacity is None else _waiting_sql(capacity.states)
         out: list[Job] = []
         added: set[str] = set()
         with self._write("insert") as conn:
@@ -363,10 +366,9 @@ class SqliteStore:
                     conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
                 added.add(d.job.queue)
-            for queue in capped:
+            for queue, limit, count in capped:
                 # after the insert, in its transaction: a count that stops at limit + 1
                 # rows of the waiting-jobs index, so it costs the capacity, not the table
-                limit = capacity.limits[queue]  # type: ignore[union-attr]
                 if queue in added and conn.execute(count, (queue, limit + 1)).fetchone()[0] > limit:
                     raise QueueFull(queue, limit)  # rolls the whole insert back
         return out

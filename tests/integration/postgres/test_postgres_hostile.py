@@ -22,9 +22,10 @@ import pytest
 
 from adapters.postgres import open_store, parse
 from adapters.postgres._schema import LIVENESS_CLASS
+from adapters.postgres._sql import state_list
 from adapters.postgres._url import MAX_SCHEMA_LENGTH
 from fsm import Engine, Owner
-from fsm.errors import BadStoreURL, JobFSMError, StoreError
+from fsm.errors import BadInput, BadStoreURL, JobFSMError, StoreError
 from fsm.registry import open_store as open_by_url
 from tests.conftest import need_program
 
@@ -319,3 +320,9 @@ def test_a_liveness_session_moved_by_a_pooler_counts_as_lost_and_says_why(
         assert any("transaction pooling" in r.getMessage() for r in caplog.records)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("state", ["queued\n", "queued\r", "Queued", "queued;--"])
+def test_a_state_name_that_is_not_a_plain_identifier_is_refused(state: str) -> None:
+    with pytest.raises(BadInput, match="state names"):
+        state_list(("leased", state))
