@@ -66,12 +66,16 @@ def _texts(err: BaseException) -> list[str]:
         f"postgresql://u@127.0.0.1:1/db?password={SENTINEL}",
     ],
 )
-def test_no_error_about_a_store_url_shows_its_password(url: str) -> None:
-    for opener in (open_store, open_by_url):
-        with pytest.raises(JobFSMError) as info:
-            opener(url)
-        for text in _texts(info.value):
-            assert SENTINEL not in text, f"{url} leaked through {text}"
+def test_no_error_or_log_line_about_a_store_url_shows_its_password(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        for opener in (open_store, open_by_url):
+            with pytest.raises(JobFSMError) as info:
+                opener(url)
+            for text in _texts(info.value):
+                assert SENTINEL not in text, f"{url} leaked through {text}"
+    assert SENTINEL not in caplog.text
 
 
 def test_settings_show_no_password_in_their_repr_or_their_redacted_url() -> None:
