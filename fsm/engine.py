@@ -14,7 +14,6 @@ from .errors import (
     JobFSMError,
     JobNotFound,
     LeaseLost,
-    QueueFull,
     StoreError,
     UnknownKind,
     VersionConflict,
@@ -25,6 +24,7 @@ from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
 from .policies import Policy
 from .ports import (
+    Capacity,
     ClaimRequest,
     Clock,
     Delivery,
@@ -114,8 +114,8 @@ class Engine:
         """Submit many jobs in one store transaction; validation happens before any write."""
         now = self.clock.now()
         decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
-        self._check_capacity(decisions)
-        jobs = self.store.insert(decisions)
+        caps = self.policy.limits.queue_capacity
+        jobs = self.store.insert(decisions, Capacity(caps, self._lease_states) if caps else None)
         fresh = []
         for decision, job in zip(decisions, jobs, strict=True):
             if job.id == decision.job.id and decision.entry is not None:
@@ -129,20 +129,6 @@ class Engine:
                     "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
                 )
         return jobs
-
-    def _check_capacity(self, decisions: Sequence[Decision]) -> None:
-        caps = self.policy.limits.queue_capacity
-        wanted: dict[str, int] = {}
-        for d in decisions:
-            if d.job.queue in caps:
-                wanted[d.job.queue] = wanted.get(d.job.queue, 0) + 1
-        if not wanted:
-            return
-        counts = self.store.counts()
-        for queue, n in wanted.items():
-            waiting = sum(counts.get((queue, state), 0) for state in self._lease_states)
-            if waiting + n > caps[queue]:
-                raise QueueFull(queue, caps[queue])
 
     # --- reads -------------------------------------------------------------------
 
