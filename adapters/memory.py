@@ -12,8 +12,10 @@ from fsm.errors import BadStoreURL, VersionConflict
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
+from .memory_browse import MemoryBrowse
 
-class MemoryStore:
+
+class MemoryStore(MemoryBrowse):
     """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self) -> None:

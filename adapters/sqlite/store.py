@@ -17,6 +17,7 @@ from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job, Owner
 
 from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
+from .browse import SqliteBrowse
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -108,7 +109,7 @@ def _translated(path: str, what: str) -> Iterator[None]:
         raise StoreError(f"SQLite store {path}: {what}: {err}") from err
 
 
-class SqliteStore:
+class SqliteStore(SqliteBrowse):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread)."""
 
     #: SQLite cannot confirm a worker's death across hosts; leases judge it.
