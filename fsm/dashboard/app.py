@@ -55,6 +55,7 @@ class Dashboard:
         self.engine = engine
         self.access = access
         self.metrics = metrics
+        self.counts = views.CountsCache(engine.counts, now=engine.clock.now)
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
             autoescape=True,  # every value rendered is escaped unless marked safe
@@ -101,10 +102,10 @@ class Dashboard:
     # --- pages ------------------------------------------------------------------------
 
     def overview(self, request: Request) -> Response:
-        return self.page(request, "overview", {"o": views.overview(self.engine)})
+        return self.page(request, "overview", {"o": views.overview(self.engine, self.counts)})
 
     def diagram(self, request: Request) -> Response:
-        svg, error = views.diagram_svg(views.live_dot(self.engine))
+        svg, error = views.diagram_svg(views.live_dot(self.engine, counts_cache=self.counts))
         return self.page(request, "diagram", {"svg": svg, "error": error})
 
     def jobs(self, request: Request) -> Response:

@@ -8,7 +8,9 @@ live-worker view by WORKER_SCAN, displayed payloads by PAYLOAD_CAP.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -25,6 +27,61 @@ WINDOW = 3600.0
 WORKER_SCAN = 5000
 #: characters of a payload, result or error shown on a page (the rest is cut, said so)
 PAYLOAD_CAP = 16_384
+#: seconds a (queue, state) count may be old before a request starts a refresh
+COUNTS_TTL = 5.0
+
+Counts = dict[tuple[str, str], int]
+
+
+class CountsCache:
+    """`Store.counts()` served from memory, refreshed in the background.
+
+    Counting a million finished rows takes a PostgreSQL server 50-200 ms, more than
+    a page should wait on every poll of every open tab. The first request counts;
+    later ones get the last count at once and, when it is older than `ttl`, start
+    one background refresh (never two at a time). Counts are thus at most about
+    `ttl` plus one count's time old; pages show when they were taken.
+    """
+
+    def __init__(
+        self,
+        counts: Callable[[], Counts],
+        ttl: float = COUNTS_TTL,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._counts = counts
+        self._ttl = ttl
+        self._now = now
+        self._lock = threading.Lock()
+        self._value: Counts | None = None
+        self._taken = 0.0
+        self._refreshing = False
+
+    def _refresh(self) -> None:
+        try:
+            value, taken = self._counts(), self._now()
+            with self._lock:
+                self._value, self._taken = value, taken
+        finally:
+            with self._lock:
+                self._refreshing = False
+
+    def get(self) -> tuple[Counts, float]:
+        """(counts, when they were taken)."""
+        with self._lock:
+            value, taken = self._value, self._taken
+            stale = value is not None and self._now() - taken >= self._ttl
+            start = stale and not self._refreshing
+            if start:
+                self._refreshing = True
+        if value is None:
+            value, taken = self._counts(), self._now()
+            with self._lock:
+                self._value, self._taken = value, taken
+            return value, taken
+        if start:
+            threading.Thread(target=self._refresh, name="jobfsm-counts", daemon=True).start()
+        return value, taken
 
 
 @attrs.frozen
@@ -38,6 +95,7 @@ class WorkerView:
 @attrs.frozen
 class Overview:
     now: float
+    counted_at: float
     queues: tuple[str, ...]
     states: tuple[str, ...]
     counts: Mapping[tuple[str, str], int]
@@ -87,10 +145,10 @@ def workers(engine: Engine) -> tuple[list[WorkerView], bool]:
     return views, len(held) >= WORKER_SCAN
 
 
-def overview(engine: Engine) -> Overview:
+def overview(engine: Engine, counts_cache: CountsCache | None = None) -> Overview:
     lc = engine.spec
     now = engine.clock.now()
-    counts = engine.counts()
+    counts, counted_at = (counts_cache or CountsCache(engine.counts)).get()
     queues = tuple(sorted({q for q, _s in counts}))
     totals = {s: sum(n for (_q, st), n in counts.items() if st == s) for s in lc.states}
     finished: dict[str, int] = dict.fromkeys(sorted(lc.terminal), 0)
@@ -114,6 +172,7 @@ def overview(engine: Engine) -> Overview:
     views, cut = workers(engine)
     return Overview(
         now=now,
+        counted_at=counted_at,
         queues=queues,
         states=lc.states,
         counts=counts,
@@ -128,7 +187,12 @@ def overview(engine: Engine) -> Overview:
     )
 
 
-def live_dot(engine: Engine, *, path: Mapping[Edge, list[int]] | None = None) -> str:
+def live_dot(
+    engine: Engine,
+    *,
+    path: Mapping[Edge, list[int]] | None = None,
+    counts_cache: CountsCache | None = None,
+) -> str:
     """The lifecycle as DOT: edges counted over the last WINDOW (or one job's path),
     states labelled with how many jobs are in them now."""
     lc = engine.spec
@@ -143,7 +207,8 @@ def live_dot(engine: Engine, *, path: Mapping[Edge, list[int]] | None = None) ->
                 edges[key] = edges.get(key, 0) + c.count
         dot = render_dot(lc, counts=edges, title="transitions in the last hour; jobs per state now")
         totals: dict[str, int] = {}
-        for (_q, state), n in engine.counts().items():
+        counts, _taken = (counts_cache or CountsCache(engine.counts)).get()
+        for (_q, state), n in counts.items():
             totals[state] = totals.get(state, 0) + n
         # A node declared again takes the new label (DOT merges node attributes).
         extra = [f'  {s} [label="{s}\\n{totals.get(s, 0)}"];' for s in lc.states]
