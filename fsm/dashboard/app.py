@@ -166,12 +166,15 @@ class Dashboard:
         browser = views.browser_of(self.engine)
         parked = sorted(self.engine.spec.parked)
         jobs: list[Any] = []
+        more = False
         if browser is not None:
             page = browser.list_jobs(
                 ListRequest(states=tuple(parked), limit=100, oldest_first=True)
             )
             jobs = [(j, views.parked_reason(self.engine, j)) for j in page.jobs]
-        return self.page(request, "investigate", {"items": jobs, "parked": parked})
+            more = page.next_cursor is not None
+        context = {"items": jobs, "parked": parked, "more": more}
+        return self.page(request, "investigate", context)
 
     # --- actions and login ------------------------------------------------------------
 

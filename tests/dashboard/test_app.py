@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -12,6 +13,7 @@ from starlette.testclient import TestClient
 from fsm import Engine, open_store
 from fsm.dashboard import create_app
 from fsm.telemetry.prometheus import PrometheusMetrics
+from tests.conftest import need_program
 
 from .seed import XSS, seed
 
@@ -57,9 +59,23 @@ def test_every_page_renders_with_the_live_counts(engine: Engine, ids: dict[str, 
     fragment = c.get("/", headers={"X-Jobfsm-Fragment": "1"})
     assert "<html" not in fragment.text
     assert 'id="counts"' in fragment.text
-    diagram = c.get("/diagram").text
+
+
+def test_the_lifecycle_page_draws_live_counts(engine: Engine, ids: dict[str, str]) -> None:
+    need_program("dot", "apt-get install graphviz")
+    diagram = client(engine).get("/diagram").text
     assert "<svg" in diagram
     assert "ambiguous (n=2)" in diagram  # edges counted over the last hour
+    assert ">investigate</text>" in diagram
+
+
+def test_without_graphviz_the_diagram_says_what_to_install(
+    engine: Engine, ids: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    page = client(engine).get(f"/jobs/{ids['failed']}")
+    assert page.status_code == 200
+    assert "install Graphviz" in page.text
 
 
 def test_stored_script_text_is_rendered_inert(engine: Engine, ids: dict[str, str]) -> None:
