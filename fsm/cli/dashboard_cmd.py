@@ -37,7 +37,13 @@ def is_loopback(host: str) -> bool:
     help=f"Operator token that actions need (or ${TOKEN_ENV}). Without one, actions are "
     "open on a loopback address and disabled on any other.",
 )
-@click.option("--log-level", default="warning", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="uvicorn's log level (info logs every request).",
+)
 def dashboard(
     *, store: str | None, host: str, port: int, read_only: bool, token: str | None, log_level: str
 ) -> None:

@@ -48,6 +48,19 @@ _HEADERS = {
 }
 
 
+_DONE = {
+    "requeue": "requeued",
+    "resolve_succeeded": "resolved as succeeded",
+    "resolve_failed": "resolved as failed",
+    "cancel": "cancel applied",
+}
+
+
+def _done(action: str | None) -> str | None:
+    """The confirmation for a redirect's `done=ACTION` (only known actions are shown)."""
+    return None if action is None else _DONE.get(action)
+
+
 class Dashboard:
     """The request handlers over one Engine (see `create_app`)."""
 
@@ -157,7 +170,7 @@ class Dashboard:
                 "v": view,
                 "svg": svg,
                 "svg_error": error,
-                "done": request.query_params.get("done"),
+                "done": _done(request.query_params.get("done")),
                 "error": None,
             },
         )

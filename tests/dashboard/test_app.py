@@ -4,6 +4,7 @@ every page, escaping, the token, read-only mode, CSRF and audited actions."""
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from fsm import Engine, open_store
+from fsm.cli.dashboard_cmd import is_loopback
 from fsm.dashboard import create_app
 from fsm.telemetry.prometheus import PrometheusMetrics
 from tests.conftest import need_program
 
+from .browser import dashboard_process
 from .seed import XSS, seed
 
 TOKEN = "s3cret-operator-token"
@@ -117,6 +120,7 @@ def test_an_action_is_applied_through_the_engine_and_audited(
         follow_redirects=False,
     )
     assert done.status_code == 303
+    assert "resolved as failed" in c.get(done.headers["location"]).text
     assert engine.get(job_id).state == "failed"
     last = engine.history(job_id)[-1]
     assert (last.event, last.actor, last.reason, last.to_state) == (
@@ -218,3 +222,32 @@ def test_metrics_endpoint_serves_jobs_by_state(engine: Engine, ids: dict[str, st
     metrics.watch_store(engine.counts)
     text = client(engine, metrics=metrics).get("/metrics").text
     assert 'jobfsm_jobs{queue="payments",state="investigate"} 2.0' in text
+
+
+def test_the_confirmation_shows_only_known_actions(engine: Engine, ids: dict[str, str]) -> None:
+    text = client(engine).get(f"/jobs/{ids['failed']}", params={"done": "you were hacked"}).text
+    assert "you were hacked" not in text
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False),
+     ("10.1.2.3", False), ("dash.example.com", False)],
+)  # fmt: skip
+def test_actions_without_a_token_are_open_only_on_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_bound_beyond_loopback_without_a_token_the_command_disables_actions(
+    sqlite_url: str, ids: dict[str, str], tmp_path: Path
+) -> None:
+    log = tmp_path / "dash.log"
+    with dashboard_process(sqlite_url, "--host", "0.0.0.0", log=log) as base:
+        with urllib.request.urlopen(f"{base}/jobs/{ids['investigate']}", timeout=10) as resp:
+            page = resp.read().decode()
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+    assert "actions disabled: bound to 0.0.0.0" in log.read_text()
+    assert "Disabled: actions need an operator token" in page
+    assert 'name="actor"' not in page
+    assert 'jobfsm_jobs{queue="payments",state="investigate"} 2.0' in metrics
