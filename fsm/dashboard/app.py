@@ -12,6 +12,7 @@ app's own script is sent with every page as a second guard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -29,6 +30,8 @@ from starlette.templating import Jinja2Templates
 from ..cli._common import fmt_age, fmt_time
 from ..engine import Engine
 from ..errors import BadInput, JobFSMError, JobNotFound
+from ..records import Job
+from ..telemetry import tracing
 from . import security, views
 from .ports import ListRequest
 
@@ -64,10 +67,18 @@ def _done(action: str | None) -> str | None:
 class Dashboard:
     """The request handlers over one Engine (see `create_app`)."""
 
-    def __init__(self, engine: Engine, access: security.Access, metrics: Any = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        access: security.Access,
+        metrics: Any = None,
+        tracer_provider: Any = None,
+    ) -> None:
         self.engine = engine
         self.access = access
         self.metrics = metrics
+        self.tracer_provider = tracer_provider
+        self.traced = tracing.available()
         self.counts = views.CountsCache(engine.counts, now=engine.clock.now)
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -204,6 +215,17 @@ class Dashboard:
             )
         return form
 
+    async def _run(self, action: str, job_id: str, actor: str, call: Callable[[], Job]) -> Job:
+        """Carry out an Engine action in a worker thread, in an operator span if traced."""
+
+        def run() -> Job:
+            if not self.traced:
+                return call()
+            with tracing.operator_span(action, job_id, actor=actor, provider=self.tracer_provider):
+                return call()
+
+        return await run_in_threadpool(run)
+
     async def act(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         form = await self._checked_form(request)
@@ -221,17 +243,30 @@ class Dashboard:
             reason = security.text_field("reason", form.get("reason"), security.MAX_REASON)
             if action == "requeue":
                 attempts = security.attempts_field(form.get("attempts"))
-                await run_in_threadpool(
-                    self.engine.requeue, job_id, actor=actor, reason=reason, attempts=attempts
+                await self._run(
+                    "requeue",
+                    job_id,
+                    actor,
+                    lambda: self.engine.requeue(
+                        job_id, actor=actor, reason=reason, attempts=attempts
+                    ),
                 )
             elif action in ("resolve_succeeded", "resolve_failed"):
                 outcome = action.removeprefix("resolve_")
-                await run_in_threadpool(
-                    lambda: self.engine.resolve(job_id, outcome=outcome, actor=actor, reason=reason)
+                await self._run(
+                    "resolve",
+                    job_id,
+                    actor,
+                    lambda: self.engine.resolve(
+                        job_id, outcome=outcome, actor=actor, reason=reason
+                    ),
                 )
             elif action == "cancel":
-                await run_in_threadpool(
-                    lambda: self.engine.cancel(job_id, actor=actor, reason=reason)
+                await self._run(
+                    "cancel",
+                    job_id,
+                    actor,
+                    lambda: self.engine.cancel(job_id, actor=actor, reason=reason),
                 )
             else:
                 raise BadInput(f"unknown action {action[:40]!r}")
@@ -281,17 +316,21 @@ def create_app(
     token: str | None = None,
     trust_local: bool = False,
     metrics: Any = None,
+    tracer_provider: Any = None,
 ) -> Starlette:
     """The dashboard over `engine`, as an ASGI app.
 
     Actions (requeue, resolve, cancel) are enabled unless `read_only`, and need
     `token` (an operator logs in with it) unless `trust_local` is set: set it only
     when the app is reachable from this machine alone. `metrics`: a
-    `fsm.telemetry.prometheus.PrometheusMetrics` to serve at /metrics.
+    `fsm.telemetry.prometheus.PrometheusMetrics` to serve at /metrics. Operator
+    actions are traced (`fsm.telemetry.tracing.operator_span`) when opentelemetry-api
+    is installed, through `tracer_provider` or the global one.
     """
     if token is not None and len(token) < 8:
         raise BadInput("a dashboard token must be at least 8 characters")
-    d = Dashboard(engine, security.Access(read_only, token, trust_local), metrics)
+    access = security.Access(read_only, token, trust_local)
+    d = Dashboard(engine, access, metrics, tracer_provider)
     routes = [
         Route("/", d.overview, name="overview"),
         Route("/diagram", d.diagram, name="diagram"),

@@ -50,6 +50,15 @@ def _trace() -> Any:
     return trace
 
 
+def available() -> bool:
+    """Whether opentelemetry-api is installed (spans can be made)."""
+    try:
+        _trace()
+    except MissingTracing:
+        return False
+    return True
+
+
 def tracer(provider: TracerProvider | None = None) -> Tracer:
     """jobfsm's tracer from `provider` (default: the global one the application set)."""
     t: Tracer = _trace().get_tracer(TRACER_NAME, tracer_provider=provider)

@@ -107,3 +107,30 @@ def test_operator_actions_get_a_span_with_the_actor(
 def test_without_an_sdk_the_api_spans_are_no_ops() -> None:
     with submit_span("k") as traced:
         assert traced.correlation_id is None  # no-op span: no traceparent to carry
+
+
+def test_dashboard_actions_are_traced_with_the_actor(
+    spans: tuple[TracerProvider, InMemorySpanExporter], sqlite_url: str
+) -> None:
+    from starlette.testclient import TestClient
+
+    from fsm.dashboard import create_app
+
+    provider, exporter = spans
+    store = open_store(sqlite_url)
+    try:
+        engine = Engine(store)
+        job = engine.submit("k")
+        app = create_app(engine, trust_local=True, tracer_provider=provider)
+        with TestClient(app, base_url="http://127.0.0.1") as c:
+            c.get("/")
+            form = {"csrf": c.cookies["jobfsm_csrf"], "action": "cancel", "actor": "ann",
+                    "reason": "not needed"}  # fmt: skip
+            done = c.post(f"/jobs/{job.id}/act", data=form, follow_redirects=False)
+        assert done.status_code == 303
+    finally:
+        store.close()
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "jobfsm cancel"
+    assert span.attributes["jobfsm.operator.actor"] == "ann"
+    assert span.attributes["jobfsm.job.id"] == job.id
