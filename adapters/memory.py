@@ -15,11 +15,12 @@ from fsm.records import AuditEntry, Decision, Job
 
 from ._rows import Unclaimable, check_storable, decide_leases, first_rejections, rejected_key
 from ._secrets import redact_url
+from .memory_browse import MemoryBrowse
 
 log = logging.getLogger(__name__)
 
 
-class MemoryStore:
+class MemoryStore(MemoryBrowse):
     """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self) -> None:

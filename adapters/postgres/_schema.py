@@ -109,8 +109,21 @@ CREATE TABLE {s}.liveness (
 );
 """
 
+# The dashboard's reads (adapters/postgres/browse.py): jobs of one kind newest first and
+# search by correlation id (each would otherwise walk every finished row), and the audit
+# entries of a recent window. BRIN on `at` stays a few pages for millions of rows
+# (entries are appended in time order) and costs next to nothing per append.
+_V2 = """
+CREATE INDEX jobs_kind ON {s}.jobs (kind, id);
+CREATE INDEX jobs_correlation ON {s}.jobs (correlation_id);
+CREATE INDEX job_events_at ON {s}.job_events USING brin (at) WITH (autosummarize = on);
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
-MIGRATIONS: tuple[tuple[int, str, str], ...] = ((1, "jobs, job_events, liveness", _V1),)
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "jobs, job_events, liveness", _V1),
+    (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
+)
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -44,6 +44,7 @@ from ._base import (
     _rollback,
 )
 from ._url import CHANNEL_PREFIX, Settings
+from .browse import PostgresBrowse
 from .listen import Listener
 from .liveness import PostgresLiveness
 
@@ -89,7 +90,7 @@ def _value(job: Job, column: str) -> Any:
     return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
 
-class PostgresStore(Connected):
+class PostgresStore(Connected, PostgresBrowse):
     """Jobs in `<schema>.jobs`, their audit trail in `<schema>.job_events`.
 
     Thread-safe: each call borrows a connection from a bounded pool

@@ -28,6 +28,7 @@ from .._rows import (
     owner_to_text,
     rejected_key,
 )
+from .browse import SqliteBrowse
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -168,7 +169,7 @@ def _translated(path: str, what: str) -> Iterator[None]:
         raise StoreError(f"SQLite store {path}: {what}: {err}") from err
 
 
-class SqliteStore:
+class SqliteStore(SqliteBrowse):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death

@@ -57,6 +57,7 @@ def main() -> None:
 
 # Command modules register themselves on `cli` when imported (keep this list sorted).
 from . import (  # noqa: E402
+    dashboard_cmd,  # noqa: F401
     demo_cmd,  # noqa: F401
     diagram_cmd,  # noqa: F401
     faults_cmd,  # noqa: F401

@@ -79,6 +79,12 @@ def load_app(ref: str) -> Mapping[str, Any]:
     default=None,
     help="Created once the worker leases (after its start-up sweep); removed on exit.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs jobfsm[metrics]).",
+)
 def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     app: str,
     store: str | None,
@@ -95,6 +101,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     cancel_grace: float,
     log_level: str,
     ready_file: str | None,
+    metrics_port: int | None,
 ) -> None:
     """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once)."""
     logging.basicConfig(
@@ -116,9 +123,18 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     )
     limits = Limits(shutdown_grace=shutdown_grace or defaults.limits.shutdown_grace)
     policy = Policy(lease=lease, recovery=recovery, limits=limits)
+    metrics = None
+    if metrics_port is not None:
+        from ..telemetry.prometheus import PrometheusMetrics
+
+        metrics = PrometheusMetrics()
     the_store = open_store(store_url(store))
+    stop_metrics = None
     try:
-        engine = Engine(the_store, policy=policy)
+        engine = Engine(the_store, policy=policy, metrics=metrics)
+        if metrics is not None and metrics_port is not None:
+            metrics.watch_store(engine.counts)
+            stop_metrics = metrics.serve(metrics_port)
         chosen: Any = delivery
         if delivery.startswith(("amqp://", "amqps://")):
             chosen = load_delivery("rabbitmq")(delivery, engine=engine)
@@ -142,6 +158,8 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             ).start()
         w.run()
     finally:
+        if stop_metrics is not None:
+            stop_metrics()
         if ready_file:
             Path(ready_file).unlink(missing_ok=True)
         the_store.close()
