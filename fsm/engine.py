@@ -171,6 +171,8 @@ class Engine:
                 entry: AuditEntry = err.entry  # type: ignore[attr-defined]
                 self.store.record([entry])
                 log_transition(job, entry)
+                if self.metrics is not None:
+                    self.metrics.rejected_report(job.kind, event)
                 raise
             (outcome,) = self.store.apply([decision])
             if isinstance(outcome, VersionConflict):

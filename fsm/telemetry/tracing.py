@@ -20,6 +20,7 @@ record and every store's schema, which this module does not do.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,32 @@ def set_outcome(span: Span, status: str, error: str | None = None) -> None:
     span.set_attribute("jobfsm.attempt.outcome", status)
     if status != "succeeded":
         span.set_status(trace.Status(trace.StatusCode.ERROR, error or status))
+
+
+def record_attempt(
+    job: Job,
+    status: str,
+    error: str | None,
+    seconds: float,
+    *,
+    provider: TracerProvider | None = None,
+) -> None:
+    """The span of an attempt that already ended (`seconds` long, ending now).
+
+    The worker records every attempt this way when its outcome arrives, whichever
+    executor ran it: a child process has no tracer of the worker's, the worker has.
+    """
+    trace = _trace()
+    end = time.time_ns()
+    span = tracer(provider).start_span(
+        f"jobfsm attempt {job.kind}",
+        context=_parent_of(job),
+        kind=trace.SpanKind.CONSUMER,
+        attributes=_job_attributes(job),
+        start_time=end - int(max(seconds, 0.0) * 1e9),
+    )
+    set_outcome(span, status, error)
+    span.end(end_time=end)
 
 
 @contextmanager

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsm.worker.handlers import Handlers
-
 from fsm.errors import Ambiguous, Permanent, Retry
+from fsm.worker.handlers import Handlers
 
 handlers = Handlers()
 

@@ -134,3 +134,56 @@ def test_dashboard_actions_are_traced_with_the_actor(
     assert span.name == "jobfsm cancel"
     assert span.attributes["jobfsm.operator.actor"] == "ann"
     assert span.attributes["jobfsm.job.id"] == job.id
+
+
+def test_a_workers_attempts_are_spans_in_the_submitters_trace(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    import threading
+    import time
+
+    from fsm import Worker
+    from fsm.owner import Identity
+
+    provider, exporter = spans
+    engine = Engine(open_store("memory://"))
+    calls: list[int] = []
+
+    def handler(ctx: object) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    worker = Worker(
+        engine,
+        {"order.ship": handler},
+        identity=Identity(),
+        poll_interval=0.05,
+        install_signals=False,
+        tracer_provider=provider,
+    )
+    # given a request that submits a job, and a worker that runs it (a retry, then success)
+    with tracer(provider).start_as_current_span("POST /orders") as request_span:
+        job = traced_submit(engine, "order.ship", {}, provider=provider, delay=0.0)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        until = time.monotonic() + 20
+        while time.monotonic() < until and engine.get(job.id).state != "succeeded":
+            engine.transition  # noqa: B018 - nothing to do but wait
+            time.sleep(0.05)
+    finally:
+        worker.stop(now=True)
+        thread.join(10)
+    # then both attempts are spans in the request's trace, the failure marked as an error
+    attempts = [s for s in exporter.get_finished_spans() if s.name == "jobfsm attempt order.ship"]
+    assert engine.get(job.id).state == "succeeded"
+    assert len(attempts) == 2
+    trace_id = request_span.get_span_context().trace_id
+    assert {s.context.trace_id for s in attempts} == {trace_id}
+    assert sorted(s.attributes["jobfsm.attempt.outcome"] for s in attempts) == [
+        "failed",
+        "succeeded",
+    ]
+    assert any(s.status.status_code is StatusCode.ERROR for s in attempts)
