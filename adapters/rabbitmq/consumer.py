@@ -100,8 +100,9 @@ class Consumer:
         self._thread.start()
         # The first outcome comes within one bounded connect (socket + stack timeouts).
         self._settled_first.wait(self._config.connect_timeout * 4 + 5)
-        if self._failure is not None:
-            raise self._failure
+        failure = self.failure
+        if failure is not None:
+            raise failure
 
     @property
     def ready(self) -> bool:
