@@ -154,7 +154,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             raise BadInput("--delivery must be 'poll' or an amqp:// or amqps:// URL")
         elif options:
             names = ", ".join(f"--rabbitmq-{k.replace('_', '-')}" for k in options)
-            raise BadInput(f"{names} need --delivery amqp://...")
+            raise BadInput(f"{names}: only with a RabbitMQ delivery (--delivery amqp://...)")
         w = Worker(
             engine,
             handlers,

@@ -45,10 +45,13 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (("--rabbitmq-recovery-interval", "nan"), "recovery_interval"),
         (("--rabbitmq-recovery-interval", "-1"), "recovery_interval"),
         (("--rabbitmq-recovery-interval", "inf"), "recovery_interval"),
-        (("--rabbitmq-recovery-attempts", "-1"), "--rabbitmq-recovery-attempts"),
-        (("--rabbitmq-prefetch", "0"), "--rabbitmq-prefetch"),
-        (("--rabbitmq-prefetch", "70000"), "--rabbitmq-prefetch"),
-        (("--rabbitmq-queue-type", "stream"), "--rabbitmq-queue-type"),
+        (
+            ("--rabbitmq-recovery-attempts", "-1"),
+            "Invalid value for '--rabbitmq-recovery-attempts'",
+        ),
+        (("--rabbitmq-prefetch", "0"), "Invalid value for '--rabbitmq-prefetch'"),
+        (("--rabbitmq-prefetch", "70000"), "Invalid value for '--rabbitmq-prefetch'"),
+        (("--rabbitmq-queue-type", "stream"), "Invalid value for '--rabbitmq-queue-type'"),
     ],
 )
 def test_a_bad_rabbitmq_option_is_a_usage_error_naming_it(
@@ -63,7 +66,7 @@ def test_a_bad_rabbitmq_option_is_a_usage_error_naming_it(
 def test_rabbitmq_options_without_a_rabbitmq_delivery_are_refused() -> None:
     proc = _run(*_worker_args("memory://", "poll", "--rabbitmq-prefetch", "3"))
     assert proc.returncode == 2
-    assert "--rabbitmq-prefetch" in proc.stderr
+    assert "--rabbitmq-prefetch: only with a RabbitMQ delivery" in proc.stderr
 
 
 def test_a_worker_pointed_at_a_non_amqp_port_exits_non_zero_at_once() -> None:
