@@ -17,7 +17,7 @@ from fsm.errors import BadInput
 from ._pika import pika
 
 SCHEMES = ("amqp", "amqps")
-#: pika URL options whose values are never secret (all others are shown as ***)
+#: pika URL options whose numeric values are shown (all other values show as ***)
 PLAIN_OPTIONS = frozenset(
     {
         "backpressure_detection",
@@ -33,6 +33,10 @@ PLAIN_OPTIONS = frozenset(
         "tcp_options",
     }
 )
+#: every option pika reads from a URL: other names show as *** (a value holding an
+#: unescaped `&` or `;` would otherwise show its tail as an option name)
+KNOWN_OPTIONS = PLAIN_OPTIONS | {"client_properties", "ssl_options"}
+_NUMBER = re.compile(r"[0-9.]{1,20}")
 #: query options that look like a password: refused with a clear error
 _SECRET_OPTION = re.compile(r"pass|secret|token|credential", re.IGNORECASE)
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -54,6 +58,11 @@ def _split(url: str) -> tuple[str, str, str, str, str, str] | None:
     return scheme, userinfo, host_and_path, query, fragment, at
 
 
+def _plain(key: str, value: str) -> bool:
+    """A query option value safe to show: a number given to a known numeric option."""
+    return unquote(key).lower() in PLAIN_OPTIONS and _NUMBER.fullmatch(value) is not None
+
+
 def _pairs(query: str) -> list[tuple[str, str, str]]:
     out = []
     for part in re.split(r"[&;]", query):
@@ -70,20 +79,23 @@ def redact(url: object) -> str:
     if parts is None:
         return "<not a URL: no '://'>"
     scheme, userinfo, host_and_path, query, fragment, at = parts
-    out = f"{scheme}://"
+    user = ""
     if at:
-        user, colon, _password = userinfo.partition(":")
-        out += f"{user}:***@" if colon else f"{user}@"
-    out += host_and_path
+        name, colon, _password = userinfo.partition(":")
+        user = f"{name}:***@" if colon else f"{name}@"
+    out = host_and_path
     if query:
         shown = [
-            f"{key}{eq}{value if unquote(key).lower() in PLAIN_OPTIONS else '***'}"
+            f"{key if unquote(key).lower() in KNOWN_OPTIONS else '***'}{eq}"
+            f"{value if _plain(key, value) else '***'}"
             for key, eq, value in _pairs(query)
         ]
         out += "?" + "&".join(shown)
     if fragment:
         out += "#***"
-    return out
+    # scrubbed for what a malformed URL hides from the split above (not the user name,
+    # which may equal the password)
+    return f"{scheme}://{user}{scrub(out, url)}"
 
 
 def _secrets(url: str) -> set[str]:
@@ -94,13 +106,21 @@ def _secrets(url: str) -> set[str]:
     raw: list[str] = []
     if at and ":" in userinfo:
         raw.append(userinfo.partition(":")[2])
-    raw += [v for k, _eq, v in _pairs(query) if unquote(k).lower() not in PLAIN_OPTIONS]
+    # A password holding an unescaped `?` or `#` hides its `@` from the split above:
+    # the user info then ends at the last `@` anywhere, and that reading is secret too.
+    rest = url.partition("://")[2]
+    if "@" in rest:
+        loose = rest.rpartition("@")[0]
+        if ":" in loose:
+            raw.append(loose.partition(":")[2])
+    raw += [v for k, _eq, v in _pairs(query) if not _plain(k, v)]
+    raw += [k for k, _eq, _v in _pairs(query) if unquote(k).lower() not in KNOWN_OPTIONS]
     if fragment:
         raw.append(fragment)
     out: set[str] = set()
     for value in raw:
         # and the pieces a URL parser may cut a malformed password into
-        for piece in [value, *re.split(r"[/?#:@]", value)]:
+        for piece in [value, *re.split(r"[/?#:@&;=]", value)]:
             out.update({piece, unquote(piece), unquote_plus(piece)})
     return {s for s in out if len(s) >= _MIN_SCRUBBED}
 
@@ -110,6 +130,14 @@ def scrub(text: str, url: str) -> str:
     for secret in sorted(_secrets(url), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def _parser_text(text: str, url: str) -> str:
+    """pika's complaint about a URL up to its first quote, scrubbed: pika quotes what it
+    could not read (repr-escaped at times, so no replacement could be sure to catch it)."""
+    cut = min((i for i in (text.find("'"), text.find('"')) if i >= 0), default=len(text))
+    head = scrub(text[:cut], url).rstrip(" :([")
+    return f"{head} (value not shown)" if cut < len(text) else head
 
 
 def check_url(url: object) -> str:
@@ -134,14 +162,16 @@ def check_url(url: object) -> str:
         )
     for key, _eq, _value in _pairs(query) if query else []:
         if _SECRET_OPTION.search(unquote(key)):
-            raise BadInput(
-                f"RabbitMQ url {shown}: query option {unquote(key)!r:.40} is not supported; "
-                "put the password in the user info (amqp://user:password@host/)"
+            raise BadInput(  # the option's name is not shown: it may be a cut password
+                f"RabbitMQ url {shown}: a query option that looks like a password "
+                "(?password=...) is not supported; put the password in the user info "
+                "(amqp://user:password@host/)"
             )
     if at and ":" not in userinfo:
         raise BadInput(f"RabbitMQ url {shown}: a user name needs a password (user:password@)")
     try:
         pika.URLParameters(url)
     except Exception as err:  # pika raises ValueError, TypeError, ... for bad parts
-        raise BadInput(f"RabbitMQ url {shown} is not valid: {scrub(str(err), url)}") from None
+        complaint = _parser_text(str(err), url)
+        raise BadInput(f"RabbitMQ url {shown} is not valid: {complaint}") from None
     return url
