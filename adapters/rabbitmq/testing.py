@@ -39,7 +39,7 @@ from fsm.engine import Engine
 from fsm.ports import Wakeup
 from fsm.records import Job, Owner
 
-from .consumer import Consumer
+from .consumer import Consumer, Token
 from .delivery import RabbitDelivery
 
 FAULTS = (
@@ -120,7 +120,7 @@ class _AckAudit:
             channel.basic_nack = audited_nack
 
         # Instance attributes: `_subscribe` looks `_on_message` up when it subscribes.
-        consumer._on_message = on_message  # type: ignore[method-assign]
+        consumer._on_message = on_message  # type: ignore[method-assign, assignment]
         consumer._open = open_  # type: ignore[method-assign]
         consumer._dead_letter = dead_letter  # type: ignore[method-assign]
 
@@ -281,6 +281,7 @@ class AmqpFaultModel:
         leased_ids = {job.id for job in leased}
         for wakeup in wakeups:
             token = wakeup.token
+            assert isinstance(token, Token)  # handed out by this model's delivery
             self._audit.settled(token.generation, token.tag)
             self.delivery.settle(wakeup, claimed=wakeup.job_id in leased_ids)
         for job in leased:
