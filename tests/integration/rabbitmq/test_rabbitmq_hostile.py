@@ -12,7 +12,7 @@ import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import REASON_HEADER, RabbitDelivery
-from fsm import Engine, Owner
+from fsm import Engine, Owner, open_store
 
 from .helpers import (
     delete_broker_names,
@@ -59,11 +59,13 @@ def test_an_overlong_correlation_id_never_fails_its_batch_and_its_wakeup_goes_wi
     assert "correlation_id is 300 bytes" in warnings[0]
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_the_repair_sweep_announces_a_job_with_an_overlong_correlation_id_and_the_rest(
-    rabbit_url: str, prefix: str
+    store: str, rabbit_url: str, prefix: str, sqlite_url: str
 ) -> None:
-    # given two lost wake-ups, the oldest (first in every sweep) with a bad correlation id
-    engine = Engine(MemoryStore())
+    # given two lost wake-ups in a store, the oldest (first in every sweep) holding a bad
+    # correlation id (a row written before submit checked them)
+    engine = Engine(MemoryStore() if store == "memory" else open_store(sqlite_url))
     delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, repair_after=0)
     bad = stored_job(engine, correlation_id=LONG_CORRELATION, run_after=engine.clock.now() - 5)
     good = stored_job(engine)
@@ -73,6 +75,7 @@ def test_the_repair_sweep_announces_a_job_with_an_overlong_correlation_id_and_th
         got = _wakeups(rabbit_url, f"{prefix}default")
     finally:
         delivery.close()
+        engine.store.close()
     # then it neither fails nor stops at the bad job: both are announced
     assert republished == 2
     assert set(got) == {bad.id, good.id}
