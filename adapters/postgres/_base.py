@@ -84,7 +84,8 @@ class Connected:
             return psycopg.connect(self.settings.conninfo, autocommit=True, **kwargs)
         except psycopg.Error as err:
             raise TransientStoreError(
-                f"cannot connect to PostgreSQL at {self.settings.redacted}: {err}"
+                f"cannot connect to PostgreSQL at {self.settings.redacted}: "
+                f"{self.settings.scrub(str(err))}"
             ) from err
 
     def open(self) -> None:
@@ -95,18 +96,19 @@ class Connected:
 
     def _translate(self, err: BaseException, what: str) -> JobFSMError:
         where = f"PostgreSQL store {self.settings.redacted} ({what})"
+        text = self.settings.scrub(str(err))
         if isinstance(err, PoolTimeout):
             return TransientStoreError(
                 f"{where}: no connection within {self.settings.pool_timeout} s "
-                f"(pool_max={self.settings.pool_max}): {err}"
+                f"(pool_max={self.settings.pool_max}): {text}"
             )
         if isinstance(err, pgerrors.UndefinedTable | pgerrors.InvalidSchemaName):
-            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {err}")
+            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {text}")
         if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
-            return TransientStoreError(f"{where}: {err}")
+            return TransientStoreError(f"{where}: {text}")
         if isinstance(err, psycopg.DataError):
-            return BadInput(f"{where}: PostgreSQL rejected a value: {err}")
-        return StoreError(f"{where}: {err}")
+            return BadInput(f"{where}: PostgreSQL rejected a value: {text}")
+        return StoreError(f"{where}: {text}")
 
     def _purge(self) -> None:
         """After a connection failure, drop the pool's other dead connections too."""
@@ -116,7 +118,7 @@ class Connected:
             log.debug("pool check after a connection failure failed", exc_info=True)
 
     @contextmanager
-    def _connection(self, what: str) -> Iterator[Conn]:
+    def connection(self, what: str) -> Iterator[Conn]:
         if self._closed:
             raise StoreError(f"PostgreSQL store {self.settings.redacted} is closed ({what})")
         try:
@@ -131,7 +133,7 @@ class Connected:
         """Run a one-statement (autocommit) write; if the connection broke while it
         ran, the commit is unknown: `reconcile` finds out from a fresh connection."""
         lost: psycopg.Error | None = None
-        with self._connection(what) as conn:
+        with self.connection(what) as conn:
             try:
                 return body(conn)
             except psycopg.OperationalError as err:
@@ -166,7 +168,7 @@ class Connected:
                 raise self._translate(err, "migrate") from err
 
     def schema_version(self) -> int:
-        with self._connection("schema_version") as conn:
+        with self.connection("schema_version") as conn:
             return _schema.current_version(conn, self.schema)
 
     def check_schema(self) -> None:
@@ -179,7 +181,7 @@ class Connected:
         """Ids whose decision shows in the store (row equal to it, or its audit entry)."""
         ids = [d.job.id for d in decisions]
         try:
-            with self._connection(f"{what} (reconcile)") as conn:
+            with self.connection(f"{what} (reconcile)") as conn:
                 stored = {
                     _job(r).id: _job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()
                 }

@@ -12,6 +12,7 @@ import hashlib
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerrors
 
 from fsm.errors import SchemaError
 
@@ -19,6 +20,10 @@ from fsm.errors import SchemaError
 #: locks never meet an application's: 0x4A464D47 is "JFMG", 0x4A464C56 is "JFLV".
 MIGRATE_CLASS = 0x4A464D47
 LIVENESS_CLASS = 0x4A464C56
+#: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
+CAPACITY_CLASS = 0x4A464351
+#: every table jobfsm creates in its schema (drop_schema removes exactly these)
+TABLES = ("job_events", "jobs", "liveness", "schema_version")
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
 # indexes that claim and the recovery sweep walk, so a table with millions of
@@ -163,6 +168,23 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[int]:
             )
             applied.append(version)
     return applied
+
+
+def drop(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Drop jobfsm's tables (their indexes and identity sequences go with them), then
+    the schema itself unless it is `public` or still holds anything else."""
+    s = quote(schema)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (MIGRATE_CLASS, key32(schema)))
+        for table in TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {s}.{table}")
+        if schema == "public":
+            return
+        try:
+            with conn.transaction():  # a savepoint: a schema with other objects stays
+                conn.execute(f"DROP SCHEMA IF EXISTS {s} RESTRICT")
+        except pgerrors.DependentObjectsStillExist:
+            pass
 
 
 def check(conn: psycopg.Connection[Any], schema: str) -> None:

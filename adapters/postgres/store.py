@@ -20,11 +20,19 @@ import attrs
 import psycopg
 from psycopg import errors as pgerrors
 
-from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_to_text
-from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
-from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from adapters._rows import (
+    AUDIT_COLUMNS,
+    JOB_COLUMNS,
+    Unclaimable,
+    check_storable,
+    first_rejections,
+    owner_to_text,
+)
+from fsm.errors import BadInput, QueueFull, StoreError, TransientStoreError, VersionConflict
+from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
+from . import _schema
 from ._base import (
     Conn,
     Connected,
@@ -35,7 +43,7 @@ from ._base import (
     _lease_order,
     _rollback,
 )
-from ._url import Settings
+from ._url import CHANNEL_PREFIX, Settings
 from .listen import Listener
 from .liveness import PostgresLiveness
 
@@ -45,6 +53,8 @@ log = logging.getLogger(__name__)
 COPY_MIN = 200
 #: how many times insert re-tries a duplicate key whose job vanished (pruned) meanwhile.
 INSERT_ROUNDS = 3
+#: how many times one claim looks again past jobs the core refused to lease
+CLAIM_ROUNDS = 4
 _N = len(JOB_COLUMNS)
 _SET_COLUMNS = tuple(c for c in JOB_COLUMNS if c != "id")
 _set_values = operator.attrgetter(*_SET_COLUMNS)
@@ -88,22 +98,26 @@ class PostgresStore(Connected):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self.channel = f"jobfsm_{settings.schema}"
+        self.channel = f"{CHANNEL_PREFIX}{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
         self.liveness = PostgresLiveness(self)
+        self._unclaimable = Unclaimable(log)
 
     # --- Store -----------------------------------------------------------------------
 
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
         if not decisions:
             return []
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
+            capacity = None
         out: dict[int, Job] = {}
         pending = list(enumerate(decisions))
         for _ in range(INSERT_ROUNDS):
             if not pending:
                 break
             batch = [d for _, d in pending]
-            inserted = self._insert_once(batch)
+            inserted = self._insert_once(batch, capacity)
             missing = [(i, d) for i, d in pending if d.job.id not in inserted]
             for i, d in pending:
                 if d.job.id in inserted:
@@ -127,7 +141,11 @@ class PostgresStore(Connected):
             )
         return [out[i] for i in range(len(decisions))]
 
-    def _insert_once(self, decisions: Sequence[Decision]) -> set[str]:
+    def _insert_once(
+        self, decisions: Sequence[Decision], capacity: Capacity | None = None
+    ) -> set[str]:
+        if capacity is not None:
+            return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
             entries = [d.entry for d in decisions if d.entry is not None]
@@ -147,6 +165,57 @@ class PostgresStore(Connected):
                 return copied
         return self._write("insert", body, reconcile)
 
+    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity) -> set[str]:
+        """Insert and check the queues' capacities in one transaction, atomically.
+
+        The transaction takes a lock per capped queue (a transaction advisory lock,
+        class CAPACITY_CLASS, in sorted order), inserts, then counts the queue's
+        waiting jobs (at most limit + 1 rows of the partial index jobs_due). Two
+        submitters to one queue are serialized by the lock, so the second counts
+        the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
+        """
+        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
+        entries = [d.entry for d in decisions if d.entry is not None]
+        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
+        count = self.sql.waiting(tuple(capacity.states))
+        queue_of = {d.job.id: d.job.queue for d in decisions}
+        lost: psycopg.Error | None = None
+        with self.connection("insert") as conn:
+            try:
+                with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
+                    conn.execute("BEGIN")
+                    for queue in queues:
+                        key = _schema.key32(f"{self.schema}\x00{queue}")
+                        conn.execute(
+                            "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
+                        )
+                    inserted = conn.execute(self.sql.insert, params)
+                    counted = [
+                        (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
+                    ]
+                ids = {r[0] for r in inserted.fetchall()}
+                added = {queue_of[i] for i in ids}
+                for queue, cursor in counted:
+                    row = cursor.fetchone()
+                    limit = capacity.limits[queue]
+                    if queue in added and row is not None and row[0] > limit:
+                        raise QueueFull(queue, limit)
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as err:
+                if not conn.broken:
+                    _rollback(conn)
+                    raise
+                lost = err
+            else:
+                return ids
+        self._purge()
+        log.warning("connection lost while committing an insert (%s); reconciling", lost)
+        return self._reconcile_insert(decisions)
+
     def _copy_insert(self, decisions: Sequence[Decision]) -> set[str] | None:
         """A large batch without idempotency keys: COPY the rows in one transaction.
 
@@ -155,7 +224,7 @@ class PostgresStore(Connected):
         """
         ids = {d.job.id for d in decisions}
         lost: psycopg.Error | None = None
-        with self._connection("insert") as conn:
+        with self.connection("insert") as conn:
             try:
                 conn.execute("BEGIN")
                 with conn.cursor() as cur:
@@ -190,7 +259,7 @@ class PostgresStore(Connected):
     def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
         """After a lost commit: the ids whose rows show the decided job, or Transient."""
         ids = [d.job.id for d in decisions]
-        with self._connection("insert (reconcile)") as conn:
+        with self.connection("insert (reconcile)") as conn:
             rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
         stored = {_job(r).id: _job(r) for r in rows}
         mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
@@ -201,7 +270,7 @@ class PostgresStore(Connected):
     def _existing(self, decisions: Sequence[Decision]) -> dict[tuple[str, str | None], Job]:
         keys = [d.job.idempotency_key for d in decisions if d.job.idempotency_key is not None]
         ids = [d.job.id for d in decisions]
-        with self._connection("insert (existing keys)") as conn:
+        with self.connection("insert (existing keys)") as conn:
             rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
         found: dict[tuple[str, str | None], Job] = {}
         for row in rows:
@@ -212,7 +281,7 @@ class PostgresStore(Connected):
         return found
 
     def get(self, job_id: str) -> Job | None:
-        with self._connection("get") as conn:
+        with self.connection("get") as conn:
             row = conn.execute(self.sql.get, (job_id,)).fetchone()
         return None if row is None else _job(row)
 
@@ -221,8 +290,23 @@ class PostgresStore(Connected):
             return []
         if request.ids is not None and not request.ids:
             return []
+        skip = self._unclaimable.known()
+        for _ in range(CLAIM_ROUNDS):  # bounded: a round only repeats past refused jobs
+            leased, refused = self._claim_once(request, skip)
+            if not refused:
+                return leased
+            skip = [*skip, *refused]
+        return []  # every round met a job the core refused: the next claim goes on
+
+    def _claim_once(
+        self, request: ClaimRequest, skip: Sequence[str]
+    ) -> tuple[list[Job], list[str]]:
+        """One lease transaction. A job whose lease decision raises is refused: the
+        transaction rolls back and its id comes back, for the next round to skip."""
         one_queue = len(set(request.queues)) == 1
-        statement = self.sql.claim(tuple(request.states), request.ids is not None, one_queue)
+        statement = self.sql.claim(
+            tuple(request.states), request.ids is not None, one_queue, bool(skip)
+        )
         params = {
             "queues": list(request.queues),
             "queue": request.queues[0],
@@ -231,10 +315,12 @@ class PostgresStore(Connected):
             "ids": None if request.ids is None else list(request.ids),
             "owner": owner_to_text(request.owner),
             "lease_until": request.lease_until,
+            "skip": list(skip),
         }
         decisions: list[Decision] = []
+        refused: list[str] = []
         lost: psycopg.Error | None = None
-        with self._connection("claim") as conn:
+        with self.connection("claim") as conn:
             try:
                 # round trip 1: BEGIN and the lease statement, pipelined
                 with conn.pipeline():
@@ -242,11 +328,19 @@ class PostgresStore(Connected):
                     cursor = conn.execute(statement, params)
                 for row in cursor.fetchall():
                     before, after = _job(row[:_N]), _job(row[_N:])
-                    decision = request.decide(before)
+                    try:
+                        decision = request.decide(before)
+                    except Exception as err:  # one job the core refuses fails alone
+                        self._unclaimable.skip(before, err)
+                        refused.append(before.id)
+                        continue
                     if decision.job != after:
                         raise StoreError(_disagreement(before, after, decision.job))
                     decisions.append(decision)
                 decisions.sort(key=lambda d: _lease_order(d.job))
+                if refused:
+                    _rollback(conn)
+                    return [], refused
             except BaseException:
                 _rollback(conn)
                 raise
@@ -264,15 +358,15 @@ class PostgresStore(Connected):
                     raise
                 lost = err
             else:
-                return [d.job for d in decisions]
+                return [d.job for d in decisions], []
         self._purge()
         if not decisions:
-            return []  # nothing was leased, so nothing can have been committed
+            return [], []  # nothing was leased, so nothing can have been committed
         log.warning("connection lost while committing a claim; reconciling")
         confirmed = self._confirmed(decisions, "claim", lost)
         if not confirmed:
             raise self._unknown(f"claim of {len(decisions)} jobs")
-        return [d.job for d in decisions]
+        return [d.job for d in decisions], []
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         if not decisions:
@@ -280,6 +374,7 @@ class PostgresStore(Connected):
         for d in decisions:
             if d.previous is None:
                 raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         ids = [d.job.id for d in decisions]
         if len(set(ids)) != len(ids):
             return self._apply_in_order(decisions)
@@ -347,7 +442,7 @@ class PostgresStore(Connected):
         lost = [d.job.id for d in decisions if d.job.id not in written]
         current: dict[str, int] = {}
         if lost:
-            with self._connection("apply (versions)") as conn:
+            with self.connection("apply (versions)") as conn:
                 current = dict(conn.execute(self.sql.versions, (lost,)).fetchall())
         out: list[Job | VersionConflict] = []
         for d in decisions:
@@ -363,7 +458,7 @@ class PostgresStore(Connected):
         out: list[Job | VersionConflict] = []
         lost: psycopg.Error | None = None
         applied: list[Decision] = []
-        with self._connection("apply") as conn:
+        with self.connection("apply") as conn:
             conn.execute("BEGIN")
             try:
                 for d in decisions:
@@ -412,7 +507,7 @@ class PostgresStore(Connected):
             return {r[0]: r[1] for r in conn.execute(self.sql.renew, params).fetchall()}
 
         def reconcile() -> dict[str, str]:
-            with self._connection("renew (reconcile)") as conn:
+            with self.connection("renew (reconcile)") as conn:
                 rows = [_job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()]
             renewed = {
                 j.id: j.state
@@ -429,6 +524,8 @@ class PostgresStore(Connected):
         return self._write("renew", body, reconcile)
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
+        check_storable((), entries)
+        entries = first_rejections(entries)  # a repeated rejected report: recorded once
         if not entries:
             return
         params = _audit_arrays(entries)
@@ -437,7 +534,7 @@ class PostgresStore(Connected):
             conn.execute(self.sql.record, params)
 
         def reconcile() -> None:
-            with self._connection("record (reconcile)") as conn:
+            with self.connection("record (reconcile)") as conn:
                 for e in entries:
                     row = conn.execute(
                         self.sql.has_entry,
@@ -468,15 +565,15 @@ class PostgresStore(Connected):
             "kinds": None if request.kinds is None else list(request.kinds),
             "limit": request.limit,
         }
-        with self._connection("scan") as conn:
+        with self.connection("scan") as conn:
             return [_job(r) for r in conn.execute(statement, params).fetchall()]
 
     def history(self, job_id: str) -> list[AuditEntry]:
-        with self._connection("history") as conn:
+        with self.connection("history") as conn:
             return [_entry(r) for r in conn.execute(self.sql.history, (job_id,)).fetchall()]
 
     def counts(self) -> dict[tuple[str, str], int]:
-        with self._connection("counts") as conn:
+        with self.connection("counts") as conn:
             return {(q, s): int(n) for q, s, n in conn.execute(self.sql.counts).fetchall()}
 
     def prune(self, request: PruneRequest) -> int:
@@ -506,6 +603,19 @@ class PostgresStore(Connected):
         A hint only (LISTEN/NOTIFY, see adapters.postgres.listen): poll the store anyway.
         """
         return self._listener.wait(queues, timeout)
+
+    def drop_schema(self) -> None:
+        """Remove everything jobfsm created: its tables (with their indexes and
+        sequences), then the schema unless it is `public` or holds anything else.
+        Closes the store. Call it when no other process uses the schema."""
+        self.liveness.close()
+        self._listener.close()
+        with self.connect() as conn:
+            try:
+                _schema.drop(conn, self.schema)
+            except psycopg.Error as err:
+                raise self._translate(err, "drop schema") from err
+        self.close()
 
     def close(self) -> None:
         if self._closed:

@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from fsm.engine import check_name
 from fsm.errors import BadInput
+from fsm.inputs import check_name
 
 from .secrets import check_url, redact, scrub
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -12,11 +13,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConflict
-from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.errors import QueueFull, SchemaError, StoreError, TransientStoreError, VersionConflict
+from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job, Owner
 
-from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
+from .._rows import (
+    AUDIT_COLUMNS,
+    JOB_COLUMNS,
+    Unclaimable,
+    check_storable,
+    decide_leases,
+    first_rejections,
+    job_from_values,
+    owner_to_text,
+    rejected_key,
+)
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -38,6 +49,10 @@ _DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
 #: default limit of 32766 variables.
 _CHUNK = 500
 _TRANSIENT = ("locked", "busy")
+#: how many times one claim looks again past jobs the core refused to lease
+CLAIM_ROUNDS = 4
+#: the file mode of a database file jobfsm creates (its -wal and -shm files follow it)
+FILE_MODE = 0o600
 _SCHEMA = ("no such table", "no such column", "has no column")
 
 
@@ -69,8 +84,8 @@ def _update_sql(columns: tuple[str, ...]) -> str:
     return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
 
 
-def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
-    """Write `d.job` over `d.previous` if the stored version is still the previous one.
+def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
+    """The compare-and-set writing `d.job` over `d.previous` (made before BEGIN).
 
     Only the columns the decision changed are set: every write bumps `version`,
     so a row at `d.previous.version` holds exactly `d.previous`, and setting the
@@ -82,12 +97,53 @@ def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
     changed = [i for i in range(1, len(new)) if new[i] != old[i] or i == _VERSION_AT]
     columns = tuple(JOB_COLUMNS[i] for i in changed)
     values = [new[i] for i in changed]
-    cur = conn.execute(_update_sql(columns), [*values, d.job.id, d.previous.version])
-    return cur.rowcount == 1
+    return _update_sql(columns), [*values, d.job.id, d.previous.version]
+
+
+def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
+    """Write `d.job` over `d.previous` if the stored version is still the previous one."""
+    sql, params = _cas_statement(d)
+    return conn.execute(sql, params).rowcount == 1
 
 
 def _audit_values(entry: AuditEntry) -> list[Any]:
     return [getattr(entry, c) for c in AUDIT_COLUMNS]
+
+
+_AUDIT_INSERT = f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})"
+#: record(): an entry of an existing job; a rejected one unless its (event, fence) is there
+_AT = {c: f"?{i}" for i, c in enumerate(AUDIT_COLUMNS, start=1)}
+_RECORD = (
+    f"INSERT INTO job_events ({_AUDIT_COLS}) SELECT {', '.join(_AT.values())} "
+    f"WHERE EXISTS (SELECT 1 FROM jobs WHERE id = {_AT['job_id']})"
+)
+_RECORD_REJECTED = (
+    f"{_RECORD} AND NOT EXISTS (SELECT 1 FROM job_events WHERE job_id = {_AT['job_id']} "
+    f"AND outcome = 'rejected' AND event = {_AT['event']} AND fence = {_AT['fence']})"
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _waiting_sql(states: tuple[str, ...]) -> str:
+    """Count a queue's waiting jobs (`states`), stopping after `?` rows (index only)."""
+    return (
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_queue_state "
+        f"WHERE queue = ? AND state IN {in_list(states)} LIMIT ?)"
+    )
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, before SQLite opens it.
+
+    SQLite gives the -wal and -shm files the mode of the database file, so the
+    three stay private (0600). An existing file, or a symlink, is left as it is.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
 
 
 @contextmanager
@@ -98,7 +154,11 @@ def _translated(path: str, what: str) -> Iterator[None]:
     except sqlite3.OperationalError as err:
         text = str(err).lower()
         if any(word in text for word in _TRANSIENT):
-            raise TransientStoreError(f"SQLite store {path}: {what}: {err}") from err
+            raise TransientStoreError(
+                f"SQLite store {path}: {what}: {err} (another connection holds the write "
+                "lock, perhaps a writer stopped inside its transaction; nothing was written, "
+                "retry later)"
+            ) from err
         if any(word in text for word in _SCHEMA):
             raise SchemaError(
                 f"SQLite store {path}: {what}: {err} (run `jobfsm migrate` or reopen the store)"
@@ -109,10 +169,11 @@ def _translated(path: str, what: str) -> Iterator[None]:
 
 
 class SqliteStore:
-    """Jobs and audit trail in one SQLite file (WAL, one connection per thread)."""
+    """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
-    #: SQLite cannot confirm a worker's death across hosts; leases judge it.
-    liveness = None
+    It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
+    across hosts; pids confirm it on this host and leases elsewhere.
+    """
 
     def __init__(self, options: SqliteOptions) -> None:
         self.options = options
@@ -127,6 +188,7 @@ class SqliteStore:
         #: serializes this process's write transactions (see `_write`)
         self._writer = threading.Lock()
         self._writer_pid = os.getpid()
+        self._unclaimable = Unclaimable(log)
 
     # --- connections -----------------------------------------------------------
 
@@ -134,6 +196,7 @@ class SqliteStore:
         if self._closed:
             raise StoreError(f"SQLite store {self.path} is closed")
         with _translated(self.path, "open"):
+            _create_private(self.path)
             conn = sqlite3.connect(
                 self.path,
                 timeout=self.options.busy_timeout_ms / 1000,
@@ -183,20 +246,30 @@ class SqliteStore:
         """One write transaction, taken with BEGIN IMMEDIATE (waits up to the busy timeout).
 
         Threads of one process queue on a lock first, so SQLite's busy handler
-        (which polls and is not fair) only arbitrates between processes.
-        Both waits are bounded by the busy timeout.
+        (which polls and is not fair) only arbitrates between processes. The two
+        waits together are bounded by the busy timeout: what the first used up is
+        taken from the second. Callers prepare every value before they enter, so
+        the write lock is held for the statements alone.
         """
         conn = self._conn()
         writer = self._writer_lock()
-        timeout = self.options.busy_timeout_ms / 1000
-        if not writer.acquire(timeout=timeout):
+        busy_ms = self.options.busy_timeout_ms
+        started = time.monotonic()
+        if not writer.acquire(timeout=busy_ms / 1000):
             raise TransientStoreError(
                 f"SQLite store {self.path}: {what}: database is locked (waited "
-                f"{self.options.busy_timeout_ms} ms for this process's other writers)"
+                f"{busy_ms} ms for this process's other writers); nothing was written"
             )
         try:
             with _translated(self.path, what):
-                conn.execute("BEGIN IMMEDIATE")
+                waited_ms = int((time.monotonic() - started) * 1000)
+                if waited_ms >= 1:
+                    conn.execute(f"PRAGMA busy_timeout = {max(1, busy_ms - waited_ms)}")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    if waited_ms >= 1:
+                        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
                 try:
                     yield conn
                     conn.execute("COMMIT")
@@ -230,8 +303,14 @@ class SqliteStore:
             return int(row[0])
 
     def migrate(self) -> list[int]:
-        """Apply the missing migration steps; return their numbers (empty if none)."""
+        """Apply the missing migration steps; return their numbers (empty if none).
+
+        A file already at this version is only read (no write lock), so a store
+        opens while another process holds, or is frozen in, a write transaction.
+        """
         applied: list[int] = []
+        if self.schema_version() == SCHEMA_VERSION:
+            return applied
         with self._write("migrate") as conn:
             conn.execute(CREATE_VERSION_TABLE)
             current = int(
@@ -258,24 +337,41 @@ class SqliteStore:
 
     # --- the Store port ------------------------------------------------------------
 
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        rows = [_job_values(d.job) for d in decisions]
+        entries = [None if d.entry is None else _audit_values(d.entry) for d in decisions]
+        # (queue, limit, count statement) of each capped queue this insert adds to
+        capped = (
+            [
+                (queue, capacity.limits[queue], _waiting_sql(tuple(capacity.states)))
+                for queue in sorted({d.job.queue for d in decisions} & set(capacity.limits))
+            ]
+            if capacity is not None
+            else []
+        )
         out: list[Job] = []
+        added: set[str] = set()
         with self._write("insert") as conn:
-            for d in decisions:
+            for d, row, entry in zip(decisions, rows, entries, strict=True):
                 key = d.job.idempotency_key
                 if key is not None:
-                    row = conn.execute(
+                    found = conn.execute(
                         f"SELECT {_JOB_COLS} FROM jobs WHERE idempotency_key = ?", (key,)
                     ).fetchone()
-                    if row is not None:
-                        out.append(_job(row))
+                    if found is not None:
+                        out.append(_job(found))
                         continue
-                conn.execute(
-                    f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", _job_values(d.job)
-                )
-                if d.entry is not None:
-                    self._append(conn, [d.entry])
+                conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
+                if entry is not None:
+                    conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
+                added.add(d.job.queue)
+            for queue, limit, count in capped:
+                # after the insert, in its transaction: a count that stops at limit + 1
+                # rows of the waiting-jobs index, so it costs the capacity, not the table
+                if queue in added and conn.execute(count, (queue, limit + 1)).fetchone()[0] > limit:
+                    raise QueueFull(queue, limit)  # rolls the whole insert back
         return out
 
     def get(self, job_id: str) -> Job | None:
@@ -302,11 +398,29 @@ class SqliteStore:
             f"SELECT {_JOB_COLS} FROM jobs WHERE {' AND '.join(where)} "
             "ORDER BY priority, run_after, id LIMIT ?"
         )
+        known = self._unclaimable.known()
         leased: list[Job] = []
         with self._write("claim") as conn:
-            candidates = [_job(r) for r in conn.execute(select, params).fetchall()]
-            # The core decides each lease from the pre-image; the store only applies it.
-            decisions = [request.decide(job) for job in candidates]
+            decisions: list[Decision] = []
+            refused: list[str] = []
+            for _ in range(CLAIM_ROUNDS):  # bounded: rounds only look past refused jobs
+                skip = [*known, *refused]
+                sql = (
+                    select
+                    if not skip
+                    else select.replace(
+                        "ORDER BY", f"AND id NOT IN ({', '.join('?' for _ in skip)}) ORDER BY"
+                    )
+                )
+                wanted = request.limit - len(decisions)
+                rows = conn.execute(sql, [*params[:-1], *skip, wanted]).fetchall()
+                # The core decides each lease from the pre-image; the store only applies
+                # it. A job it refuses is skipped (logged once), never the batch.
+                got, bad = decide_leases([_job(r) for r in rows], request.decide, self._unclaimable)
+                decisions += got
+                refused += bad
+                if not bad or len(rows) < wanted:
+                    break
             for start in range(0, len(decisions), _CHUNK):
                 chunk = decisions[start : start + _CHUNK]
                 written = self._write_decided(conn, chunk)
@@ -349,19 +463,26 @@ class SqliteStore:
         return [d.job for d in decisions]
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
+        for d in decisions:
+            assert d.previous is not None, "apply takes decisions on existing jobs"
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        prepared = [
+            (_cas_statement(d), None if d.entry is None else _audit_values(d.entry))
+            for d in decisions
+        ]
         out: list[Job | VersionConflict] = []
         with self._write("apply") as conn:
-            for d in decisions:
-                assert d.previous is not None, "apply takes decisions on existing jobs"
-                if not _cas_update(conn, d):
+            for d, ((sql, params), entry) in zip(decisions, prepared, strict=True):
+                if conn.execute(sql, params).rowcount != 1:
                     row = conn.execute(
                         "SELECT version FROM jobs WHERE id = ?", (d.job.id,)
                     ).fetchone()
                     actual = None if row is None else int(row[0])
+                    assert d.previous is not None
                     out.append(VersionConflict(d.job.id, d.previous.version, actual))
                     continue
-                if d.entry is not None:
-                    self._append(conn, [d.entry])
+                if entry is not None:
+                    conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
         return out
 
@@ -371,38 +492,40 @@ class SqliteStore:
         owner = owner_to_text(request.owner)
         items = list(request.fences.items())
         renewed: dict[str, str] = {}
+        statements = []
+        for start in range(0, len(items), _CHUNK * 10):
+            chunk = items[start : start + _CHUNK * 10]
+            sql = (
+                f"WITH v(id, fence) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
+                "UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "
+                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND jobs.owner = ? "
+                f"AND jobs.state IN {in_list(request.states)} RETURNING id, state"
+            )
+            params: list[Any] = [x for pair in chunk for x in pair]
+            params += [request.lease_until, request.now, owner]
+            statements.append((sql, params))
         with self._write("renew") as conn:
-            for start in range(0, len(items), _CHUNK * 10):
-                chunk = items[start : start + _CHUNK * 10]
-                sql = (
-                    f"WITH v(id, fence) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
-                    "UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "
-                    "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND jobs.owner = ? "
-                    f"AND jobs.state IN {in_list(request.states)} RETURNING id, state"
-                )
-                params: list[Any] = [x for pair in chunk for x in pair]
-                params += [request.lease_until, request.now, owner]
+            for sql, params in statements:
                 for row in conn.execute(sql, params).fetchall():
                     renewed[row[0]] = row[1]
         return renewed
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
-        if not entries:
+        """Append entries of existing jobs; a rejected (job, event, fence) only once."""
+        check_storable((), entries)
+        prepared = [
+            (_RECORD if rejected_key(e) is None else _RECORD_REJECTED, _audit_values(e))
+            for e in first_rejections(entries)
+        ]
+        if not prepared:
             return
         with self._write("record") as conn:
-            for entry in entries:
-                conn.execute(
-                    f"INSERT INTO job_events ({_AUDIT_COLS}) SELECT {_AUDIT_MARKS} "
-                    "WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?)",
-                    [*_audit_values(entry), entry.job_id],
-                )
+            for sql, values in prepared:
+                conn.execute(sql, values)
 
     def _append(self, conn: sqlite3.Connection, entries: Sequence[AuditEntry]) -> None:
         if entries:
-            conn.executemany(
-                f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})",
-                [_audit_values(e) for e in entries],
-            )
+            conn.executemany(_AUDIT_INSERT, [_audit_values(e) for e in entries])
 
     def scan(self, request: ScanRequest) -> list[Job]:
         if not request.states or request.limit < 1:
@@ -474,6 +597,24 @@ class SqliteStore:
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
         return len(ids)
+
+    def drop_schema(self) -> None:
+        """Remove jobfsm's tables; then, if nothing else is left in the file, the file
+        itself with its -wal and -shm files. Closes the store.
+
+        Call it when no other process uses the file (`jobfsm faults` cleans up so).
+        """
+        with self._write("drop schema") as conn:
+            for table in ("job_events", "jobs", "schema_version"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            left = conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            ).fetchone()[0]
+        self.close()  # the last connection to close checkpoints and removes -wal, -shm
+        if left == 0:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.path + suffix)
 
     def close(self) -> None:
         """Close this process's connections; the store cannot be used afterwards."""

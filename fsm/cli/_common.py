@@ -12,8 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 import click
 
+from .. import jsonio
 from ..engine import Engine
-from ..errors import BadInput
 from ..records import AuditEntry, Job
 from ..registry import DEFAULT_STORE_URL, STORE_ENV, open_store, store_url
 
@@ -57,10 +57,7 @@ def engine_for(url: str | None) -> Iterator[Engine]:
 
 def parse_json(text: str, what: str) -> Any:
     """JSON from the command line, or BadInput naming the option."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{what} is not valid JSON: {err.msg} at column {err.colno}") from err
+    return jsonio.decode(text, what=what)
 
 
 def emit_json(value: Any) -> None:

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
 from ..errors import BadStoreURL, MissingExtra
-from ..ports import Store
+from ..ports import SchemaDroppable, Store
 from ..registry import STORE_GROUP
 
 try:
@@ -191,9 +191,8 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
         try:
             yield pg_factory
         finally:
-            drop: Any = getattr(last[0], "drop_schema", None) if last else None
-            if callable(drop):
-                drop()
+            if last and isinstance(last[0], SchemaDroppable):
+                last[0].drop_schema()
             elif last and notes is not None:
                 notes.append(f"left schema {schema!r} behind: DROP SCHEMA {schema} CASCADE")
         return

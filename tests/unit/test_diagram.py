@@ -18,7 +18,7 @@ from fsm.diagram import (
     render_mermaid,
     render_table,
 )
-from fsm.spec import Lifecycle, lifecycle
+from fsm.lifecycle.spec import Lifecycle, lifecycle
 from tests.conftest import need_program
 
 Spec = set[tuple[str, str, str, tuple[str, ...]]]
@@ -193,3 +193,11 @@ def test_svg_through_graphviz_is_an_svg_document() -> None:
 
     assert b"<svg" in data
     assert b"investigate" in data
+
+
+def test_a_title_with_newlines_stays_one_comment_line() -> None:
+    # given a title that tries to add a transition of its own on a new line
+    text = render_mermaid(lifecycle(), title="job X\n    queued --> succeeded : forged")
+    # then the title is one comment line and no forged edge appears
+    assert "    %% job X queued --> succeeded : forged" in text.splitlines()
+    assert "    queued --> succeeded : forged" not in text.splitlines()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsm.errors import SpecError
-from fsm.spec import check_spec, default_spec_path, load_spec
+from fsm.lifecycle.spec import check_spec, default_spec_path, load_spec
 
 GOOD = default_spec_path().read_text(encoding="utf-8")
 
@@ -37,8 +37,8 @@ def test_the_shipped_spec_is_valid() -> None:
             "unknown guard 'befor_deadline'",
         ),
         (
-            'effects = ["bump_attempt", "start_attempt"]',
-            'effects = ["bump_attempts", "start_attempt"]',
+            'effects = ["bump_attempt", "start_attempt", "enforce_kind_policy"]',
+            'effects = ["bump_attempts", "start_attempt", "enforce_kind_policy"]',
             "events.start.transitions[0].effects",
             "unknown effect 'bump_attempts'",
         ),
@@ -151,3 +151,16 @@ def test_spec_check_command_exits_non_zero_and_lists_problems(tmp_path: Path) ->
     )
     assert ok.returncode == 0
     assert "9 states, 14 events" in ok.stdout
+
+
+def test_a_state_or_event_name_that_is_not_an_identifier_is_refused(tmp_path: Path) -> None:
+    # given a spec whose state name would reach SQL and diagrams with a quote in it
+    text = default_spec_path().read_text(encoding="utf-8")
+    broken = text.replace("[states.investigate]", '[states."investigate\'x"]')
+    path = tmp_path / "job.toml"
+    path.write_text(broken, encoding="utf-8")
+    # when it is checked
+    lc, errors = check_spec(path)
+    # then it is refused, naming the key
+    assert lc is None
+    assert any("lower-case identifier" in str(e) for e in errors)
