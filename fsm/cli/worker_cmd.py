@@ -65,6 +65,30 @@ def load_app(ref: str) -> Mapping[str, Any]:
     metavar="poll|AMQP_URL",
     help="Store polling, or RabbitMQ wake-ups from the broker at AMQP_URL.",
 )
+@click.option(
+    "--rabbitmq-prefetch",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="RabbitMQ: unacked deliveries per queue [the executor's free slots].",
+)
+@click.option(
+    "--rabbitmq-recovery-attempts",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="RabbitMQ: reconnection budget after a lost connection; 0 disables [5].",
+)
+@click.option(
+    "--rabbitmq-recovery-interval",
+    type=float,
+    default=None,
+    help="RabbitMQ: longest wait between reconnection attempts, seconds [60].",
+)
+@click.option(
+    "--rabbitmq-queue-type",
+    type=click.Choice(["classic", "quorum"]),
+    default=None,
+    help="RabbitMQ: type of the queues declared [classic].",
+)
 @click.option("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL, show_default=True)
 @click.option("--lease-ttl", type=float, default=None, help="Lease TTL in seconds [30].")
 @click.option("--heartbeat", type=float, default=None, help="Heartbeat interval in seconds [5].")
@@ -102,6 +126,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     log_level: str,
     ready_file: str | None,
     metrics_port: int | None,
+    **rabbitmq: Any,
 ) -> None:
     """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once)."""
     logging.basicConfig(
@@ -136,11 +161,16 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             metrics.watch_store(engine.counts)
             stop_metrics = metrics.serve(metrics_port)
         chosen: Any = delivery
-        if delivery.startswith(("amqp://", "amqps://")):
-            chosen = load_delivery("rabbitmq")(delivery, engine=engine)
+        # --rabbitmq-X -> option X of the RabbitMQ delivery (validated there, named in errors)
+        options = {k.removeprefix("rabbitmq_"): v for k, v in rabbitmq.items() if v is not None}
+        if delivery.lower().startswith(("amqp://", "amqps://")):
+            chosen = load_delivery("rabbitmq")(delivery, engine=engine, **options)
             engine.publisher = chosen
-        elif delivery != "poll":
-            raise BadInput(f"--delivery must be 'poll' or an amqp:// URL, got {delivery!r}")
+        elif delivery != "poll":  # the value is not echoed: it may hold a password
+            raise BadInput("--delivery must be 'poll' or an amqp:// or amqps:// URL")
+        elif options:
+            names = ", ".join(f"--rabbitmq-{k.replace('_', '-')}" for k in options)
+            raise BadInput(f"{names}: only with a RabbitMQ delivery (--delivery amqp://...)")
         w = Worker(
             engine,
             handlers,
