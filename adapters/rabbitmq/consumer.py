@@ -62,8 +62,12 @@ class Delivered:
 class Consumer:
     """Consumes the work queues of one worker on a dedicated I/O thread."""
 
-    def __init__(self, config: RabbitConfig) -> None:
+    def __init__(
+        self, config: RabbitConfig, on_recovered: Callable[[str], None] | None = None
+    ) -> None:
         self._config = config
+        #: told (with the reason) each time the consumer reconnects after a loss
+        self._on_recovered = on_recovered
         self._cond = threading.Condition()
         self._inbox: deque[Delivered] = deque()
         #: handed to the worker, not settled yet: token -> monotonic time handed out
@@ -224,6 +228,8 @@ class Consumer:
                 self._open()
                 if used:
                     self.stats["recoveries"] += 1
+                    if self._on_recovered is not None:
+                        self._on_recovered(f"reconnected after {used} attempt(s)")
                     log.warning(
                         "RabbitMQ consumer recovered (generation %d) after %d attempt(s) in %.1f s",
                         self._generation,

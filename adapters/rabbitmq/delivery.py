@@ -53,7 +53,7 @@ class RabbitDelivery:
         self.skipped = Skipped()
         self.publisher = Publisher(config, self.skipped)
         self.outbox = Outbox(config, self.skipped)
-        self.consumer = Consumer(config)
+        self.consumer = Consumer(config, self._recovered)
         self.repairer = (
             None if engine is None else Repairer(engine, self.publisher, config, self.outbox.lost)
         )
@@ -93,6 +93,11 @@ class RabbitDelivery:
             raise
 
     # --- the worker side --------------------------------------------------------------
+
+    def _recovered(self, reason: str) -> None:
+        metrics = None if self.engine is None else self.engine.metrics
+        if metrics is not None:
+            metrics.delivery_recovery("rabbitmq", reason)
 
     def start(self, queues: Sequence[str]) -> None:
         self._queues = tuple(check_name("queue", q) for q in queues)

@@ -16,6 +16,7 @@ from adapters.rabbitmq import DeliveryFailed, RabbitConfig, RabbitDelivery
 from adapters.rabbitmq.consumer import Consumer, recovery_delay
 from fsm import Engine
 from fsm.errors import BadInput
+from fsm.observe import MetricsBase
 
 from .helpers import (
     DriverLoop,
@@ -498,5 +499,37 @@ def test_consumption_resumes_within_seconds_of_the_broker_returning(
             "a wake-up after the restart",
         )
         assert got == [job.id]
+    finally:
+        delivery.close()
+
+
+def test_a_reconnect_is_counted_as_a_delivery_recovery_in_the_engines_metrics(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery whose engine counts delivery recoveries
+    class Recoveries(MetricsBase):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, str]] = []
+
+        def delivery_recovery(self, delivery: str, reason: str) -> None:
+            self.seen.append((delivery, reason))
+
+    metrics = Recoveries()
+    engine = Engine(MemoryStore(), metrics=metrics)
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    delivery.start(["default"])
+    try:
+        wait_until(lambda: delivery.poll(1, 0.1) == [] and delivery.ready, 10, "connected")
+        # when the broker closes its connections and the consumer reconnects
+        rabbitmqctl("close_all_connections", "test")
+        wait_until(
+            lambda: delivery.poll(1, 0.1) == [] and delivery.consumer.generation == 2,
+            30,
+            "recovery",
+        )
+        # then the recovery was reported once, with its reason
+        wait_until(lambda: metrics.seen, 5, "the metric")
+        assert [d for d, _ in metrics.seen] == ["rabbitmq"]
+        assert "reconnected after" in metrics.seen[0][1]
     finally:
         delivery.close()
