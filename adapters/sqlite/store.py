@@ -141,8 +141,8 @@ def _create_private(path: str) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, FILE_MODE)
-    except FileExistsError:
-        return
+    except OSError:
+        return  # it exists, or SQLite reports why it cannot open it (missing directory, ...)
     os.close(fd)
 
 

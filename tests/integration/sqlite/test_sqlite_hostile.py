@@ -136,6 +136,15 @@ def test_a_new_database_and_its_wal_and_shm_files_are_readable_by_the_owner_only
         os.umask(old)
 
 
+def test_a_database_in_a_missing_directory_is_a_store_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "missing" / "jobs.db"
+    with pytest.raises(StoreError, match="unable to open") as info:
+        open_store(f"sqlite:///{path}")
+    assert str(path) in str(info.value)
+
+
 def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     path.touch(mode=0o640)
