@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from adapters.sqlite import open_store
+from adapters.sqlite._sql import _waiting_sql
 from adapters.sqlite.schema import in_list
-from adapters.sqlite.store import _waiting_sql
 from fsm import Engine, Owner
 from fsm.errors import BadStoreURL, StoreError
 from fsm.registry import open_store as open_by_url
