@@ -773,6 +773,21 @@ class StoreConformance:
         else:
             raise AssertionError("a new job in a full queue was accepted")
 
+    def test_submit_to_a_capped_queue_never_counts_the_whole_store(self) -> None:
+        engine, _ = self.engine()
+        engine.policy = attrs.evolve(engine.policy, limits=Limits(queue_capacity={"default": 2}))
+
+        def counts() -> dict[tuple[str, str], int]:
+            raise AssertionError("the capacity check counted every job of the store")
+
+        store: Any = self.store
+        store.counts = counts  # the store's own count, by queue and state, must not be used
+        try:
+            engine.submit_many([("conformance", i, {}) for i in range(2)])
+            _raised(QueueFull, lambda: engine.submit("conformance", 3), "a third job fit in 2")
+        finally:
+            del store.counts
+
     def test_a_duplicate_key_in_a_full_queue_returns_the_stored_job(self) -> None:
         engine, _ = self.engine()
         cap = self._capacity(default=1)
