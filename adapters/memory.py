@@ -12,9 +12,9 @@ import attrs
 from fsm.errors import BadStoreURL, QueueFull, VersionConflict
 from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
+from fsm.secrets import redact_url
 
 from ._rows import Unclaimable, check_storable, decide_leases, first_rejections, rejected_key
-from ._secrets import redact_url
 from .memory_browse import MemoryBrowse
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from fsm.errors import BadStoreURL
-
-from .._secrets import redact_url, scrub, url_secrets
+from fsm.secrets import redact_url, scrub, url_secrets
 
 #: PostgreSQL identifiers (and LISTEN channel names) hold at most NAMEDATALEN - 1 bytes
 MAX_IDENTIFIER_BYTES = 63

@@ -8,8 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 import attrs
 
 from fsm.errors import BadStoreURL
-
-from .._secrets import redact_url
+from fsm.secrets import redact_url
 
 DEFAULT_PATH = "jobfsm.db"
 #: FULL: a commit is on disk before it returns (the job record is the source of truth).

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import click
@@ -16,6 +15,7 @@ from .. import jsonio
 from ..engine import Engine
 from ..records import AuditEntry, Job
 from ..registry import DEFAULT_STORE_URL, STORE_ENV, open_store, store_url
+from ..secrets import redact_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -111,9 +111,5 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def redact(url: str) -> str:
-    """A store URL fit to print: any password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """A store URL fit to print: passwords masked (`fsm.secrets.redact_url`)."""
+    return redact_url(url)

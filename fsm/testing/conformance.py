@@ -67,7 +67,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -78,7 +78,7 @@ from ..inputs import KindPolicy
 from ..lifecycle.core import decide, replay, same_except_heartbeats
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
-from ..ports import Capacity, ClaimRequest, PruneRequest, ScanRequest, Store
+from ..ports import Capacity, ClaimRequest, PruneRequest, ScanRequest, SchemaDroppable, Store
 from ..records import Decision, Job, Owner
 from ..recovery import sweep
 from ..registry import open_store
@@ -775,6 +775,21 @@ class StoreConformance:
         else:
             raise AssertionError("a new job in a full queue was accepted")
 
+    def test_submit_to_a_capped_queue_never_counts_the_whole_store(self) -> None:
+        engine, _ = self.engine()
+        engine.policy = attrs.evolve(engine.policy, limits=Limits(queue_capacity={"default": 2}))
+
+        def counts() -> dict[tuple[str, str], int]:
+            raise AssertionError("the capacity check counted every job of the store")
+
+        store: Any = self.store
+        store.counts = counts  # the store's own count, by queue and state, must not be used
+        try:
+            engine.submit_many([("conformance", i, {}) for i in range(2)])
+            _raised(QueueFull, lambda: engine.submit("conformance", 3), "a third job fit in 2")
+        finally:
+            del store.counts
+
     def test_a_duplicate_key_in_a_full_queue_returns_the_stored_job(self) -> None:
         engine, _ = self.engine()
         cap = self._capacity(default=1)
@@ -978,12 +993,6 @@ class SharedStoreConformance(StoreConformance):
         assert waiting == self.capacity_limit
 
 
-class _Droppable(Protocol):
-    """A store that can remove what it created (the optional port `SchemaDroppable`)."""
-
-    def drop_schema(self) -> None: ...
-
-
 class DroppableStoreConformance(StoreConformance):
     """For stores with `drop_schema()`: it removes every job and audit entry it holds."""
 
@@ -995,8 +1004,8 @@ class DroppableStoreConformance(StoreConformance):
         engine, clock = self.engine()
         running = reach(engine, clock, "running")
         done = reach(engine, clock, "succeeded", idempotency_key="dropped")
-        droppable: _Droppable = self.store  # type: ignore[assignment]
-        droppable.drop_schema()
+        assert isinstance(self.store, SchemaDroppable)
+        self.store.drop_schema()
         after = self.store_after_drop()
         if after is not self.store:
             self._opened.append(after)

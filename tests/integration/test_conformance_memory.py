@@ -24,6 +24,8 @@ def test_the_comparison_machine_finds_two_memory_stores_in_agreement() -> None:
 class TestMemoryStoreConformance(DroppableStoreConformance):
     """The whole suite plus drop_schema; memory is one process: no cross-process checks."""
 
+    concurrent_jobs = 5000
+
     def make_store(self) -> Store:
         return MemoryStore()
 

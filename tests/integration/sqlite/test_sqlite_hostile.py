@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from adapters.sqlite import open_store
+from adapters.sqlite._sql import _waiting_sql
 from adapters.sqlite.schema import in_list
-from adapters.sqlite.store import _waiting_sql
 from fsm import Engine, Owner
 from fsm.errors import BadStoreURL, StoreError
 from fsm.registry import open_store as open_by_url
@@ -134,6 +134,15 @@ def test_a_new_database_and_its_wal_and_shm_files_are_readable_by_the_owner_only
             store.close()
     finally:
         os.umask(old)
+
+
+def test_a_database_in_a_missing_directory_is_a_store_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "missing" / "jobs.db"
+    with pytest.raises(StoreError, match="unable to open") as info:
+        open_store(f"sqlite:///{path}")
+    assert str(path) in str(info.value)
 
 
 def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
