@@ -7,6 +7,7 @@ import sys
 import click
 
 from . import cli
+from ._common import log_options, setup_logging
 
 
 @cli.command()
@@ -46,6 +47,7 @@ from . import cli
     show_default=True,
     help="Give up (and fail) after SECONDS.",
 )
+@log_options("WARNING")
 def demo(
     *,
     jobs: int,
@@ -56,6 +58,8 @@ def demo(
     seed: int | None,
     directory: str | None,
     timeout: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run a realistic workload through worker processes while killing them.
 
@@ -69,6 +73,7 @@ def demo(
     """
     from ..demo.run import Config, run_demo
 
+    setup_logging(log_level, log_format)
     cfg = Config(
         jobs=jobs,
         workers=workers,
