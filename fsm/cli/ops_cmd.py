@@ -284,6 +284,8 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
             continue  # printed whole, below
         elif value is None:
             shown = "-"
+        elif isinstance(value, bool):
+            shown = "true" if value else "false"
         else:
             shown = clean(value)
         click.echo(f"{key:>16}: {shown}")
