@@ -539,17 +539,19 @@ def migrate(url: str | None) -> None:
     Stores without a schema (memory://) have nothing to do.
     """
     target = store_url(url)
-    store = open_store(target)
+    store = open_store(target)  # opening applies what is missing (unless ?migrate=false)
     try:
         run = getattr(store, "migrate", None)
         if run is None:
             click.echo(f"{redact(target)}: nothing to migrate")
             return
         applied = run()
+        version = store.schema_version() if hasattr(store, "schema_version") else None
     finally:
         store.close()
+    at = "" if version is None else f" at version {version}"
     if applied:
         versions = ", ".join(str(v) for v in applied)
-        click.echo(f"{redact(target)}: applied schema migration(s) {versions}")
+        click.echo(f"{redact(target)}: applied schema migration(s) {versions}; schema{at}")
     else:
-        click.echo(f"{redact(target)}: schema already up to date")
+        click.echo(f"{redact(target)}: schema{at}, up to date")
