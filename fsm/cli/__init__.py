@@ -39,8 +39,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _one_line(err: BaseException | str) -> str:
-    """An error message on one line (driver messages often span several)."""
-    return " ".join(str(err).split())
+    """An error message on one line (driver messages often span several), with control
+    characters escaped (messages may quote stored text)."""
+    from ._common import clean
+
+    return clean(" ".join(str(err).split()))
 
 
 def main() -> None:

@@ -299,6 +299,8 @@ def parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise BadInput(f"{what} is not valid JSON: {err.msg} at column {err.colno}") from err
+    except RecursionError as err:
+        raise BadInput(f"{what} is nested too deeply to decode") from err
 
 
 def job_dict(job: Job) -> dict[str, Any]:

@@ -247,3 +247,23 @@ def test_a_worker_told_other_queues_warns_with_the_flag_to_add(
     assert "handlers name queues this worker does not serve" in text
     assert "--queues other,default" in text
     assert not ready.exists()  # removed on exit
+
+
+def test_a_deeply_nested_payload_on_the_command_line_is_bad_input(tmp_path: Path) -> None:
+    store = tmp_path / "jobs.db"
+
+    done = run_cli("submit", "k", "--payload", "[" * 100_000, "--store", f"sqlite:///{store}")
+
+    assert done.returncode == 2
+    assert "--payload is nested too deeply" in one_line_error(done)
+    assert not store.exists()
+
+
+def test_error_messages_quoting_input_escape_control_characters(sqlite_url: str) -> None:
+    ok("migrate", sqlite_url)
+
+    done = run_cli("inspect", "a\x1b[2Jb", "--store", sqlite_url)
+
+    line = one_line_error(done)
+    assert "\x1b" not in line
+    assert "a\\x1b[2Jb" in line
