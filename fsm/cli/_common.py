@@ -14,13 +14,13 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 import click
 
 from ..engine import Engine
-from ..errors import BadInput
+from ..errors import BadInput, SchemaError
 from ..records import AuditEntry, Job
 from ..registry import DEFAULT_STORE_URL, STORE_ENV, open_store, store_url
 
@@ -278,15 +278,37 @@ def check_store_exists(url: str) -> None:
         )
 
 
+def _without_migration(url: str) -> str:
+    """A PostgreSQL URL opened for reading: `migrate=false` unless the URL says otherwise,
+    so a mistyped schema is refused instead of created (and nothing is migrated)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower().split("+", 1)[0] not in ("postgresql", "postgres"):
+        return url
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(key == "migrate" for key, _ in query):
+        return url
+    return urlunsplit(parts._replace(query=urlencode([*query, ("migrate", "false")])))
+
+
 @contextmanager
 def engine_for(url: str | None, *, existing: bool = False) -> Iterator[Engine]:
     """An Engine over the store `url` names (see `fsm.registry.store_url`), closed after.
 
-    `existing=True` (read-only commands): refuse a store that does not exist yet."""
+    `existing=True` (read-only commands): refuse a store that does not exist yet (a SQLite
+    path naming no file, a PostgreSQL schema not at this jobfsm's version); create and
+    migrate nothing."""
     target = store_url(url)
     if existing:
         check_store_exists(target)
-    store = open_store(target)
+        try:
+            store = open_store(_without_migration(target))
+        except SchemaError as err:
+            raise BadInput(
+                f"{err} (read-only commands neither create nor migrate a store: check "
+                "--store or $JOBFSM_STORE, or run `jobfsm migrate URL`)"
+            ) from err
+    else:
+        store = open_store(target)
     try:
         yield Engine(store)
     finally:

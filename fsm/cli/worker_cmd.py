@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 #: the object `--app module` names when no `:obj` is given
 DEFAULT_APP_OBJECT = "handlers"
 #: how often the ready file is brought in line with the worker's readiness
-READY_CHECK_INTERVAL = 0.2
+READY_CHECK_INTERVAL = 0.05
 
 
 def load_app(ref: str) -> Mapping[str, Any]:

@@ -267,3 +267,23 @@ def test_error_messages_quoting_input_escape_control_characters(sqlite_url: str)
     line = one_line_error(done)
     assert "\x1b" not in line
     assert "a\\x1b[2Jb" in line
+
+
+@pytest.mark.postgres
+def test_read_commands_on_a_mistyped_postgres_schema_create_nothing(pg_url: str) -> None:
+    import psycopg
+
+    typo = f"{pg_url}?schema=jbos"
+
+    done = run_cli("status", "--store", typo)
+    ok("migrate", f"{pg_url}?schema=jobs")
+    fine = ok("status", "--store", f"{pg_url}?schema=jobs")
+
+    assert done.returncode == 2
+    assert "read-only commands neither create nor migrate a store" in one_line_error(done)
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'j%'"
+        ).fetchall()
+    assert found == [("jobs",)]
+    assert fine.strip() == "no jobs"
