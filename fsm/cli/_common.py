@@ -77,8 +77,9 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]  # generic only from c
 
     name = "seconds"
 
-    def __init__(self, *, zero_ok: bool = False) -> None:
+    def __init__(self, *, zero_ok: bool = False, minimum: float | None = None) -> None:
         self.zero_ok = zero_ok
+        self.minimum = minimum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, float):
@@ -93,6 +94,8 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]  # generic only from c
         if number < 0 or (number == 0 and not self.zero_ok):
             bound = "0 or more" if self.zero_ok else "more than 0"
             self.fail(f"{value!r} must be {bound} seconds", param, ctx)
+        if self.minimum is not None and number < self.minimum:
+            self.fail(f"{value!r} must be at least {self.minimum:g} seconds", param, ctx)
         return number
 
 

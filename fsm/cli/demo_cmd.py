@@ -7,7 +7,7 @@ import sys
 import click
 
 from . import cli
-from ._common import log_options, setup_logging
+from ._common import Seconds, log_options, setup_logging
 
 
 @cli.command()
@@ -24,7 +24,7 @@ from ._common import log_options, setup_logging
 )
 @click.option(
     "--crash-every",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(minimum=0.1),
     default=1.5,
     show_default=True,
     help="Seconds between injected SIGKILLs of a worker process.",
@@ -42,7 +42,7 @@ from ._common import log_options, setup_logging
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Seconds(minimum=1),
     default=120.0,
     show_default=True,
     help="Give up (and fail) after SECONDS.",

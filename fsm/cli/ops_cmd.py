@@ -25,6 +25,7 @@ from ..registry import open_store, store_url
 from ..spec import lifecycle
 from . import cli
 from ._common import (
+    Seconds,
     actor_options,
     as_json_text,
     clean,
@@ -123,7 +124,7 @@ def submit(
 @cli.command()
 @click.option(
     "--expiring-within",
-    type=click.FloatRange(min=0),
+    type=Seconds(zero_ok=True),
     default=10.0,
     show_default=True,
     help="List leases that lapse within SECONDS.",

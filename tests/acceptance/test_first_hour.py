@@ -287,3 +287,19 @@ def test_read_commands_on_a_mistyped_postgres_schema_create_nothing(pg_url: str)
         ).fetchall()
     assert found == [("jobs",)]
     assert fine.strip() == "no jobs"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("demo", "--crash-every", "nan"),
+        ("demo", "--timeout", "inf"),
+        ("status", "--expiring-within", "nan"),
+        ("faults", "--store", "memory://", "--log-format", "xml"),
+    ],
+)
+def test_non_finite_times_and_unknown_choices_are_usage_errors(args: tuple[str, ...]) -> None:
+    done = run_cli(*args)
+
+    assert done.returncode == 2
+    assert f"'{args[-2]}'" in one_line_error(done)
