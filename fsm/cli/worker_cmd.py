@@ -236,7 +236,11 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
         )
-        click.echo(f"worker {short_owners(str(w.owner))} serving {','.join(w.queues)}", err=True)
+        serving = ",".join(w.queues)
+        if log_format == "json":  # stderr stays one JSON object per line
+            log.info("worker %s serving %s", w.owner, serving)
+        else:
+            click.echo(f"worker {short_owners(str(w.owner))} serving {serving}", err=True)
         if ready_file:
             marker = _ReadyFile(w, Path(ready_file))
             marker.start()
