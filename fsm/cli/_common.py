@@ -142,7 +142,14 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        return clean(short_owners(super().format(record)), keep="\n")
+        text = super().format(record)
+        fields = getattr(record, "jobfsm", None)
+        if isinstance(fields, dict) and "kind" in fields:  # a transition: say what and where
+            head, sep, rest = text.partition("\n")
+            text = f"{head} [{fields['kind']} attempt {fields.get('attempt')} fence " + (
+                f"{fields.get('fence')}]{sep}{rest}"
+            )
+        return clean(short_owners(text), keep="\n")
 
 
 class JsonFormatter(logging.Formatter):

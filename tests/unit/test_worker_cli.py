@@ -308,3 +308,11 @@ def test_the_ready_file_does_not_follow_a_symlink(tmp_path: Path) -> None:
         marker.stop()
     assert target.read_text() == "keep me\n"
     assert path.is_symlink()
+
+
+def test_text_logs_of_transitions_name_the_kind_attempt_and_fence() -> None:
+    line = TextFormatter().format(
+        _record("job J succeed: running -> succeeded", kind="mail.send", attempt=2, fence=3)
+    )
+
+    assert line.endswith("job J succeed: running -> succeeded [mail.send attempt 2 fence 3]")
