@@ -7,7 +7,7 @@ import sys
 import click
 
 from . import cli
-from ._common import Seconds, log_options, setup_logging
+from ._common import Seconds, clean, log_options, setup_logging
 
 
 @cli.command()
@@ -84,6 +84,10 @@ def demo(
         directory=directory,
         timeout=timeout,
     )
-    result = run_demo(cfg, click.echo, live=sys.stdout.isatty())
+
+    def echo(text: str) -> None:  # the summary quotes stored reasons: escape them
+        click.echo(clean(text, keep="\n"))
+
+    result = run_demo(cfg, echo, live=sys.stdout.isatty())
     if not result.ok:
         sys.exit(1)
