@@ -175,11 +175,37 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+#: transition events logged at DEBUG by the CLI (one per job, routine: the next line,
+#: `start`, says the same job began)
+QUIET_EVENTS = frozenset({"lease"})
+
+
+class _QuietRoutine(logging.Filter):
+    """Routine transitions (QUIET_EVENTS) become DEBUG records: shown only at DEBUG."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = getattr(record, "jobfsm", None)
+        if (
+            isinstance(fields, dict)
+            and fields.get("event") in QUIET_EVENTS
+            and fields.get("outcome") == "applied"
+            and record.levelno == logging.INFO
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return self.level <= logging.DEBUG
+        return True
+
+
 def setup_logging(level: str, fmt: str) -> None:
     """Logging for a long-running command: stderr, `fmt` text or json; pika's INFO chatter
     (a line per connection step) stays out unless --log-level DEBUG."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_QuietRoutine(logging.getLevelName(level.upper())))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

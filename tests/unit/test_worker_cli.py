@@ -316,3 +316,30 @@ def test_text_logs_of_transitions_name_the_kind_attempt_and_fence() -> None:
     )
 
     assert line.endswith("job J succeed: running -> succeeded [mail.send attempt 2 fence 3]")
+
+
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("DEBUG", True)])
+def test_leases_are_logged_at_debug(level: str, shown: bool) -> None:
+    import io
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("pika").level)
+    try:
+        setup_logging(level, "text")
+        stream = io.StringIO()
+        root.handlers[0].setStream(stream)  # type: ignore[attr-defined]
+        log = logging.getLogger("fsm.transitions")
+        log.info("job J lease: queued -> leased", extra={"jobfsm": _fields("lease")})
+        log.info("job J start: leased -> running", extra={"jobfsm": _fields("start")})
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("pika").setLevel(saved[2])
+
+    out = stream.getvalue()
+    assert "start: leased -> running" in out
+    assert ("DEBUG fsm.transitions: job J lease" in out) is shown
+
+
+def _fields(event: str) -> dict[str, object]:
+    return {"event": event, "outcome": "applied", "kind": "k", "attempt": 0, "fence": 1}
