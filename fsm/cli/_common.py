@@ -264,14 +264,20 @@ def emit_json(value: Any) -> None:
 # --- tables ----------------------------------------------------------------------------
 
 
-def console(*, err: bool = False) -> Any:
-    """A rich Console for stdout (or stderr): terminal width on a terminal, PIPE_WIDTH
-    otherwise; no markup or highlighting, so stored text is printed as it is (escaped)."""
+def console(*, err: bool = False, width: int | None = None) -> Any:
+    """A rich Console for stdout (or stderr): `width`, else the terminal's on a terminal,
+    else PIPE_WIDTH; no markup or highlighting, so stored text is printed as it is
+    (escaped)."""
     from rich.console import Console
 
     stream = sys.stderr if err else sys.stdout
-    width = None if stream.isatty() else PIPE_WIDTH
+    if width is None and not stream.isatty():
+        width = PIPE_WIDTH
     return Console(file=stream, width=width, highlight=False, markup=False, emoji=False)
+
+
+#: columns a narrow terminal may cut short (with "…"); ids, states and counts never are
+SHRINKABLE = frozenset({"last error (first line)", "error", "reason", "actor", "fault"})
 
 
 def print_table(
@@ -282,14 +288,21 @@ def print_table(
     from rich.table import Table
     from rich.text import Text
 
+    cells = [[clean(c) for c in row] for row in rows]
     tbl = Table(
         box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False
     )
-    for name in header:
-        tbl.add_column(name, no_wrap=True, overflow="ellipsis")
-    for row in rows:
-        tbl.add_row(*(Text(clean(c)) for c in row))
+    needed = 0
+    for i, name in enumerate(header):
+        widest = max([len(name), *(len(r[i]) for r in cells)])
+        whole = None if name in SHRINKABLE else widest
+        tbl.add_column(name, no_wrap=True, overflow="ellipsis", min_width=whole)
+        needed += (whole or min(widest, 20)) + 3  # cell, padding, separator
+    for row in cells:
+        tbl.add_row(*(Text(c, overflow="ellipsis", no_wrap=True) for c in row))
     out = console()
+    if out.width < needed:  # too narrow: let the terminal wrap lines rather than hide columns
+        out = console(width=needed)
     with out.capture() as captured:
         out.print(tbl)
     click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))

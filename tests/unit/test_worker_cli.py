@@ -343,3 +343,17 @@ def test_leases_are_logged_at_debug(level: str, shown: bool) -> None:
 
 def _fields(event: str) -> dict[str, object]:
     return {"event": event, "outcome": "applied", "kind": "k", "attempt": 0, "fence": 1}
+
+
+def test_tables_never_hide_or_cut_ids_when_the_terminal_is_too_narrow(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fsm.cli._common import PIPE_WIDTH, print_table
+
+    kind = "k" * PIPE_WIDTH  # wider than the table may be
+    print_table([["01M8SKCZ86BSTN5XVNR163RQRZ", kind, "err " * 80]], ["id", "kind", "error"])
+
+    out = capsys.readouterr().out
+    assert "01M8SKCZ86BSTN5XVNR163RQRZ" in out
+    assert kind in out
+    assert "error" in out.splitlines()[0]
