@@ -278,6 +278,8 @@ def console(*, err: bool = False, width: int | None = None) -> Any:
 
 #: columns a narrow terminal may cut short (with "…"); ids, states and counts never are
 SHRINKABLE = frozenset({"last error (first line)", "error", "reason", "actor", "fault"})
+#: the widest a shrinkable column is drawn (first_line already cuts errors at 60)
+SHRINK_TO = 64
 
 
 def print_table(
@@ -295,9 +297,13 @@ def print_table(
     needed = 0
     for i, name in enumerate(header):
         widest = max([len(name), *(len(r[i]) for r in cells)])
-        whole = None if name in SHRINKABLE else widest
-        tbl.add_column(name, no_wrap=True, overflow="ellipsis", min_width=whole)
-        needed += (whole or min(widest, 20)) + 3  # cell, padding, separator
+        if name in SHRINKABLE:  # at most SHRINK_TO wide, less on a narrow terminal
+            width = min(widest, SHRINK_TO)
+            tbl.add_column(name, no_wrap=True, overflow="ellipsis", max_width=width)
+            needed += min(width, 20) + 3  # cell, padding, separator
+        else:
+            tbl.add_column(name, no_wrap=True, min_width=widest)
+            needed += widest + 3
     for row in cells:
         tbl.add_row(*(Text(c, overflow="ellipsis", no_wrap=True) for c in row))
     out = console()
