@@ -212,9 +212,12 @@ class ConfirmsDeath(Protocol):
 
 @runtime_checkable
 class Migratable(Protocol):
-    """A store with a schema to create or upgrade; returns the versions it applied."""
+    """A store with a versioned schema: `migrate` creates or upgrades it and returns the
+    versions it applied; `schema_version` reads the version in place (None if none)."""
 
     def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int | None: ...
 
 
 @runtime_checkable

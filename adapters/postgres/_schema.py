@@ -97,7 +97,7 @@ CREATE TABLE {s}.job_events (
     PRIMARY KEY (job_id, seq)
 );
 
--- Worker processes that hold a liveness advisory lock (DESIGN section 3). probe()
+-- Worker processes that hold a liveness advisory lock (docs/stores.md). probe()
 -- confirms death only for an owner registered here: one that never took the lock
 -- is "unknown", never "dead".
 CREATE TABLE {s}.liveness (
