@@ -99,6 +99,8 @@ class MemoryStore(MemoryBrowse):
         return d.job
 
     def claim(self, request: ClaimRequest) -> list[Job]:
+        if request.kinds is not None and not request.kinds:
+            return []
         with self._lock:
             if request.ids is not None:
                 pool = [self._jobs[i] for i in request.ids if i in self._jobs]
@@ -110,6 +112,7 @@ class MemoryStore(MemoryBrowse):
                     for j in pool
                     if j.state in request.states
                     and j.queue in request.queues
+                    and (request.kinds is None or j.kind in request.kinds)
                     and j.run_after <= request.now
                     and (j.deadline is None or j.deadline > request.now)
                 ),

@@ -240,8 +240,10 @@ class Engine:
         queues: Sequence[str] = ("default",),
         limit: int = 1,
         ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[Job]:
-        """Lease up to `limit` due jobs (or the given ids) for `owner`."""
+        """Lease up to `limit` due jobs (or the given ids) for `owner`; with `kinds`,
+        only jobs of those kinds (a worker leases only what it has handlers for)."""
         if limit < 1:
             return []
         now = self.clock.now()
@@ -268,6 +270,7 @@ class Engine:
                 states=self._lease_states,
                 decide=lease,
                 ids=None if ids is None else tuple(ids),
+                kinds=None if kinds is None else tuple(kinds),
             )
         )
         if self.metrics is not None:

@@ -39,6 +39,9 @@ class ClaimRequest:
     states: tuple[str, ...]
     decide: Callable[[Job], Decision] = attrs.field(eq=False, repr=False)
     ids: tuple[str, ...] | None = None
+    #: only jobs of these kinds (the kinds a worker has handlers for); None: any kind.
+    #: A job of another kind stays where it is for a worker that knows it (rolling deploys).
+    kinds: tuple[str, ...] | None = None
 
 
 @attrs.frozen

@@ -170,7 +170,7 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
-        self._claims: dict[tuple[tuple[str, ...], bool, bool, bool], str] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
         self._waiting: dict[tuple[str, ...], str] = {}
 
     def waiting(self, states: tuple[str, ...]) -> str:
@@ -251,13 +251,19 @@ class Statements:
         return statement
 
     def claim(
-        self, states: tuple[str, ...], by_ids: bool, one_queue: bool = False, skipping: bool = False
+        self,
+        states: tuple[str, ...],
+        by_ids: bool,
+        one_queue: bool = False,
+        skipping: bool = False,
+        by_kind: bool = False,
     ) -> str:
         """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both
         the locked pre-images and the leased rows so the caller can check them
         against the core's `lease` decision before it commits. `skipping`: leave out
-        the ids in %(skip)s (jobs the core refused to lease)."""
-        key = (states, by_ids, one_queue, skipping)
+        the ids in %(skip)s (jobs the core refused to lease). `by_kind`: only jobs whose
+        kind is in %(kinds)s."""
+        key = (states, by_ids, one_queue, skipping, by_kind)
         if key not in self._claims:
             # one queue: equality lets the planner walk jobs_due in lease order and
             # stop after `limit` rows; several queues: an index scan plus a sort.
@@ -268,6 +274,8 @@ class Statements:
             )
             if skipping:
                 due += "AND NOT (id = ANY(%(skip)s::text[])) "
+            if by_kind:
+                due += "AND kind = ANY(%(kinds)s::text[]) "
             if by_ids:
                 # One primary-key lookup per distinct id. With `id = ANY(...)` beside the
                 # due conditions, the planner of a young table (no statistics yet) walked

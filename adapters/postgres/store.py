@@ -111,7 +111,7 @@ class PostgresStore(Inserts, PostgresBrowse):
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
             return []
-        if request.ids is not None and not request.ids:
+        if (request.ids is not None and not request.ids) or request.kinds == ():
             return []
         skip = self._unclaimable.known()
         for _ in range(CLAIM_ROUNDS):  # bounded: a round only repeats past refused jobs
@@ -128,7 +128,11 @@ class PostgresStore(Inserts, PostgresBrowse):
         transaction rolls back and its id comes back, for the next round to skip."""
         one_queue = len(set(request.queues)) == 1
         statement = self.sql.claim(
-            tuple(request.states), request.ids is not None, one_queue, bool(skip)
+            tuple(request.states),
+            request.ids is not None,
+            one_queue,
+            bool(skip),
+            request.kinds is not None,
         )
         params = {
             "queues": list(request.queues),
@@ -139,6 +143,7 @@ class PostgresStore(Inserts, PostgresBrowse):
             "owner": owner_to_text(request.owner),
             "lease_until": request.lease_until,
             "skip": list(skip),
+            "kinds": None if request.kinds is None else list(request.kinds),
         }
         decisions: list[Decision] = []
         refused: list[str] = []

@@ -270,7 +270,7 @@ class SqliteStore(SqliteBrowse):
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
             return []
-        if request.ids is not None and not request.ids:
+        if (request.ids is not None and not request.ids) or request.kinds == ():
             return []
         where = [
             f"state IN {in_list(request.states)}",
@@ -279,6 +279,9 @@ class SqliteStore(SqliteBrowse):
             "(deadline IS NULL OR deadline > ?)",
         ]
         params: list[Any] = [*request.queues, request.now, request.now]
+        if request.kinds is not None:
+            where.append(f"kind IN ({', '.join('?' for _ in request.kinds)})")
+            params.extend(request.kinds)
         if request.ids is not None:
             where.append(f"id IN ({', '.join('?' for _ in request.ids)})")
             params.extend(request.ids)

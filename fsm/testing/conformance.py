@@ -504,6 +504,21 @@ class StoreConformance:
         assert self.store.get(a.id) is not None
         assert self.store.get(a.id).state == "queued"  # type: ignore[union-attr]
 
+    def test_claim_by_kinds_leases_only_those_kinds_and_leaves_the_rest_untouched(
+        self,
+    ) -> None:
+        engine, _ = self.engine()
+        mine = engine.submit("conformance", 1)
+        other = engine.submit("unsafe", 2)
+        by_id = engine.claim(owner(), ids=[mine.id, other.id], limit=10, kinds=["conformance"])
+        assert [j.id for j in by_id] == [mine.id]
+        assert engine.claim(owner(), limit=10, kinds=[]) == []
+        assert engine.claim(owner(), limit=10, kinds=["conformance"]) == []
+        untouched = self.store.get(other.id)
+        assert untouched is not None
+        assert (untouched.state, untouched.fence, untouched.version) == ("queued", 0, 1)
+        assert [j.id for j in engine.claim(owner(), limit=10, kinds=["unsafe"])] == [other.id]
+
     def _assert_leased_once(self, grants: Sequence[tuple[str, int, str]], ids: set[str]) -> None:
         by_fence: dict[tuple[str, int], set[str]] = {}
         for job_id, fence, who in grants:
