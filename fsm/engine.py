@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from .ports import (
     Store,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
+from .telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,10 @@ class Engine:
         metrics: Metrics | None = None,
         publisher: Delivery | None = None,
         spec: Lifecycle | None = None,
+        tracer_provider: Any = None,
     ) -> None:
+        """`tracer_provider`: where operator actions' spans go (default: OpenTelemetry's
+        global one, when opentelemetry-api is installed)."""
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or Policy()
@@ -64,6 +69,8 @@ class Engine:
         self.spec = spec or lifecycle()
         self._lease_states = self._sources("lease")
         self._heartbeat_states = self._sources("heartbeat")
+        self.tracer_provider = tracer_provider
+        self._traced = tracing.available()
 
     def _dests(self, event: str) -> frozenset[str]:
         return frozenset(
@@ -285,13 +292,22 @@ class Engine:
         self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
     ) -> Job:
         """Apply an operator event; repeating one that already took effect is a no-op."""
-        try:
-            return self.transition(job_id, event, **args)
-        except IllegalTransition:
-            job = self.get(job_id)
-            if settled(job):
-                return job
-            raise
+        with self._operator_span(event, job_id, args["actor"]):
+            try:
+                return self.transition(job_id, event, **args)
+            except IllegalTransition:
+                job = self.get(job_id)
+                if settled(job):
+                    return job
+                raise
+
+    def _operator_span(
+        self, event: str, job_id: str, actor: Any
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Every operator action, whichever surface asked for it, is one span (if traced)."""
+        if not self._traced:
+            return contextlib.nullcontext()
+        return tracing.operator_span(event, job_id, actor=str(actor), provider=self.tracer_provider)
 
     def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
         return self._operator(
@@ -331,6 +347,10 @@ class Engine:
         store = self.store
         if not isinstance(store, Erasable):
             raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
+        with self._operator_span("erase", job_id, actor):
+            return self._erase(store, job_id, actor=actor, reason=reason)
+
+    def _erase(self, store: Erasable, job_id: str, *, actor: str, reason: str) -> Job:
         for _ in range(self.policy.limits.cas_retries):
             job = self.get(job_id)
             decision = decide(
