@@ -219,8 +219,8 @@ class _Race:
         now = self.clock.advance(self.policy.lease.ttl + 1.0)
         self.engine.recover()
         owned = ("leased", "running", "cancelling")
+        self._count("R4 the sweep takes back every lapsed lease")
         for job in self.engine.scan(ScanRequest(states=owned, queues=(self.queue,))):
-            self._count("R4 the sweep takes back every lapsed lease")
             if job.lease_until is not None and job.lease_until <= now:
                 self._fail(f"R4 job {job.id}: {job.state} with a lease lapsed at {job.lease_until}")
 
