@@ -12,7 +12,7 @@ is logged). At the end:
   under the same fence, a retry-unsafe job committed at most once, and every
   succeeded job's result comes from a run whose effect was accepted;
 - every job's audit trail replays to its record and is a legal chain of the
-  spec (fsm.testing.faults_checks.trail_problems);
+  spec (fsm.lifecycle.invariants.trail_problems);
 - a summary of kills, recoveries and final states.
 
 Small size in CI: tests/integration/chaos/. Large size (figures in docs/reliability.md):
@@ -49,9 +49,9 @@ if str(REPO) not in sys.path:  # run as a script: make fsm, adapters and benchma
 from fsm import Engine, Policy, open_store  # noqa: E402
 from fsm.context import Context  # noqa: E402
 from fsm.handlers import Handlers  # noqa: E402
+from fsm.lifecycle.invariants import trail_problems  # noqa: E402
+from fsm.lifecycle.spec import lifecycle  # noqa: E402
 from fsm.ports import ScanRequest  # noqa: E402
-from fsm.spec import lifecycle  # noqa: E402
-from fsm.testing.faults_checks import trail_problems  # noqa: E402
 
 #: bounds of the run (each overridable on the command line)
 KILL_EVERY = (1.0, 2.0)  # seconds between two kills, uniform

@@ -22,7 +22,7 @@ import attrs
 
 from adapters.memory import MemoryStore
 from fsm import Engine, FakeClock, Owner, Policy
-from fsm.core import decide
+from fsm.lifecycle.core import decide
 from fsm.records import AuditEntry, Job
 
 OWNER = Owner("bench-host", 1, "bench")

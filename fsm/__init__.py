@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .clock import FakeClock, SystemClock
 from .context import Context, JobCancelled
-from .core import decide, replay
 from .engine import Engine, KindPolicy, RecoveryReport
 from .errors import (
     Ambiguous,
@@ -29,13 +28,14 @@ from .errors import (
     VersionConflict,
 )
 from .handlers import Handlers, HandlerSpec
+from .lifecycle.core import decide, replay
+from .lifecycle.spec import Lifecycle, check_spec, lifecycle, load_spec
 from .observe import CountingMetrics, Metrics
 from .owner import Identity, Verdict
 from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from .ports import ClaimRequest, Clock, Delivery, PruneRequest, RenewRequest, ScanRequest, Store
 from .records import AuditEntry, Decision, Job, Owner, new_id
 from .registry import open_store
-from .spec import Lifecycle, check_spec, lifecycle, load_spec
 from .worker import Worker
 
 __all__ = [

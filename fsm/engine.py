@@ -11,7 +11,6 @@ import attrs
 
 from . import jsonio
 from .clock import SystemClock
-from .core import decide
 from .errors import (
     BadInput,
     IllegalTransition,
@@ -22,6 +21,8 @@ from .errors import (
     UnknownKind,
     VersionConflict,
 )
+from .lifecycle.core import decide
+from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
 from .policies import Policy
 from .ports import (
@@ -34,7 +35,6 @@ from .ports import (
     Store,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
-from .spec import Lifecycle, lifecycle
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The ports: small protocols that stores, deliveries, executors and clocks implement.
 
 Ports speak of jobs, not queries. A store carries out decisions made by
-`fsm.core.decide`; it never decides a state on its own.
+`fsm.lifecycle.core.decide`; it never decides a state on its own.
 """
 
 from __future__ import annotations

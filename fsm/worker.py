@@ -11,7 +11,7 @@ Threads of one worker (docs/workers.md has the picture):
   the jobs of owners confirmed dead (`fsm.owner`), and fails passed deadlines.
 
 The worker never writes a state: every change goes through the Engine, and so
-through `fsm.core.decide` with compare-and-set.
+through `fsm.lifecycle.core.decide` with compare-and-set.
 """
 
 from __future__ import annotations

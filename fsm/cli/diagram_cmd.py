@@ -8,7 +8,7 @@ import click
 
 from ..diagram import IMAGE_FORMATS, TEXT_FORMATS, path_steps, render
 from ..errors import BadInput
-from ..spec import lifecycle, load_spec
+from ..lifecycle.spec import lifecycle, load_spec
 from . import cli
 from ._common import engine_for, store_option
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from ..diagram import render_dot, render_image, render_mermaid, render_table
-from ..spec import Lifecycle, lifecycle
+from ..lifecycle.spec import Lifecycle, lifecycle
 
 REGENERATE = "python -m fsm.cli.docgen"
 HELP_WIDTH = 100

@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from ..errors import BadInput
+from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest
 from ..records import Job
 from ..registry import open_store, store_url
-from ..spec import lifecycle
 from . import cli
 from ._common import (
     actor_options,

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..spec import check_spec, default_spec_path
+from ..lifecycle.spec import check_spec, default_spec_path
 from . import cli
 
 

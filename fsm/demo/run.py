@@ -7,7 +7,6 @@ SIGKILL; crashes are injected at most every `crash_every` seconds.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -24,14 +23,14 @@ from typing import Any
 import attrs
 
 from ..cli._common import redact
-from ..core import replay, same_except_heartbeats
 from ..diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
 from ..engine import Engine
 from ..errors import IllegalTransition, JobNotFound, TransientStoreError
+from ..lifecycle.invariants import trail_problems
+from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest
 from ..records import AuditEntry, Job
 from ..registry import open_store
-from ..spec import lifecycle
 from .app import KINDS, handlers, payload_for
 from .effects import Ledger
 from .policy import demo_policy
@@ -160,34 +159,6 @@ def _progress_line(elapsed: float, counts: Counter[str], crashes: int, recovered
     active = " ".join(f"{s} {counts.get(s, 0)}" for s in lc.states if not lc.is_final(s))
     final = " ".join(f"{s} {counts.get(s, 0)}" for s in lc.states if lc.is_final(s))
     return f"[{elapsed:5.1f}s] {active} | {final} | crashes {crashes}, recoveries {recovered}"
-
-
-def _check_trail(job: Job, trail: list[AuditEntry]) -> list[str]:
-    """Invariants 2 and 6 for one job: fences and versions grow; replay gives the record."""
-    problems = []
-    applied = [e for e in trail if e.outcome == "applied"]
-    for a, b in itertools.pairwise(applied):
-        if b.version <= a.version or b.fence < a.fence:
-            problems.append(f"job {job.id}: version or fence went backwards at {b.event}")
-    rebuilt = replay(trail)
-    if rebuilt is None or not same_except_heartbeats(rebuilt, job):
-        differ = sorted(
-            f.name
-            for f in attrs.fields(Job)
-            if rebuilt is None or getattr(rebuilt, f.name) != getattr(job, f.name)
-        )
-        problems.append(
-            f"job {job.id}: replaying its audit trail does not give its record "
-            f"(fields differ: {', '.join(differ)})"
-        )
-    # A rerun after a crash is a recovery; the spec also counts the one that parks a job
-    # over budget in investigate, so only reruns are held to the budget.
-    reruns = sum(1 for e in applied if e.event == "expire" and e.to_state == "retry_wait")
-    if reruns > job.max_recoveries:
-        problems.append(f"job {job.id}: rerun {reruns} times after crashes, over its budget")
-    if job.attempt > job.max_attempts:
-        problems.append(f"job {job.id}: {job.attempt} attempts over its budget")
-    return problems
 
 
 def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
@@ -337,7 +308,7 @@ def _finish(
     for job in not_final:
         problems.append(f"job {job.id} ({job.kind}) is not final: {job.state}")
     for job in final.values():
-        problems += _check_trail(job, trails[job.id])
+        problems += trail_problems(job, trails[job.id], lc, engine.policy)
 
     effects = ledger.all()
     double = {i: r for i, r in effects.items() if len(r["commits"]) > 1}

@@ -29,7 +29,7 @@ through `fsm.open_store`.
 
 `StoreConformance` is for every store. It checks that every row of the
 lifecycle table, applied through the Engine on the store, gives exactly the
-record and audit entry the pure core (`fsm.core.decide`) computes;
+record and audit entry the pure core (`fsm.lifecycle.core.decide`) computes;
 compare-and-set (two decisions on one version: exactly one wins); idempotency
 keys under concurrent submits; lease order (priority, run_after, id; not-due
 and past-deadline jobs are never leased); concurrent leasing from threads, where
@@ -63,14 +63,14 @@ from typing import Any
 import attrs
 
 from ..clock import FakeClock
-from ..core import decide, replay, same_except_heartbeats
 from ..engine import Engine, KindPolicy
 from ..errors import BadInput, LeaseLost, VersionConflict
+from ..lifecycle.core import decide, replay, same_except_heartbeats
+from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import PruneRequest, ScanRequest, Store
 from ..records import Decision, Job, Owner
 from ..registry import open_store
-from ..spec import lifecycle
 
 TTL = 30.0
 MAX_ATTEMPTS = 3

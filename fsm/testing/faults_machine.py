@@ -36,11 +36,11 @@ from hypothesis.stateful import (
 from ..clock import FakeClock
 from ..engine import Engine, KindPolicy
 from ..errors import IllegalTransition, LeaseLost, TransientStoreError
+from ..lifecycle.invariants import owned_states, requeues, trail_problems
+from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ScanRequest, Store
 from ..records import Job, Owner
-from ..spec import lifecycle
-from .faults_checks import owned_states, requeues, trail_problems
 from .faults_store import FAULTABLE, FaultyStore
 
 OUTCOMES = ("succeed", "fail", "retry_after", "permanent", "ambiguous")

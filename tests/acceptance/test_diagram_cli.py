@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm.spec import lifecycle
+from fsm.lifecycle.spec import lifecycle
 from tests.conftest import need_program
 from tests.unit.test_diagram import parse_dot, parse_mermaid, spec_edges
 

@@ -75,7 +75,7 @@ def test_wheel_ships_the_spec_and_the_demo(tmp_path: Path, installed: tuple[Path
     where = _run(
         bin_dir / "python",
         "-c",
-        "import fsm, fsm.spec; print(fsm.__file__); print(fsm.spec.default_spec_path())",
+        "import fsm, fsm.lifecycle.spec as s; print(fsm.__file__); print(s.default_spec_path())",
         cwd=outside,
     ).splitlines()
 

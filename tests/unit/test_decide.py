@@ -5,8 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from fsm.core import decide, replay
 from fsm.errors import BadInput, IllegalTransition, LeaseLost, OperatorError
+from fsm.lifecycle.core import decide, replay
 from fsm.policies import Backoff, LeasePolicy, Policy, RetryPolicy
 from fsm.records import Job, evolve_job
 

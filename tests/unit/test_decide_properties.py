@@ -19,11 +19,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm.core import decide, replay, same_except_heartbeats
 from fsm.errors import BadInput, IllegalTransition, LeaseLost
+from fsm.lifecycle.core import decide, replay, same_except_heartbeats
+from fsm.lifecycle.spec import lifecycle
 from fsm.policies import Backoff, LeasePolicy, Policy, RecoveryPolicy, RetryPolicy
 from fsm.records import AuditEntry, Job, Owner
-from fsm.spec import lifecycle
 
 OWNERS = [Owner("h1", 1, "a"), Owner("h2", 2, "b")]
 EVENTS = sorted(e for e in lifecycle().events if e != "submit")

@@ -18,7 +18,7 @@ from fsm.diagram import (
     render_mermaid,
     render_table,
 )
-from fsm.spec import Lifecycle, lifecycle
+from fsm.lifecycle.spec import Lifecycle, lifecycle
 from tests.conftest import need_program
 
 Spec = set[tuple[str, str, str, tuple[str, ...]]]

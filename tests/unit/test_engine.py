@@ -24,7 +24,7 @@ from fsm import (
     QueueFull,
     UnknownKind,
 )
-from fsm.core import replay, same_except_heartbeats
+from fsm.lifecycle.core import replay, same_except_heartbeats
 
 from .helpers import OTHER, OWNER
 

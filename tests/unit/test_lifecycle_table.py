@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from fsm.core import decide
 from fsm.errors import IllegalTransition, LeaseLost, OperatorError
+from fsm.lifecycle.core import decide
+from fsm.lifecycle.rules import Step
+from fsm.lifecycle.spec import lifecycle
 from fsm.policies import Policy
-from fsm.rules import Step
-from fsm.spec import lifecycle
 
 from .helpers import NOW, OWNER, job_in
 

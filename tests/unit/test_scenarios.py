@@ -29,8 +29,8 @@ from fsm import (
     ScanRequest,
     TransientStoreError,
 )
-from fsm.spec import lifecycle
-from fsm.testing.faults_checks import trail_problems
+from fsm.lifecycle.invariants import trail_problems
+from fsm.lifecycle.spec import lifecycle
 from fsm.testing.faults_store import FaultyStore
 
 A = Owner(host="host-a", pid=101, incarnation="inc-a")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsm.errors import SpecError
-from fsm.spec import check_spec, default_spec_path, load_spec
+from fsm.lifecycle.spec import check_spec, default_spec_path, load_spec
 
 GOOD = default_spec_path().read_text(encoding="utf-8")
 

@@ -9,9 +9,9 @@ import pytest
 
 from adapters.postgres import open_store
 from fsm.clock import FakeClock
-from fsm.core import decide
 from fsm.engine import Engine
 from fsm.errors import BadInput, VersionConflict
+from fsm.lifecycle.core import decide
 from fsm.records import Decision, Job, Owner
 
 pytestmark = pytest.mark.postgres

@@ -15,9 +15,9 @@ import pytest
 from adapters.postgres import LATEST, open_store
 from adapters.postgres.store import COPY_MIN
 from fsm.clock import FakeClock
-from fsm.core import decide
 from fsm.engine import Engine
 from fsm.errors import BadInput, BadStoreURL, SchemaError, StoreError, TransientStoreError
+from fsm.lifecycle.core import decide
 from fsm.ports import ClaimRequest
 from fsm.records import Decision, Job, Owner
 from fsm.registry import open_store as registry_open

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..core import HEARTBEAT_FIELDS, replay, same_except_heartbeats
 from ..errors import JobFSMError
 from ..policies import Policy
 from ..records import AuditEntry, Job
-from ..spec import Lifecycle
+from .core import HEARTBEAT_FIELDS, replay, same_except_heartbeats
+from .spec import Lifecycle
 
 #: states in which a job has an owner (the sources of the spec's heartbeat event)
 OWNED_EVENT = "heartbeat"

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 from transitions import Machine
 
-from .errors import SpecError
+from ..errors import SpecError
 from .rules import EFFECTS, GUARDS, Step
 
 _STATE_KEYS = {"doc", "terminal", "parked"}
@@ -189,7 +189,10 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                     continue
                 for n in names:
                     if n not in registry:
-                        bad(f"{at}.{kind}", f"unknown {kind[:-1]} {n!r} (not in fsm/rules.py)")
+                        bad(
+                            f"{at}.{kind}",
+                            f"unknown {kind[:-1]} {n!r} (not in fsm/lifecycle/rules.py)",
+                        )
     creators = [n for n, b in events.items() if isinstance(b, dict) and b.get("creates")]
     if len(creators) != 1:
         bad("events", f"exactly one event must have creates = true, found {creators}")
@@ -369,7 +372,7 @@ def default_spec_path() -> Path:
     shipped = resources.files("fsm").joinpath("specs", "job.toml")
     if shipped.is_file():
         return Path(str(shipped))
-    return Path(__file__).resolve().parent.parent / "specs" / "job.toml"
+    return Path(__file__).resolve().parents[2] / "specs" / "job.toml"
 
 
 _DEFAULT: Lifecycle | None = None

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .errors import BadInput, OperatorError
-from .policies import Policy
-from .records import Job, Owner
+from ..errors import BadInput, OperatorError
+from ..policies import Policy
+from ..records import Job, Owner
 
 
 class Step:

@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from .errors import BadInput, IllegalTransition, LeaseLost, OperatorError
-from .policies import Policy
-from .records import AuditEntry, Decision, Job, evolve_job
+from ..errors import BadInput, IllegalTransition, LeaseLost, OperatorError
+from ..policies import Policy
+from ..records import AuditEntry, Decision, Job, evolve_job
 from .rules import EFFECTS, GUARDS, Step
 from .spec import Lifecycle, lifecycle
 
