@@ -42,9 +42,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import attrs
 
 from ..errors import BadStoreURL, MissingExtra
+from ..lifecycle.spec import lifecycle
 from ..ports import Store
 from ..registry import STORE_GROUP
-from ..spec import lifecycle
 
 try:
     from hypothesis import Phase
@@ -367,13 +367,15 @@ def run_faults(
     shrink: bool = True,
     size: str | None = None,
     models: Sequence[str] | None = None,
+    machine: bool = True,
 ) -> FaultReport:
     """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
     a broken invariant (the report says what broke and how to reproduce it).
 
-    The main machine runs `examples` x `steps` (else the size's, else the
-    profile's); then the fault models of `MODELS` (or those named in `models`;
-    `models=()` runs the machine alone) at `size` (default "default").
+    The fault models of `MODELS` (or those named in `models`; `models=()` runs
+    none) run first at `size` (default "default"), then the main machine
+    (unless `machine=False`) runs `examples` x `steps` (else the size's, else
+    the profile's).
     `shrink=False` skips hypothesis's shrinking: the reproduction is then the
     first failing sequence found, longer but available at once."""
     name = load_profile(profile)
@@ -400,19 +402,8 @@ def run_faults(
     started = time.monotonic()
     notes: list[str] = []
     timings: dict[str, float] = {}
-    with fresh_stores(store_url, notes) as factory:
-        machine = _covered(fault_machine(factory, kinds=kinds_t, stats=stats), coverage)
-        if seed is not None:
-            machine = hypothesis_seed(seed)(machine)
-        with with_reporter(lambda value: lines.append(str(value))):
-            try:
-                run_machine(machine, settings=chosen)
-            except Exception as err:  # the report carries it
-                failure = _explained(err)
-                failed_model = "machine"
-                lines.extend(getattr(err, "__notes__", ()))
-        timings["machine"] = time.monotonic() - started
-    if failure is None and (models is None or models):
+    machine_examples = machine and chosen.max_examples > 0
+    if models is None or models:
         with fresh_databases(store_url, notes) as database:
             try:
                 run_models(
@@ -428,8 +419,20 @@ def run_faults(
             except Exception as err:  # the report carries it
                 failure = _explained(err)
                 failed_model = getattr(err, "model", None)
-            if progress is not None:
-                progress(stats)
+    if failure is None and machine_examples:
+        began = time.monotonic()
+        with fresh_stores(store_url, notes) as factory:
+            sm = _covered(fault_machine(factory, kinds=kinds_t, stats=stats), coverage)
+            if seed is not None:
+                sm = hypothesis_seed(seed)(sm)
+            with with_reporter(lambda value: lines.append(str(value))):
+                try:
+                    run_machine(sm, settings=chosen)
+                except Exception as err:  # the report carries it
+                    failure = _explained(err)
+                    failed_model = "machine"
+                    lines.extend(getattr(err, "__notes__", ()))
+        timings["machine"] = time.monotonic() - began
     report_lines = [ln for text in lines for ln in text.splitlines()]
     spec = lifecycle()
     return FaultReport(

@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 from ..clock import FakeClock
 from ..engine import Engine, KindPolicy
 from ..errors import JobFSMError, TransientStoreError
+from ..lifecycle.invariants import trail_problems
+from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
 from ..records import Owner
-from ..spec import lifecycle
-from .faults_checks import trail_problems
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 

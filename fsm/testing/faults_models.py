@@ -34,9 +34,9 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 
+from ..lifecycle.spec import Lifecycle
 from ..ports import Store
 from ..records import AuditEntry
-from ..spec import Lifecycle
 from .faults_machine import FaultStats
 
 #: size name -> (main machine examples, steps per example)

@@ -28,11 +28,11 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ..core import decide
 from ..errors import JobFSMError
+from ..lifecycle.core import decide
+from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, Policy, RecoveryPolicy, RetryPolicy
 from ..records import Job, Owner
-from ..spec import lifecycle
 from .faults_models import ModelRun
 
 T0 = 1_700_000_000.0
@@ -123,9 +123,9 @@ def _problems(
         wait = new.run_after - now
         given_delay = args.get("delay")
         top = given_delay if given_delay is not None else backoff.ceiling(job.attempt)
-        if given_delay is None and wait > backoff.cap + 1e-9:
+        if given_delay is None and wait > backoff.cap + 1e-6:
             bad("P1", f"backoff waits {wait:.3f}s, over the cap {backoff.cap}s")
-        if wait > top + 1e-9 or wait < -1e-9:
+        if wait > top + 1e-6 or wait < -1e-6:
             bad("P1", f"backoff waits {wait:.3f}s, outside [0, {top:.3f}]")
         if job.deadline is not None and new.run_after >= job.deadline:
             bad("P2", f"retry scheduled at {new.run_after}, at or past the deadline {job.deadline}")

@@ -29,13 +29,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ..clock import FakeClock
-from ..core import decide
 from ..engine import Engine, KindPolicy
 from ..errors import JobFSMError, VersionConflict
+from ..lifecycle.core import decide
+from ..lifecycle.invariants import trail_problems
+from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
 from ..records import Decision, Job, Owner
-from ..spec import lifecycle
-from .faults_checks import trail_problems
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 
