@@ -42,14 +42,24 @@ OWNER = Owner(host="policy-sim", pid=1, incarnation="policy-incarnation")
 @st.composite
 def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
     spec = lifecycle()
-    state = draw(st.sampled_from(sorted(spec.states)))
+    events = sorted(e for e, ev in spec.events.items() if not ev.creates)
+    # mostly a (state, event) pair the spec has rules for, each as likely as another;
+    # sometimes any state and event (the core must refuse what the spec lacks)
+    if draw(st.integers(0, 4)):
+        state, event = draw(st.sampled_from(sorted(spec.table)))
+    else:
+        state = draw(st.sampled_from(sorted(spec.states)))
+        event = draw(st.sampled_from(events))
+    now = T0 + draw(st.sampled_from((0.0, 1.0, 29.0, 31.0, 120.0, 500.0)))
     max_attempts = draw(st.integers(1, 6))
     attempt = draw(st.integers(0, max_attempts))
     max_recoveries = draw(st.integers(0, 3))
     recoveries = draw(st.integers(0, max_recoveries + 1))
     owned = state in ("leased", "running", "cancelling")
     lease_until = T0 + draw(st.sampled_from((-5.0, 0.0, 10.0, 30.0))) if owned else None
-    deadline = draw(st.one_of(st.none(), st.floats(-50.0, 400.0).map(lambda d: T0 + d)))
+    # deadlines near `now`: the guards that read them are tested where they bite
+    offsets = (-10.0, 0.0, 0.5, 2.0, 5.0, 20.0, 70.0)
+    deadline = draw(st.one_of(st.none(), st.sampled_from(offsets).map(lambda d: now + d)))
     job = Job(
         id="01POLICYMODELJOB000000000",
         kind="policy",
@@ -70,11 +80,6 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
         owner=OWNER if owned else None,
         lease_until=lease_until,
     )
-    now = T0 + draw(st.sampled_from((0.0, 1.0, 29.0, 31.0, 120.0, 500.0)))
-    events = sorted(e for e, ev in spec.events.items() if not ev.creates)
-    legal = [e for e in spec.events_from(state) if e in events] or events
-    # mostly events the state has rules for; sometimes any (they must be refused)
-    event = draw(st.sampled_from(legal) if draw(st.integers(0, 4)) else st.sampled_from(events))
     ev = spec.events[event]
     args: dict[str, Any] = {}
     if ev.fenced:
@@ -122,7 +127,11 @@ def _problems(
     if new.state == "retry_wait" and event == "fail":
         wait = new.run_after - now
         given_delay = args.get("delay")
-        top = given_delay if given_delay is not None else backoff.ceiling(job.attempt)
+        # the ceiling from the policy's numbers, not from Backoff.ceiling (under test)
+        ceiling = min(
+            backoff.cap, backoff.base * backoff.factor ** min(max(job.attempt - 1, 0), 64)
+        )
+        top = given_delay if given_delay is not None else ceiling
         if given_delay is None and wait > backoff.cap + 1e-6:
             bad("P1", f"backoff waits {wait:.3f}s, over the cap {backoff.cap}s")
         if wait > top + 1e-6 or wait < -1e-6:
