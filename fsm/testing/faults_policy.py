@@ -37,6 +37,14 @@ from .faults_models import ModelRun
 
 T0 = 1_700_000_000.0
 OWNER = Owner(host="policy-sim", pid=1, incarnation="policy-incarnation")
+#: the (state, event) pairs where retry, backoff, recovery and deadline rules bite
+POLICY_PAIRS = (
+    ("running", "fail"),
+    ("running", "expire"),
+    ("leased", "start"),
+    ("queued", "lease"),
+    ("retry_wait", "lease"),
+)
 
 
 @st.composite
@@ -45,14 +53,18 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
     events = sorted(e for e, ev in spec.events.items() if not ev.creates)
     # mostly a (state, event) pair the spec has rules for, each as likely as another;
     # sometimes any state and event (the core must refuse what the spec lacks)
-    if draw(st.integers(0, 4)):
+    roll = draw(st.integers(0, 9))
+    if roll < 4:  # the pairs whose guards and effects carry the policy
+        state, event = draw(st.sampled_from(POLICY_PAIRS))
+    elif roll < 8:
         state, event = draw(st.sampled_from(sorted(spec.table)))
     else:
         state = draw(st.sampled_from(sorted(spec.states)))
         event = draw(st.sampled_from(events))
     now = T0 + draw(st.sampled_from((0.0, 1.0, 29.0, 31.0, 120.0, 500.0)))
-    max_attempts = draw(st.integers(1, 6))
-    attempt = draw(st.integers(0, max_attempts))
+    max_attempts = draw(st.integers(1, 8))
+    # uniform, not hypothesis's lean to small numbers: high attempts are where backoff bites
+    attempt = draw(st.sampled_from(range(max_attempts + 1)))
     max_recoveries = draw(st.integers(0, 3))
     recoveries = draw(st.integers(0, max_recoveries + 1))
     owned = state in ("leased", "running", "cancelling")
@@ -83,14 +95,14 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
     ev = spec.events[event]
     args: dict[str, Any] = {}
     if ev.fenced:
-        args["fence"] = job.fence if draw(st.integers(0, 9)) else job.fence - 1
+        args["fence"] = job.fence - 1 if draw(st.integers(0, 9)) == 9 else job.fence
     if ev.operator:
         args["actor"] = "policy-model"
         args["reason"] = "checked"
     if event == "fail":
         args["error"] = "handler raised"
-        args["permanent"] = draw(st.booleans())
-        args["delay"] = draw(st.one_of(st.none(), st.none(), st.floats(0.0, 50.0)))
+        args["permanent"] = draw(st.integers(0, 3)) == 0
+        args["delay"] = draw(st.sampled_from((None, None, None, 0.0, 7.5, 50.0)))
     elif event == "expire":
         verdict = draw(st.sampled_from((None, "dead", "unknown", "alive")))
         if verdict is not None:
