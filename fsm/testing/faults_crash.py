@@ -110,8 +110,17 @@ def install(store: Store, plan: CrashPlan) -> bool:
     return False
 
 
+#: how far into a call a crash may land: every statement of the longest store call
+#: (a read, BEGIN, the job write, the audit write, COMMIT) has its turn
+CRASH_POINTS = tuple(range(9))
 _ops = st.lists(
-    st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.integers(0, 7)), min_size=3, max_size=14
+    st.tuples(
+        st.sampled_from(OPS + ("drive",) * 6),  # mostly: move a job one step along its path
+        st.sampled_from(CRASH_POINTS),  # uniform: a late statement is as likely as an early one
+        st.integers(0, 7),
+    ),
+    min_size=3,
+    max_size=16,
 )
 
 
@@ -177,6 +186,8 @@ class _Crash:
 
     def _op(self, op: str, pick: int) -> None:
         e = self.engine
+        if op == "drive":
+            op = self._next_step(pick)
         if op == "submit":
             self.n += 1
             kind = "safe" if pick % 2 else "unsafe"
@@ -212,6 +223,20 @@ class _Crash:
             job = self._job(pick, ("failed", "cancelled", "investigate"))
             if job is not None:
                 e.requeue(job.id, actor="operator", reason="crash model", attempts=1)
+
+    def _next_step(self, pick: int) -> str:
+        """The op that moves a job (chosen by `pick`) one step along its usual path."""
+        jobs = [j for j in (self.store.get(i) for i in self.ids) if j is not None]
+        if not jobs:
+            return "submit"
+        job = jobs[pick % len(jobs)]
+        return {
+            "queued": "claim",
+            "retry_wait": "sweep",
+            "leased": "start",
+            "running": ("succeed", "fail", "cancel", "heartbeat")[pick % 4],
+            "cancelling": "succeed",
+        }.get(job.state, "requeue")
 
     def _check(self) -> None:
         listed = self.store.scan(
