@@ -34,8 +34,8 @@ from collections.abc import Callable
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
-from fsm.context import run_target
 from fsm.ports import Attempt, ExecutorFull, Outcome
+from fsm.worker.context import run_target
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,6 @@ def _settle(record: _Record, outcome: Outcome) -> None:
 
 class ThreadExecutor:
     """Runs attempts on threads; bounded by `slots`; cannot kill, so it abandons."""
-
-    can_kill = False
 
     def __init__(self, slots: int | None = None, *, stop_grace: float = DEFAULT_STOP_GRACE) -> None:
         self._lock = threading.Lock()
@@ -267,7 +265,7 @@ def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent
         task = json.loads(text)
         if task.get("op") == "stop":
             return
-        outcome = run_target(task["target"], task["job_json"], cancel)
+        outcome = run_target(task["target"], task["job_json"], cancel, int(task["result_limit"]))
         try:
             conn.send_bytes(outcome.to_json().encode("utf-8"))
         except (BrokenPipeError, OSError):
@@ -314,8 +312,6 @@ class _ProcGen(_Slots):
 
 class ProcessExecutor:
     """One long-lived spawned child per slot; kills on timeout; survives dead children."""
-
-    can_kill = True
 
     def __init__(self, slots: int | None = None) -> None:
         self._ctx = multiprocessing.get_context("spawn")
@@ -365,7 +361,13 @@ class ProcessExecutor:
             token = gen.add(record)
             child.token = token
             child.cancel.clear()
-        task = json.dumps({"target": attempt.target, "job_json": attempt.job_json})
+        task = json.dumps(
+            {
+                "target": attempt.target,
+                "job_json": attempt.job_json,
+                "result_limit": attempt.result_limit,
+            }
+        )
         try:
             child.conn.send_bytes(task.encode("utf-8"))
         except OSError as err:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.ports import Wakeup
+from fsm.ports import WaitsForJobs, Wakeup
 from fsm.records import Job
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class PollingDelivery:
         self._store = store
         self._queues: tuple[str, ...] = ("default",)
         self._woken = threading.Event()
-        self._waiter = getattr(store, "wait_for_jobs", None)
+        self._waiter = store if isinstance(store, WaitsForJobs) else None
 
     def start(self, queues: Sequence[str]) -> None:
         self._queues = tuple(queues)
@@ -72,7 +72,7 @@ class PollingDelivery:
         until = time.monotonic() + timeout
         while not self._woken.is_set() and (left := until - time.monotonic()) > 0:
             try:
-                if self._waiter(self._queues, min(left, WAKE_SLICE)):
+                if self._waiter.wait_for_jobs(self._queues, min(left, WAKE_SLICE)):
                     return
             except Exception as err:  # a broken listener only costs latency
                 log.warning("waiting for store notifications failed: %s", err)

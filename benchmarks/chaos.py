@@ -47,11 +47,11 @@ if str(REPO) not in sys.path:  # run as a script: make fsm, adapters and benchma
     sys.path.insert(0, str(REPO))
 
 from fsm import Engine, Policy, open_store  # noqa: E402
-from fsm.context import Context  # noqa: E402
-from fsm.handlers import Handlers  # noqa: E402
 from fsm.lifecycle.invariants import trail_problems  # noqa: E402
 from fsm.lifecycle.spec import lifecycle  # noqa: E402
 from fsm.ports import ScanRequest  # noqa: E402
+from fsm.worker.context import Context  # noqa: E402
+from fsm.worker.handlers import Handlers  # noqa: E402
 
 #: bounds of the run (each overridable on the command line)
 KILL_EVERY = (1.0, 2.0)  # seconds between two kills, uniform

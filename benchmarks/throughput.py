@@ -31,8 +31,8 @@ from typing import Any
 from benchmarks._services import fresh_store_url
 from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
 from fsm import Engine, open_store
-from fsm.context import Context
-from fsm.handlers import Handlers
+from fsm.worker.context import Context
+from fsm.worker.handlers import Handlers
 
 QUEUE_ENV = "JOBFSM_BENCH_QUEUE"
 CONCURRENCY = 32  # thread slots per worker process

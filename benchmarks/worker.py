@@ -36,9 +36,9 @@ if str(REPO) not in sys.path:
 
 from benchmarks._services import fresh_store_url  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
-from fsm.context import Context  # noqa: E402
-from fsm.handlers import Handlers  # noqa: E402
 from fsm.owner import HOST_ENV, Identity  # noqa: E402
+from fsm.worker.context import Context  # noqa: E402
+from fsm.worker.handlers import Handlers  # noqa: E402
 
 handlers = Handlers()
 

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from fsm import Permanent
-from fsm.context import Context
-from fsm.handlers import Handlers
+from fsm.worker.context import Context
+from fsm.worker.handlers import Handlers
 
 #: where the outbox lives (a real service would use its own database)
 OUTBOX_ENV = "EXAMPLE_OUTBOX"

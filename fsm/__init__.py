@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from .clock import FakeClock, SystemClock
-from .context import Context, JobCancelled
-from .engine import Engine, KindPolicy, RecoveryReport
+from .engine import Engine
 from .errors import (
     Ambiguous,
     BadInput,
@@ -27,7 +26,7 @@ from .errors import (
     UnknownKind,
     VersionConflict,
 )
-from .handlers import Handlers, HandlerSpec
+from .inputs import KindPolicy
 from .lifecycle.core import decide, replay
 from .lifecycle.spec import Lifecycle, check_spec, lifecycle, load_spec
 from .observe import CountingMetrics, Metrics
@@ -35,8 +34,11 @@ from .owner import Identity, Verdict
 from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from .ports import ClaimRequest, Clock, Delivery, PruneRequest, RenewRequest, ScanRequest, Store
 from .records import AuditEntry, Decision, Job, Owner, new_id
+from .recovery import RecoveryReport
 from .registry import open_store
 from .worker import Worker
+from .worker.context import Context, JobCancelled
+from .worker.handlers import Handlers, HandlerSpec
 
 __all__ = [
     "Ambiguous",

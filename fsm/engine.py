@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-
-import attrs
 
 from . import jsonio
 from .clock import SystemClock
@@ -18,9 +15,11 @@ from .errors import (
     JobNotFound,
     LeaseLost,
     QueueFull,
+    StoreError,
     UnknownKind,
     VersionConflict,
 )
+from .inputs import KindPolicy, check_name, submit_options
 from .lifecycle.core import decide
 from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
@@ -37,50 +36,6 @@ from .ports import (
 from .records import AuditEntry, Decision, Job, Owner, new_id
 
 log = logging.getLogger(__name__)
-
-_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-
-
-def check_name(what: str, value: object) -> str:
-    """Kinds, queues and keys: 1-200 characters of letters, digits and `_ . : -`."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise BadInput(
-            f"{what} must be 1-200 characters of letters, digits, '_', '.', ':' or '-'; "
-            f"got {value!r}"
-        )
-    return value
-
-
-def check_key(value: object) -> str:
-    """Idempotency keys are caller data (an email, an order id): 1-255 printable characters."""
-    if not isinstance(value, str) or not 1 <= len(value) <= 255 or not value.isprintable():
-        raise BadInput(f"an idempotency key must be 1-255 printable characters; got {value!r:.80}")
-    return value
-
-
-def _first_set(*values: Any) -> Any:
-    """The first value that is not None (0 and False are values, not absences)."""
-    return next((v for v in values if v is not None), None)
-
-
-@attrs.frozen
-class KindPolicy:
-    """Per-kind defaults applied at submit (each overridable per job)."""
-
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int | None = None
-    timeout: float | None = None
-    retry_safe: bool = True
-    deadline_after: float | None = None
-
-
-@attrs.frozen
-class RecoveryReport:
-    expired: int = 0
-    deadlines: int = 0
-    to_investigate: int = 0
-    errors: int = 0
 
 
 class Engine:
@@ -108,7 +63,6 @@ class Engine:
         self.spec = spec or lifecycle()
         self._lease_states = self._sources("lease")
         self._heartbeat_states = self._sources("heartbeat")
-        self._leased_states = self._sources("expire")
 
     def _dests(self, event: str) -> frozenset[str]:
         return frozenset(
@@ -124,55 +78,23 @@ class Engine:
         self.kinds[check_name("kind", kind)] = policy or KindPolicy()
 
     def _submit_decision(self, now: float, kind: str, payload: Any, **opts: Any) -> Decision:
-        check_name("kind", kind)
-        kp = self.kinds.get(kind)
-        if kp is None:
-            if self.strict_kinds:
-                raise UnknownKind(kind, list(self.kinds))
-            kp = KindPolicy()
-        unknown = set(opts) - {
-            "queue",
-            "priority",
-            "run_after",
-            "delay",
-            "max_attempts",
-            "deadline",
-            "timeout",
-            "retry_safe",
-            "idempotency_key",
-            "correlation_id",
-        }
-        if unknown:
-            raise BadInput(f"submit got unknown options {sorted(unknown)}")
+        policy = self.kinds.get(kind) if isinstance(kind, str) else None
+        if policy is None and self.strict_kinds:
+            raise UnknownKind(check_name("kind", kind), list(self.kinds))
+        fields = submit_options(
+            kind,
+            opts,
+            policy,
+            now=now,
+            default_attempts=self.policy.retry.max_attempts,
+            default_recoveries=self.policy.recovery.max_recoveries,
+        )
         payload_json = jsonio.encode(
             payload, what=f"payload of {kind!r}", limit=self.policy.limits.max_payload_bytes
         )
-        queue = check_name("queue", opts.get("queue") or kp.queue)
-        key = opts.get("idempotency_key")
-        if key is not None:
-            check_key(key)
-        run_after = opts.get("run_after")
-        delay = opts.get("delay")
-        if run_after is None:
-            run_after = now + (delay or 0.0)
-        deadline = opts.get("deadline")
-        if deadline is None and kp.deadline_after is not None:
-            deadline = now + kp.deadline_after
-        max_attempts = _first_set(
-            opts.get("max_attempts"), kp.max_attempts, self.policy.retry.max_attempts
-        )
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise BadInput(f"max_attempts must be a positive integer, got {max_attempts!r}")
-        priority = opts.get("priority")
-        if priority is None:
-            priority = kp.priority
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise BadInput(f"priority must be an integer, got {priority!r}")
-        timeout = _first_set(opts.get("timeout"), kp.timeout)
-        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-            raise BadInput(f"timeout must be a positive number of seconds, got {timeout!r}")
-        retry_safe = opts.get("retry_safe")
         job_id = new_id(now)
+        if fields["correlation_id"] is None:
+            fields["correlation_id"] = job_id
         return decide(
             None,
             "submit",
@@ -180,18 +102,8 @@ class Engine:
             self.policy,
             spec=self.spec,
             id=job_id,
-            kind=kind,
-            queue=queue,
             payload_json=payload_json,
-            priority=priority,
-            run_after=float(run_after),
-            max_attempts=max_attempts,
-            max_recoveries=self.policy.recovery.max_recoveries,
-            deadline=None if deadline is None else float(deadline),
-            timeout=None if timeout is None else float(timeout),
-            retry_safe=kp.retry_safe if retry_safe is None else bool(retry_safe),
-            idempotency_key=key,
-            correlation_id=opts.get("correlation_id") or job_id,
+            **fields,
         )
 
     def submit(self, kind: str, payload: Any = None, **opts: Any) -> Job:
@@ -432,54 +344,6 @@ class Engine:
             args["reason"] = reason
         return self.transition(job_id, "expire", **args)
 
-    def recover(
-        self,
-        *,
-        judge: Callable[[Owner], tuple[str, str]] | None = None,
-        limit: int = 1000,
-    ) -> RecoveryReport:
-        """One recovery sweep: expire lapsed leases (and confirmed-dead owners if a
-        `judge` returning (verdict, reason) is given) and fail passed deadlines.
-        Every change is a compare-and-set; concurrent sweepers cannot both win.
-        """
-        now = self.clock.now()
-        expired = deadlines = investigate = errors = 0
-        candidates = self.store.scan(
-            ScanRequest(
-                states=self._leased_states,
-                lease_expired_at=None if judge is not None else now,
-                limit=limit,
-            )
-        )
-        verdicts: dict[Owner, tuple[str, str]] = {}
-        for job in candidates:
-            verdict, reason = None, None
-            lapsed = job.lease_until is not None and job.lease_until <= now
-            if not lapsed:
-                if judge is None or job.owner is None:
-                    continue
-                if job.owner not in verdicts:
-                    verdicts[job.owner] = judge(job.owner)
-                verdict, reason = verdicts[job.owner]
-                if verdict != "dead":
-                    continue
-            # A verdict is about the owner of the record as scanned: write only if the
-            # record is still that version, never to whoever holds the job by now.
-            new = self.expire_seen(job, verdict=verdict, reason=reason)
-            if new is None:
-                errors += 1  # someone else moved it first: fine
-                continue
-            expired += 1
-            investigate += new.state == "investigate"
-        active = self._sources("deadline")
-        for job in self.store.scan(ScanRequest(states=active, deadline_passed_at=now, limit=limit)):
-            try:
-                self.transition(job.id, "deadline")
-                deadlines += 1
-            except (IllegalTransition, VersionConflict):
-                errors += 1
-        return RecoveryReport(expired, deadlines, investigate, errors)
-
     def prune(self, *, limit: int = 1000, max_batches: int = 1000) -> int:
         """Delete finished jobs past their retention, in bounded batches."""
         now = self.clock.now()
@@ -520,18 +384,33 @@ class Engine:
                 continue  # decided again on the stored record below
             batch.append(i)
         if decisions:
-            for i, d, written in zip(batch, decisions, self.store.apply(decisions), strict=True):
+            applied: Sequence[Job | VersionConflict | None]
+            try:
+                applied = self.store.apply(decisions)
+            except StoreError:
+                raise  # the store is away: the caller retries the batch, bounded
+            except Exception as err:  # one report the store cannot take: each alone
+                log.warning("a batch of %d reports failed (%s); one by one", len(decisions), err)
+                applied = [None] * len(decisions)
+            for i, d, written in zip(batch, decisions, applied, strict=True):
                 if isinstance(written, Job):
                     if d.entry is not None:
                         self._observe(written, d.entry)
                     out[i] = written
         for i, (job, event, args) in enumerate(reports):
             if out[i] is None:
-                try:
-                    out[i] = self.transition(job.id, event, **args)
-                except JobFSMError as err:
-                    out[i] = err
+                out[i] = self._report_alone(job, event, args)
         return [r for r in out if r is not None]
+
+    def _report_alone(self, job: Job, event: str, args: Mapping[str, Any]) -> Job | JobFSMError:
+        """One report, decided on the stored record; its failure is its own."""
+        try:
+            return self.transition(job.id, event, **args)
+        except JobFSMError as err:
+            return err
+        except Exception as err:
+            log.exception("job %s: report %s failed", job.id, event)
+            return BadInput(f"job {job.id}: report {event!r} could not be stored: {err}")
 
     def expire_seen(
         self, job: Job, *, verdict: str | None = None, reason: str | None = None

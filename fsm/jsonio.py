@@ -1,26 +1,77 @@
-"""JSON across every process and network boundary: encoding with explicit limits."""
+"""JSON across every process and network boundary: encoding with explicit limits.
+
+Two bounds hold on every path, encode and decode alike: the size in bytes
+(`limit`, the payload limit by default) and the nesting depth (`MAX_DEPTH`): a
+2 KB payload nested a thousand deep would otherwise exhaust Python's recursion
+limit wherever it is decoded (a worker, a broker consumer, the CLI).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import PayloadError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: deepest nesting of arrays and objects accepted anywhere
+MAX_DEPTH = 64
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(value: Any) -> bool:
+    """True if `value` nests arrays or objects deeper than MAX_DEPTH (iterative walk)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def text_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub('""', text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
 
 
 def encode(value: Any, *, what: str = "payload", limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Canonical JSON text of `value`, or PayloadError naming what is wrong."""
+    if _too_deep(value):
+        raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels")
     try:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, RecursionError) as err:
         raise PayloadError(f"{what} is not JSON-serializable: {err}") from err
-    size = len(text.encode("utf-8"))
+    size = len(text)  # ASCII: json.dumps escapes every other character
     if size > limit:
         raise PayloadError(f"{what} is {size} bytes, over the limit of {limit} bytes")
     return text
 
 
-def decode(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def decode(text: str | None, *, what: str = "JSON") -> Any:
+    """The value of JSON text, or PayloadError if it is not JSON or nests too deep."""
+    if text is None:
+        return None
+    if text_depth(text) > MAX_DEPTH:
+        raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise PayloadError(f"{what} is not valid JSON: {err}") from err

@@ -22,6 +22,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import attrs
 
@@ -102,66 +103,90 @@ def pid_verdict(pid: int) -> Verdict:
     )
 
 
+class ProcessTable(Protocol):
+    """What a host knows of its own processes: the verdict on one pid."""
+
+    def verdict(self, pid: int) -> Verdict: ...
+
+
+class LocalProcesses:
+    """This host's process table, read through `kill(pid, 0)` and /proc."""
+
+    def verdict(self, pid: int) -> Verdict:
+        return pid_verdict(pid)
+
+
 _identities: weakref.WeakSet[Identity] = weakref.WeakSet()
+
+#: a run this process holds: (job id, fence). Two runs of one job (a late old one and
+#: a new one) are two entries, so the end of the old run never forgets the new one.
+RunKey = tuple[str, int]
 
 
 class Identity:
-    """This process as an owner, with the registry of the leases it holds.
+    """This process as an owner, with the registry of the runs it holds.
 
     Thread-safe. After `fork` every Identity of the parent draws a new
-    incarnation, takes the child's pid and forgets every held lease.
+    incarnation, takes the child's pid and forgets every held run.
+
+    `host`, `pid` and `processes` are fixed only by simulations (the fault suite
+    judges simulated workers with this same code over a simulated process table).
     """
 
-    def __init__(self, host: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        pid: int | None = None,
+        processes: ProcessTable | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._fixed_host = host
+        self._fixed_pid = pid
+        self.processes: ProcessTable = processes or LocalProcesses()
         self._reset()
         _identities.add(self)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()  # a lock held by a parent thread at fork is not ours
         self.host = self._fixed_host or host_identity()
-        self.pid = os.getpid()
+        self.pid = self._fixed_pid if self._fixed_pid is not None else os.getpid()
         self.incarnation = uuid.uuid4().hex
-        self._held: dict[str, int] = {}
+        self._held: set[RunKey] = set()
         self._claiming = 0
-        self._abandoned: dict[str, str] = {}
+        self._abandoned: dict[RunKey, str] = {}
 
     @property
     def owner(self) -> Owner:
         return Owner(host=self.host, pid=self.pid, incarnation=self.incarnation)
 
     def renew_incarnation(self) -> Owner:
-        """Become a new incarnation (after losing the liveness token); forget all leases."""
+        """Become a new incarnation (after losing the liveness token); forget all runs."""
         with self._lock:
             self.incarnation = uuid.uuid4().hex
             self._held.clear()
             self._abandoned.clear()
         return self.owner
 
-    # --- the held-lease registry ---------------------------------------------------
+    # --- the held-run registry -----------------------------------------------------
 
     def hold(self, job_id: str, fence: int) -> None:
         with self._lock:
-            self._held[job_id] = fence
-            self._abandoned.pop(job_id, None)
+            self._held.add((job_id, fence))
+            self._abandoned.pop((job_id, fence), None)
 
-    def drop(self, job_id: str, *, abandoned: str | None = None) -> None:
-        """Forget a lease; with `abandoned`, the reason recovery will record."""
+    def drop(self, job_id: str, fence: int, *, abandoned: str | None = None) -> None:
+        """Forget one run; with `abandoned`, the reason recovery will record."""
         with self._lock:
-            self._held.pop(job_id, None)
+            self._held.discard((job_id, fence))
             if abandoned is not None:
-                self._abandoned[job_id] = abandoned
+                self._abandoned[(job_id, fence)] = abandoned
                 while len(self._abandoned) > MAX_ABANDONED:
                     del self._abandoned[next(iter(self._abandoned))]
 
-    def held(self) -> dict[str, int]:
+    def held(self) -> frozenset[RunKey]:
         with self._lock:
-            return dict(self._held)
-
-    def holds(self, job_id: str) -> bool:
-        with self._lock:
-            return job_id in self._held
+            return frozenset(self._held)
 
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:
@@ -177,19 +202,19 @@ class Identity:
     # --- verdicts ------------------------------------------------------------------
 
     def judge(
-        self, owner: Owner | None, job_id: str | None = None, probe: Probe | None = None
+        self, owner: Owner | None, run: RunKey | None = None, probe: Probe | None = None
     ) -> Verdict:
-        """ALIVE, DEAD or UNKNOWN for `owner` (holding `job_id`), with the reason."""
+        """ALIVE, DEAD or UNKNOWN for `owner` holding `run` (job id, fence), with the reason."""
         if owner is None or not owner.host or not owner.incarnation:
             return Verdict(Status.UNKNOWN, "no owner identity")
         if owner.host == self.host and owner.pid == self.pid:
             if owner.incarnation == self.incarnation:
-                if job_id is None:
+                if run is None:
                     return Verdict(Status.ALIVE, "this process")
                 with self._lock:
-                    if job_id in self._held or self._claiming:
+                    if run in self._held or self._claiming:
                         return Verdict(Status.ALIVE, "held by this process")
-                    why = self._abandoned.get(job_id)
+                    why = self._abandoned.get(run)
                 return Verdict(
                     Status.DEAD,
                     why or f"owner {owner} is this process, which no longer holds the job",
@@ -200,7 +225,7 @@ class Identity:
                 Status.UNKNOWN, "another incarnation of this pid; the lease decides"
             )
         if owner.host == self.host:
-            verdict = pid_verdict(owner.pid)
+            verdict = self.processes.verdict(owner.pid)
             if verdict.dead:
                 return Verdict(Status.DEAD, f"owner {owner}: {verdict.reason}")
             # A live pid may be reused; a free liveness token is proof of death.
@@ -246,8 +271,3 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def judge(owner: Owner | None, job_id: str | None = None, probe: Probe | None = None) -> Verdict:
-    """The verdict of this process's identity on `owner` (see `Identity.judge`)."""
-    return current().judge(owner, job_id, probe)

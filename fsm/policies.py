@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Mapping
 
@@ -41,9 +42,10 @@ class Backoff:
             return self.cap
         return float(min(self.cap, self.base * self.factor**exponent))
 
-    def delay(self, attempt: int, rng: random.Random) -> float:
+    def delay(self, attempt: int, draw: float) -> float:
+        """The delay before retry `attempt + 1`; `draw` in [0, 1) picks the jitter."""
         top = self.ceiling(attempt)
-        return rng.uniform(0.0, top) if self.jitter else top
+        return draw * top if self.jitter else top
 
 
 @attrs.frozen
@@ -105,9 +107,15 @@ class Policy:
     lease: LeasePolicy = attrs.field(factory=LeasePolicy)
     recovery: RecoveryPolicy = attrs.field(factory=RecoveryPolicy)
     limits: Limits = attrs.field(factory=Limits)
-    #: jitter source; seed it for reproducible schedules (tests, fault suites).
-    rng: random.Random = attrs.field(factory=random.Random, eq=False, repr=False)
+    #: seed of the backoff jitter; fix it for reproducible schedules (tests, fault suites).
+    seed: int = attrs.field(factory=lambda: random.SystemRandom().getrandbits(64), repr=False)
 
     @classmethod
     def seeded(cls, seed: int, **kwargs: object) -> Policy:
-        return cls(rng=random.Random(seed), **kwargs)  # type: ignore[arg-type]
+        return cls(seed=seed, **kwargs)  # type: ignore[arg-type]
+
+    def jitter(self, job_id: str, attempt: int) -> float:
+        """A draw in [0, 1) for a job's retry after `attempt`: a pure function of the
+        seed, the job and the attempt, so `decide` stays pure and jobs spread out."""
+        digest = hashlib.blake2b(f"{self.seed}:{job_id}:{attempt}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2.0**64

@@ -12,7 +12,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from .errors import VersionConflict
-from .records import AuditEntry, Decision, Job, Owner
+from .jsonio import DEFAULT_MAX_PAYLOAD_BYTES
+from .records import AuditEntry, Decision, Job, Owner, job_to_json
 
 
 class Clock(Protocol):
@@ -168,10 +169,7 @@ class WorkerDelivery(Delivery, Protocol):
 
 
 class Liveness(Protocol):
-    """Cross-host confirmation of death, where a store can give it (PostgreSQL).
-
-    A store that offers it exposes it as `store.liveness`; others set None.
-    """
+    """Cross-host confirmation of death, where a store can give it (PostgreSQL)."""
 
     def hold(self, owner: Owner, on_lost: Callable[[], None]) -> None:
         """Take this process's liveness token; call `on_lost` if it is ever lost."""
@@ -182,6 +180,47 @@ class Liveness(Protocol):
     def probe(self, owner: Owner) -> str:
         """'dead' if the owner's token is provably free, 'alive' if held, else 'unknown'."""
         ...
+
+
+# --- optional capabilities: declared here, checked with isinstance ----------------------
+
+
+@runtime_checkable
+class ConfirmsDeath(Protocol):
+    """A store that confirms a worker's death across hosts (PostgreSQL's advisory locks)."""
+
+    @property
+    def liveness(self) -> Liveness: ...
+
+
+@runtime_checkable
+class Migratable(Protocol):
+    """A store with a schema to create or upgrade; returns the versions it applied."""
+
+    def migrate(self) -> list[int]: ...
+
+
+@runtime_checkable
+class SchemaDroppable(Protocol):
+    """A store that can remove everything it created (the fault suite cleans up with it)."""
+
+    def drop_schema(self) -> None: ...
+
+
+@runtime_checkable
+class WaitsForJobs(Protocol):
+    """A store that can tell a waiting worker that jobs arrived (LISTEN/NOTIFY)."""
+
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block at most `timeout` seconds; True if jobs of `queues` may have arrived."""
+        ...
+
+
+@runtime_checkable
+class Wakeable(Protocol):
+    """A delivery whose waiting `poll` can be cut short from another thread."""
+
+    def wake(self) -> None: ...
 
 
 # --- executors ---------------------------------------------------------------------
@@ -261,14 +300,14 @@ class Attempt:
     target: str
     run: Callable[[], Outcome] = attrs.field(repr=False)
     cancelled: CancelToken = attrs.field(repr=False)
+    #: most bytes of the result's JSON (the store's payload limit), on every executor
+    result_limit: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, kw_only=True)
     _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
 
     @property
     def job_json(self) -> str:
-        """The job as JSON (`fsm.context.job_to_json`), made once, on first use."""
+        """The job as JSON (`fsm.records.job_to_json`), made once, on first use."""
         if self._job_json is None:
-            from .context import job_to_json  # fsm.context imports this module
-
             object.__setattr__(self, "_job_json", job_to_json(self.job))
         assert self._job_json is not None
         return self._job_json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import time
@@ -87,6 +88,21 @@ class Job:
 
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(Job))
+
+
+def job_to_json(job: Job) -> str:
+    """A job as JSON, to cross a process boundary (never pickle)."""
+    data = attrs.asdict(job, recurse=False)
+    data["owner"] = job.owner.to_dict() if job.owner is not None else None
+    return json.dumps(data, separators=(",", ":"))
+
+
+def job_from_json(text: str) -> Job:
+    data = json.loads(text)
+    if data.get("owner") is not None:
+        data["owner"] = Owner.from_dict(data["owner"])
+    return Job(**data)
+
 
 _job_values = operator.attrgetter(*JOB_FIELDS)
 _JOB_INDEX = {name: i for i, name in enumerate(JOB_FIELDS)}

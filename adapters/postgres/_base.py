@@ -116,7 +116,7 @@ class Connected:
             log.debug("pool check after a connection failure failed", exc_info=True)
 
     @contextmanager
-    def _connection(self, what: str) -> Iterator[Conn]:
+    def connection(self, what: str) -> Iterator[Conn]:
         if self._closed:
             raise StoreError(f"PostgreSQL store {self.settings.redacted} is closed ({what})")
         try:
@@ -131,7 +131,7 @@ class Connected:
         """Run a one-statement (autocommit) write; if the connection broke while it
         ran, the commit is unknown: `reconcile` finds out from a fresh connection."""
         lost: psycopg.Error | None = None
-        with self._connection(what) as conn:
+        with self.connection(what) as conn:
             try:
                 return body(conn)
             except psycopg.OperationalError as err:
@@ -166,7 +166,7 @@ class Connected:
                 raise self._translate(err, "migrate") from err
 
     def schema_version(self) -> int:
-        with self._connection("schema_version") as conn:
+        with self.connection("schema_version") as conn:
             return _schema.current_version(conn, self.schema)
 
     def check_schema(self) -> None:
@@ -179,7 +179,7 @@ class Connected:
         """Ids whose decision shows in the store (row equal to it, or its audit entry)."""
         ids = [d.job.id for d in decisions]
         try:
-            with self._connection(f"{what} (reconcile)") as conn:
+            with self.connection(f"{what} (reconcile)") as conn:
                 stored = {
                     _job(r).id: _job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()
                 }

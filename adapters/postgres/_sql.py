@@ -146,7 +146,6 @@ class Statements:
         self._audit_cols = audit_cols
         self._changed: dict[tuple[tuple[str, ...], bool, bool, tuple[bool, ...]], str] = {}
         self._audits: dict[tuple[bool, ...], str] = {}
-        self.audit_insert = f"INSERT INTO {events} ({audit_cols}) {unordered}"
         self.copy_jobs = f"COPY {jobs} ({job_cols}) FROM STDIN"
         self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
         self.notify = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"

@@ -26,7 +26,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -34,10 +34,8 @@ from psycopg import errors as pgerrors
 from fsm.errors import StoreError, TransientStoreError
 from fsm.records import Owner
 
+from ._base import Connected
 from ._schema import LIVENESS_CLASS, key32
-
-if TYPE_CHECKING:
-    from .store import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +133,7 @@ class _Holder(threading.Thread):
 class PostgresLiveness:
     """fsm.ports.Liveness on PostgreSQL advisory locks (see the module docstring)."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Connected) -> None:
         self._store = store
         self._holders: dict[str, _Holder] = {}
         self._lock = threading.Lock()
@@ -197,7 +195,7 @@ class PostgresLiveness:
     def probe(self, owner: Owner) -> str:
         """'dead' if `owner` registered and its lock is free, 'alive' if held, else 'unknown'."""
         try:
-            with self._store._connection("liveness probe") as conn:
+            with self._store.connection("liveness probe") as conn:
                 row = conn.execute(self._probe, (owner.incarnation, *lock_key(owner))).fetchone()
         except Exception as err:  # fail closed: any doubt is "unknown", never "dead"
             log.warning("liveness probe of %s failed: %s", owner, err)

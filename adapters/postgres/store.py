@@ -155,7 +155,7 @@ class PostgresStore(Connected):
         """
         ids = {d.job.id for d in decisions}
         lost: psycopg.Error | None = None
-        with self._connection("insert") as conn:
+        with self.connection("insert") as conn:
             try:
                 conn.execute("BEGIN")
                 with conn.cursor() as cur:
@@ -190,7 +190,7 @@ class PostgresStore(Connected):
     def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
         """After a lost commit: the ids whose rows show the decided job, or Transient."""
         ids = [d.job.id for d in decisions]
-        with self._connection("insert (reconcile)") as conn:
+        with self.connection("insert (reconcile)") as conn:
             rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
         stored = {_job(r).id: _job(r) for r in rows}
         mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
@@ -201,7 +201,7 @@ class PostgresStore(Connected):
     def _existing(self, decisions: Sequence[Decision]) -> dict[tuple[str, str | None], Job]:
         keys = [d.job.idempotency_key for d in decisions if d.job.idempotency_key is not None]
         ids = [d.job.id for d in decisions]
-        with self._connection("insert (existing keys)") as conn:
+        with self.connection("insert (existing keys)") as conn:
             rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
         found: dict[tuple[str, str | None], Job] = {}
         for row in rows:
@@ -212,7 +212,7 @@ class PostgresStore(Connected):
         return found
 
     def get(self, job_id: str) -> Job | None:
-        with self._connection("get") as conn:
+        with self.connection("get") as conn:
             row = conn.execute(self.sql.get, (job_id,)).fetchone()
         return None if row is None else _job(row)
 
@@ -234,7 +234,7 @@ class PostgresStore(Connected):
         }
         decisions: list[Decision] = []
         lost: psycopg.Error | None = None
-        with self._connection("claim") as conn:
+        with self.connection("claim") as conn:
             try:
                 # round trip 1: BEGIN and the lease statement, pipelined
                 with conn.pipeline():
@@ -347,7 +347,7 @@ class PostgresStore(Connected):
         lost = [d.job.id for d in decisions if d.job.id not in written]
         current: dict[str, int] = {}
         if lost:
-            with self._connection("apply (versions)") as conn:
+            with self.connection("apply (versions)") as conn:
                 current = dict(conn.execute(self.sql.versions, (lost,)).fetchall())
         out: list[Job | VersionConflict] = []
         for d in decisions:
@@ -363,7 +363,7 @@ class PostgresStore(Connected):
         out: list[Job | VersionConflict] = []
         lost: psycopg.Error | None = None
         applied: list[Decision] = []
-        with self._connection("apply") as conn:
+        with self.connection("apply") as conn:
             conn.execute("BEGIN")
             try:
                 for d in decisions:
@@ -412,7 +412,7 @@ class PostgresStore(Connected):
             return {r[0]: r[1] for r in conn.execute(self.sql.renew, params).fetchall()}
 
         def reconcile() -> dict[str, str]:
-            with self._connection("renew (reconcile)") as conn:
+            with self.connection("renew (reconcile)") as conn:
                 rows = [_job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()]
             renewed = {
                 j.id: j.state
@@ -437,7 +437,7 @@ class PostgresStore(Connected):
             conn.execute(self.sql.record, params)
 
         def reconcile() -> None:
-            with self._connection("record (reconcile)") as conn:
+            with self.connection("record (reconcile)") as conn:
                 for e in entries:
                     row = conn.execute(
                         self.sql.has_entry,
@@ -468,15 +468,15 @@ class PostgresStore(Connected):
             "kinds": None if request.kinds is None else list(request.kinds),
             "limit": request.limit,
         }
-        with self._connection("scan") as conn:
+        with self.connection("scan") as conn:
             return [_job(r) for r in conn.execute(statement, params).fetchall()]
 
     def history(self, job_id: str) -> list[AuditEntry]:
-        with self._connection("history") as conn:
+        with self.connection("history") as conn:
             return [_entry(r) for r in conn.execute(self.sql.history, (job_id,)).fetchall()]
 
     def counts(self) -> dict[tuple[str, str], int]:
-        with self._connection("counts") as conn:
+        with self.connection("counts") as conn:
             return {(q, s): int(n) for q, s, n in conn.execute(self.sql.counts).fetchall()}
 
     def prune(self, request: PruneRequest) -> int:

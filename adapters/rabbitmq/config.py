@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from fsm.engine import check_name
+from fsm.inputs import check_name
 
 QUEUE_TYPES = ("classic", "quorum")
 

@@ -8,7 +8,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.engine import Engine, check_name
+from fsm.engine import Engine
+from fsm.inputs import check_name
 from fsm.ports import Wakeup
 from fsm.records import Job
 

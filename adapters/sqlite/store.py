@@ -109,10 +109,11 @@ def _translated(path: str, what: str) -> Iterator[None]:
 
 
 class SqliteStore:
-    """Jobs and audit trail in one SQLite file (WAL, one connection per thread)."""
+    """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
-    #: SQLite cannot confirm a worker's death across hosts; leases judge it.
-    liveness = None
+    It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
+    across hosts; pids confirm it on this host and leases elsewhere.
+    """
 
     def __init__(self, options: SqliteOptions) -> None:
         self.options = options

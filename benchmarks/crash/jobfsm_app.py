@@ -12,8 +12,8 @@ import sqlite3
 from pathlib import Path
 
 from benchmarks.crash import marks
-from fsm.context import Context
-from fsm.handlers import Handlers
+from fsm.worker.context import Context
+from fsm.worker.handlers import Handlers
 
 QUEUE = "crash"
 EFFECTS_DB = "effects.db"

@@ -61,6 +61,7 @@ from . import (  # noqa: E402
     diagram_cmd,  # noqa: F401
     faults_cmd,  # noqa: F401
     ops_cmd,  # noqa: F401
+    recover_cmd,  # noqa: F401
     spec_cmd,  # noqa: F401
     worker_cmd,  # noqa: F401
 )

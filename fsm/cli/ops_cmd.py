@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from ..errors import BadInput
+from ..inputs import seconds
 from ..lifecycle.spec import lifecycle
-from ..ports import ScanRequest
+from ..ports import Migratable, ScanRequest
 from ..records import Job
 from ..registry import open_store, store_url
 from . import cli
@@ -38,11 +39,6 @@ from ._common import (
 SCAN_CAP = 10_000
 
 
-def _positive(what: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise BadInput(f"{what} must be positive, got {value}")
-
-
 def _job_line(job: Job) -> str:
     return f"job {job.id} ({job.kind}, queue {job.queue}): {job.state}"
 
@@ -60,9 +56,11 @@ def _job_line(job: Job) -> str:
 @click.option("--timeout", type=float, default=None, help="Per-attempt timeout in seconds.")
 @click.option("--deadline-in", type=float, default=None, help="Fail if not done within SECONDS.")
 @click.option(
-    "--not-retry-safe",
-    is_flag=True,
-    help="A run lost to a crash goes to investigate instead of running again.",
+    "--retry-safe/--not-retry-safe",
+    default=None,
+    help="May a run lost to a crash run again? [default: the kind's policy where the "
+    "submitter knows it; else not (a lost run goes to investigate)]. The worker running "
+    "the kind enforces its handler's policy either way.",
 )
 @store_option
 @json_option
@@ -77,18 +75,12 @@ def submit(
     max_attempts: int | None,
     timeout: float | None,
     deadline_in: float | None,
-    not_retry_safe: bool,
+    retry_safe: bool | None,
     store: str | None,
     as_json: bool,
 ) -> None:
     """Submit one job of KIND."""
     value = parse_json(payload, "--payload")
-    if delay is not None and delay < 0:
-        raise BadInput(f"--delay must not be negative, got {delay}")
-    _positive("--timeout", timeout)
-    _positive("--deadline-in", deadline_in)
-    if max_attempts is not None and max_attempts < 1:
-        raise BadInput(f"--max-attempts must be at least 1, got {max_attempts}")
     opts: dict[str, Any] = {
         "queue": queue,
         "priority": priority,
@@ -96,12 +88,14 @@ def submit(
         "idempotency_key": idempotency_key,
         "max_attempts": max_attempts,
         "timeout": timeout,
+        "retry_safe": retry_safe,
     }
-    if not_retry_safe:
-        opts["retry_safe"] = False
     with engine_for(store) as engine:
         if deadline_in is not None:
-            opts["deadline"] = engine.clock.now() + deadline_in
+            # checked like every submit option, by fsm.inputs (finite, positive)
+            opts["deadline"] = engine.clock.now() + seconds(
+                "--deadline-in", deadline_in, positive=True
+            )
         before = engine.clock.now()
         job = engine.submit(kind, value, **{k: v for k, v in opts.items() if v is not None})
     existing = job.created_at < before
@@ -339,11 +333,10 @@ def migrate(url: str | None) -> None:
     target = store_url(url)
     store = open_store(target)
     try:
-        run = getattr(store, "migrate", None)
-        if run is None:
+        if not isinstance(store, Migratable):
             click.echo(f"{redact(target)}: nothing to migrate")
             return
-        applied = run()
+        applied = store.migrate()
     finally:
         store.close()
     if applied:

@@ -22,7 +22,7 @@ from ._common import store_option
 
 
 def load_app(ref: str) -> Mapping[str, Any]:
-    """Import "module:obj", a mapping of kind -> handler (e.g. `fsm.handlers.Handlers`)."""
+    """Import "module:obj", a mapping of kind -> handler (e.g. `fsm.worker.handlers.Handlers`)."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise BadInput(f"--app must look like 'package.module:handlers', got {ref!r}")

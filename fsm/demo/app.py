@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..context import Context
 from ..errors import Ambiguous
-from ..handlers import Handlers
+from ..worker.context import Context
+from ..worker.handlers import Handlers
 from .effects import Ledger
 
 handlers = Handlers()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 from ..policies import Backoff, LeasePolicy, Policy, RecoveryPolicy, RetryPolicy
 
 #: lease TTL and heartbeat (the library defaults are 30 s and 5 s)
@@ -20,5 +18,5 @@ def demo_policy(seed: int) -> Policy:
         retry=RetryPolicy(max_attempts=6, backoff=BACKOFF),
         lease=LeasePolicy(ttl=LEASE_TTL, heartbeat_interval=HEARTBEAT),
         recovery=RecoveryPolicy(max_recoveries=3, sweep_interval=SWEEP_INTERVAL),
-        rng=random.Random(seed),
+        seed=seed,
     )

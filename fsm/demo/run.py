@@ -28,7 +28,7 @@ from ..engine import Engine
 from ..errors import IllegalTransition, JobNotFound, TransientStoreError
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
-from ..ports import ScanRequest
+from ..ports import Migratable, ScanRequest
 from ..records import AuditEntry, Job
 from ..registry import open_store
 from .app import KINDS, handlers, payload_for
@@ -173,9 +173,8 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
     lc = lifecycle()
 
     store = open_store(url)
-    migrate = getattr(store, "migrate", None)
-    if callable(migrate):
-        migrate()
+    if isinstance(store, Migratable):
+        store.migrate()
     engine = Engine(store, policy=demo_policy(seed))
     for spec in handlers.values():
         engine.register_kind(spec.kind, spec.policy)

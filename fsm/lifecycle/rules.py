@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import BadInput, OperatorError
 from ..policies import Policy
 from ..records import Job, Owner
+from ..text import clean_text
 
 
 class Step:
@@ -34,10 +35,15 @@ class Step:
         """Seconds until the retry: `Retry(after=)` wins, else the backoff policy."""
         if "delay" not in self.data or self.data["delay"] is None:
             backoff = self.policy.retry.backoff
-            self.data["delay"] = backoff.delay(self.job.attempt, self.policy.rng)
+            draw = self.policy.jitter(self.job.id, self.job.attempt)
+            self.data["delay"] = backoff.delay(self.job.attempt, draw)
         delay = self.data["delay"]
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-            raise BadInput(f"job {self.job.id}: retry delay must be a non-negative number")
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not 0 <= delay < float("inf")
+        ):
+            raise BadInput(f"job {self.job.id}: retry delay must be a finite number >= 0")
         return float(delay)
 
 
@@ -156,6 +162,58 @@ def _start_attempt(s: Step) -> None:
     s.changes["started_at"] = s.now
 
 
+#: the fields of a kind's policy that `start` enforces, each only ever tightened
+KIND_POLICY_FIELDS = ("retry_safe", "max_attempts", "timeout", "max_recoveries", "deadline_after")
+
+
+def _number(s: Step, name: str, value: Any, *, integer: bool) -> float:
+    kinds = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < float("inf"):
+        raise BadInput(f"job {s.job.id}: kind policy {name} must be a positive number")
+    return value
+
+
+def _enforce_kind_policy(s: Step) -> None:
+    """The running handler's kind policy wins over what the submitter stored, stricter
+    only: a job is never made retry-safe, given more attempts, recoveries or time.
+
+    The attempt being started and the recoveries already counted stay within the
+    budget, so the invariants on attempts and recoveries hold across the change.
+    """
+    policy = s.args.get("kind_policy")
+    if policy is None:
+        return
+    if not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS):
+        raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
+    job = s.job
+    effective: dict[str, Any] = {}
+    safe = policy.get("retry_safe")
+    if safe is not None:
+        if not isinstance(safe, bool):
+            raise BadInput(f"job {job.id}: kind policy retry_safe must be true or false")
+        effective["retry_safe"] = job.retry_safe and safe
+    if policy.get("max_attempts") is not None:
+        cap = int(_number(s, "max_attempts", policy["max_attempts"], integer=True))
+        effective["max_attempts"] = max(job.attempt + 1, min(job.max_attempts, cap))
+    if policy.get("max_recoveries") is not None:
+        value = policy["max_recoveries"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BadInput(f"job {job.id}: kind policy max_recoveries must be an integer >= 0")
+        effective["max_recoveries"] = max(job.recoveries, min(job.max_recoveries, value))
+    if policy.get("timeout") is not None:
+        limit = _number(s, "timeout", policy["timeout"], integer=False)
+        effective["timeout"] = float(limit if job.timeout is None else min(job.timeout, limit))
+    if policy.get("deadline_after") is not None:
+        after = _number(s, "deadline_after", policy["deadline_after"], integer=False)
+        latest = job.created_at + after
+        effective["deadline"] = latest if job.deadline is None else min(job.deadline, latest)
+    s.changes.update(effective)
+    s.data["effective_policy"] = {
+        name: effective.get(name, getattr(job, name))
+        for name in ("retry_safe", "max_attempts", "max_recoveries", "timeout", "deadline")
+    }
+
+
 def _store_result(s: Step) -> None:
     if "result_json" in s.args:
         s.changes["result_json"] = s.args["result_json"]
@@ -174,27 +232,13 @@ def _unfinish(s: Step) -> None:
     s.changes["finished_at"] = None
 
 
-#: error text kept on a job and its audit entry (a traceback can be megabytes)
-MAX_ERROR_CHARS = 4000
-_CUT = " ...[truncated]"
-
-
-def clean_error(text: str) -> str:
-    """Error text as stored: NUL escaped (PostgreSQL text refuses it), at most
-    MAX_ERROR_CHARS characters. Idempotent, so replaying the trail gives the same text."""
-    text = text.replace("\x00", "\\x00")
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - len(_CUT)] + _CUT
-    return text
-
-
 def _record_error(s: Step) -> None:
     error = s.args.get("error") or s.args.get("reason")
     if error is None and "verdict" in s.args:
         error = f"owner {s.args['verdict']}"
     if error is None and s.job.lease_until is not None and s.now >= s.job.lease_until:
         error = "lease expired"
-    s.error = None if error is None else clean_error(str(error))
+    s.error = None if error is None else clean_text(str(error))
     if "error" in s.data and s.data["error"] is not None:
         s.data["error"] = s.error
     s.changes["last_error"] = s.error
@@ -245,6 +289,7 @@ EFFECTS: dict[str, Effect] = {
     "renew_lease": _renew_lease,
     "bump_attempt": _bump_attempt,
     "start_attempt": _start_attempt,
+    "enforce_kind_policy": _enforce_kind_policy,
     "store_result": _store_result,
     "drop_lease": _drop_lease,
     "finish": _finish,

@@ -63,13 +63,15 @@ from typing import Any
 import attrs
 
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import BadInput, LeaseLost, VersionConflict
+from ..inputs import KindPolicy
 from ..lifecycle.core import decide, replay, same_except_heartbeats
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import PruneRequest, ScanRequest, Store
 from ..records import Decision, Job, Owner
+from ..recovery import sweep
 from ..registry import open_store
 
 TTL = 30.0
@@ -561,7 +563,7 @@ class StoreConformance:
         late = reach(engine, clock, "queued", deadline=clock.now() + 10.0)
         on_time = reach(engine, clock, "queued", deadline=clock.now() + 1e6)
         clock.advance(_LATE)
-        report = engine.recover()
+        report = sweep(engine)
         assert (report.expired, report.deadlines) == (2, 1)
         states = [self.store.get(x.id) for x in (running, leased, late)]
         assert [j.state if j else None for j in states] == ["retry_wait", "queued", "failed"]
@@ -623,7 +625,7 @@ class StoreConformance:
         clock.advance(5.0)
         engine.heartbeat(owner("b"), {job.id: job.fence})
         clock.advance(_LATE)
-        engine.recover()
+        sweep(engine)
         clock.advance(1.0)
         (job,) = engine.claim(owner("c"), ids=[job.id])
         job = engine.start(job.id, job.fence)
@@ -644,7 +646,7 @@ class StoreConformance:
         engine, clock = self.engine()
         first = reach(engine, clock, "leased")
         clock.advance(_LATE)
-        engine.recover()
+        sweep(engine)
         (second,) = engine.claim(owner("b"), ids=[first.id])
         try:
             engine.start(first.id, first.fence)

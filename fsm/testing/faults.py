@@ -36,14 +36,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
 from ..errors import BadStoreURL, MissingExtra
 from ..lifecycle.spec import lifecycle
-from ..ports import Store
+from ..ports import SchemaDroppable, Store
 from ..registry import STORE_GROUP
 
 try:
@@ -56,6 +56,7 @@ except ModuleNotFoundError as err:  # pragma: no cover - exercised without the e
 
 from .faults_concurrency import ConcurrencyModel
 from .faults_crash import CrashModel
+from .faults_executor import ExecutorModel
 from .faults_machine import (
     DEFAULT_KINDS,
     FaultMachine,
@@ -70,7 +71,13 @@ from .faults_race import RaceModel
 from .profiles import load_profile, run_machine
 
 #: the fault models run beside the main machine, in this order (faults_models.py)
-MODELS: tuple[FaultModel, ...] = (PolicyModel(), RaceModel(), CrashModel(), ConcurrencyModel())
+MODELS: tuple[FaultModel, ...] = (
+    PolicyModel(),
+    RaceModel(),
+    CrashModel(),
+    ConcurrencyModel(),
+    ExecutorModel(),
+)
 
 __all__ = [
     "DEFAULT_KINDS",
@@ -225,9 +232,8 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
         try:
             yield pg_factory
         finally:
-            drop: Any = getattr(last[0], "drop_schema", None) if last else None
-            if callable(drop):
-                drop()
+            if last and isinstance(last[0], SchemaDroppable):
+                last[0].drop_schema()
             elif last and notes is not None:
                 notes.append(f"left schema {schema!r} behind: DROP SCHEMA {schema} CASCADE")
         return

@@ -30,9 +30,11 @@ from typing import ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
+from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import IllegalTransition, JobFSMError, LeaseLost, VersionConflict
+from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
@@ -151,7 +153,7 @@ class _Round:
             return
         if op == "sweep":
             self.clock.advance(self.policy.lease.ttl / 2 + pick)
-            engine.recover()
+            recovery.sweep(engine)
             with self.lock:
                 self.faults["concurrency: racing sweep past leases"] += 1
             return

@@ -31,9 +31,11 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
+from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import JobFSMError, TransientStoreError
+from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
@@ -196,7 +198,7 @@ class _Crash:
             e.claim(OWNER, (self.queue,), limit=1 + pick % 3)
         elif op == "sweep":
             self.clock.advance(31.0)
-            e.recover()
+            recovery.sweep(e)
         elif op == "heartbeat":
             held = {
                 j.id: j.fence

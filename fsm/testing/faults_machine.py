@@ -33,15 +33,19 @@ from hypothesis.stateful import (
     rule,
 )
 
+from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import IllegalTransition, LeaseLost, TransientStoreError
+from ..inputs import KindPolicy
 from ..lifecycle.invariants import owned_states, requeues, trail_problems
 from ..lifecycle.spec import lifecycle
+from ..owner import Identity
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ScanRequest, Store
 from ..records import Job, Owner
 from .faults_store import FAULTABLE, FaultyStore
+from .hosts import SimulatedLiveness, SimulatedProcesses
 
 OUTCOMES = ("succeed", "fail", "retry_after", "permanent", "ambiguous")
 MAX_JOBS = 8
@@ -53,7 +57,7 @@ SETTLE_STEP = 100.0
 #: each example works in its own queue, so a store shared between examples (or one
 #: holding other jobs) is fine: the suite looks only at its own queue
 QUEUE_PREFIX = "fault-suite"
-HOST = "fault-sim"
+HOSTS = ("fault-sim-a", "fault-sim-b")
 MAX_ATTEMPTS = 3
 
 
@@ -148,15 +152,31 @@ class Sent:
 
 @attrs.define
 class SimWorker:
-    owner: Owner
+    """A simulated worker process: its identity (the production `Identity`, over its
+    simulated host's process table) and what it believes it holds."""
+
+    identity: Identity
     alive: bool = True
     paused: bool = False
     held: dict[str, Held] = attrs.field(factory=dict)
     sent: list[Sent] = attrs.field(factory=list)
 
     @property
+    def owner(self) -> Owner:
+        return self.identity.owner
+
+    @property
     def active(self) -> bool:
         return self.alive and not self.paused
+
+    def sync_identity(self) -> None:
+        """The identity's registry of held runs, as this worker's memory says."""
+        runs = {(jid, h.fence) for jid, h in self.held.items()}
+        registered = self.identity.held()
+        for jid, fence in registered - runs:
+            self.identity.drop(jid, fence)
+        for jid, fence in runs - registered:
+            self.identity.hold(jid, fence)
 
 
 W = st.integers(0, N_WORKERS - 1)
@@ -195,8 +215,11 @@ class FaultMachine(RuleBasedStateMachine):
         )
         self.kinds_by_name = {k.name: k for k in self.kind_specs}
         self.incarnations = 0
+        #: two simulated hosts; workers alternate between them, so the judge sees
+        #: its own runs, other processes of its host and processes of another host
+        self.hosts = {host: SimulatedProcesses() for host in HOSTS}
+        self.liveness = SimulatedLiveness()
         self.workers = [self._new_worker() for _ in range(N_WORKERS)]
-        self.dead: set[Owner] = set()
         self.jobs: list[str] = []
         self.index: dict[str, int] = {}
         self.keys: dict[str, str] = {}
@@ -218,7 +241,12 @@ class FaultMachine(RuleBasedStateMachine):
     def _new_worker(self) -> SimWorker:
         self.incarnations += 1
         n = self.incarnations
-        return SimWorker(Owner(host=HOST, pid=10_000 + n, incarnation=f"sim-incarnation-{n:04d}"))
+        host = HOSTS[n % len(HOSTS)]
+        pid = 10_000 + n
+        self.hosts[host].start(pid)
+        worker = SimWorker(Identity(host, pid=pid, processes=self.hosts[host]))
+        self.liveness.hold(worker.owner)
+        return worker
 
     def _fail(self, text: str) -> NoReturn:
         self.broken = True
@@ -251,14 +279,6 @@ class FaultMachine(RuleBasedStateMachine):
 
     def _job(self, j: int) -> str:
         return self.jobs[j % len(self.jobs)]
-
-    def judge(self, owner: Owner) -> tuple[str, str]:
-        """The sweep's liveness verdict: dead only when the process is confirmed gone."""
-        if owner in self.dead:
-            return "dead", f"pid {owner.pid} on {owner.host} is gone"
-        if any(x.owner == owner for x in self.workers):
-            return "alive", ""
-        return "unknown", f"{owner} is not a simulated worker"
 
     def _applied_since(self, jid: str, version: int, event: str, fence: int) -> bool:
         return any(
@@ -553,7 +573,8 @@ class FaultMachine(RuleBasedStateMachine):
         worker.alive = False
         worker.held.clear()
         worker.sent.clear()
-        self.dead.add(worker.owner)
+        self.hosts[worker.owner.host].kill(worker.owner.pid)
+        self.liveness.release(worker.owner)  # the server drops a dead session's lock
         self._fault("worker crash")
 
     @precondition(lambda self: any(not x.alive for x in self.workers))
@@ -564,7 +585,7 @@ class FaultMachine(RuleBasedStateMachine):
         i = crashed[w % len(crashed)]
         self.workers[i] = self._new_worker()
         self._fault("worker restart")
-        self._sweep(judged=True)
+        self._sweep(judged=True, by=self.workers[i])
 
     @precondition(lambda self: any(x.active for x in self.workers))
     @rule(w=W)
@@ -681,15 +702,57 @@ class FaultMachine(RuleBasedStateMachine):
 
     # --- operators and sweeps ------------------------------------------------------
 
-    @precondition(lambda self: self.jobs)
-    @rule(judged=st.booleans())
-    def sweep(self, judged: bool) -> None:
-        self._sweep(judged)
+    @rule()
+    def probe_fault(self) -> None:
+        """The store does not answer the next liveness probe: that proves nothing."""
+        self.liveness.fail_next()
+        self._fault("liveness probe failed")
 
-    def _sweep(self, judged: bool) -> None:
+    @precondition(lambda self: self.jobs)
+    @rule(judged=st.booleans(), w=W)
+    def sweep(self, judged: bool, w: int) -> None:
+        self._sweep(judged, by=self._active(w))
+
+    def _sweep(self, judged: bool, by: SimWorker | None = None) -> None:
+        """The production recovery sweep; judged, by a live worker's own identity."""
+        sweeper = by if judged and by is not None and by.alive else None
+        before = {j.id: j for j in self._tracked() if j.state in self.owned}
+        if sweeper is not None:
+            sweeper.sync_identity()
         # A store error leaves the sweep's work to the next sweep.
         with contextlib.suppress(TransientStoreError):
-            self.engine.recover(judge=self.judge if judged else None)
+            if sweeper is None:
+                recovery.sweep(self.engine)
+            else:
+                recovery.sweep(self.engine, sweeper.identity, self.liveness.probe)
+        self._check_death_verdicts(before)
+
+    def _check_death_verdicts(self, before: Mapping[str, Job]) -> None:
+        """I1: a run taken back on a death verdict was really dead (its process gone, or
+        not running that run): UNKNOWN is never read as DEAD."""
+        for jid, job in before.items():
+            taken = [
+                e
+                for e in self.real.history(jid)
+                if e.version == job.version + 1 and e.event == "expire"
+            ]
+            if not taken or taken[0].data.get("verdict") != "dead":
+                continue
+            running = [
+                x
+                for x in self.workers
+                if x.alive
+                and x.owner == job.owner
+                and jid in x.held
+                and x.held[jid].fence == job.fence
+            ]
+            if running:
+                self._fail(
+                    f"I1 job {jid}: expired on a death verdict ({taken[0].data.get('reason')}) "
+                    "while its "
+                    f"owner {job.owner} was alive and running it (fence {job.fence})"
+                )
+        self.stats.checks["I1 death verdicts only on dead runs"] += 1
 
     @precondition(lambda self: self.jobs)
     @rule(j=J)
@@ -887,7 +950,7 @@ class FaultMachine(RuleBasedStateMachine):
                 break
             for x in self.workers:
                 self._heartbeat(x)
-            self._sweep(judged=True)
+            self._sweep(judged=True, by=self.workers[rnd % len(self.workers)])
             for x in self.workers:
                 self._claim(x, MAX_JOBS)
                 for jid in sorted(x.held, key=self.index.__getitem__):

@@ -28,9 +28,11 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
+from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import JobFSMError, VersionConflict
+from ..inputs import KindPolicy
 from ..lifecycle.core import decide
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
@@ -203,7 +205,7 @@ class _Race:
         if deadlines:
             now = self.clock.advance(max(0.0, max(deadlines) - self.clock.now()) + 0.5)
             self._renew_all()
-            self.engine.recover()
+            recovery.sweep(self.engine)
             for jid in self.ids:
                 job = self.engine.get(jid)
                 self._count("R3 the sweep fails every job past its deadline")
@@ -217,7 +219,7 @@ class _Race:
                         f"(now {now}) after a recovery sweep"
                     )
         now = self.clock.advance(self.policy.lease.ttl + 1.0)
-        self.engine.recover()
+        recovery.sweep(self.engine)
         owned = ("leased", "running", "cancelling")
         self._count("R4 the sweep takes back every lapsed lease")
         for job in self.engine.scan(ScanRequest(states=owned, queues=(self.queue,))):

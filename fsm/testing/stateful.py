@@ -39,11 +39,13 @@ from hypothesis.stateful import (
 )
 
 from ..clock import FakeClock
-from ..engine import Engine, KindPolicy
+from ..engine import Engine
 from ..errors import JobFSMError
+from ..inputs import KindPolicy
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import Store
 from ..records import AuditEntry, Job, Owner
+from ..recovery import sweep
 from .profiles import run_machine
 
 StoreFactory = Callable[[], Store]
@@ -301,7 +303,7 @@ class StoreComparison(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from((1.0, 10.0, 31.0, 100.0, 1000.0)))
     def time_passes_and_recovery_runs(self, seconds: float) -> None:
         self.clock.advance(seconds)
-        assert self.ref.recover() == self.sut.recover()
+        assert sweep(self.ref) == sweep(self.sut)
 
     @rule()
     def prune(self) -> None:

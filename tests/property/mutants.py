@@ -287,28 +287,70 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a report one fence behind is accepted",
     ),
-    # --- engine --------------------------------------------------------------------
+    # --- recovery sweep (fsm/recovery.py) and owner judgement ------------------------
     Patch(
-        "engine-deadline-sweep-skips-leased-running",
-        "engine",
-        "fsm/engine.py",
+        "recovery-deadline-sweep-skips-leased-running",
+        "recovery",
+        "fsm/recovery.py",
         (
             (
-                'active = self._sources("deadline")',
-                'active = tuple(s for s in self._sources("deadline") '
-                'if s not in ("leased", "running"))',
+                'request = ScanRequest(states=_states(engine, "deadline"), '
+                "deadline_passed_at=now, limit=limit)",
+                "states = tuple(\n"
+                '        s for s in _states(engine, "deadline") if s not in ("leased", "running")\n'
+                "    )\n"
+                "    request = ScanRequest(states=states, deadline_passed_at=now, limit=limit)",
             ),
         ),
         ("memory",),
         "the deadline sweep skips leased and running jobs",
     ),
     Patch(
-        "engine-deadline-sweep-late",
-        "engine",
-        "fsm/engine.py",
-        (("deadline_passed_at=now, limit=limit", "deadline_passed_at=now - 60.0, limit=limit"),),
+        "recovery-deadline-sweep-late",
+        "recovery",
+        "fsm/recovery.py",
+        (
+            (
+                'deadline"), deadline_passed_at=now, limit=limit)',
+                'deadline"), deadline_passed_at=now - 60.0, limit=limit)',
+            ),
+        ),
         ("memory",),
         "the deadline sweep fails jobs a minute after their deadline",
+    ),
+    Patch(
+        "owner-probe-failure-read-as-dead",
+        "owner",
+        "fsm/owner.py",
+        (
+            (
+                'return Verdict(Status.UNKNOWN, f"liveness probe failed: {err}")',
+                'return Verdict(Status.DEAD, f"liveness probe failed: {err}")',
+            ),
+        ),
+        ("memory",),
+        "a liveness probe that fails is read as DEAD (fail open)",
+    ),
+    # --- executors -----------------------------------------------------------------
+    Patch(
+        "executor-restart-delivers-late-results",
+        "executors",
+        "adapters/executors.py",
+        (
+            (
+                "live = gen is self._gen and gen.pop(token) is not None",
+                "live = gen.pop(token) is not None",
+            ),
+            (
+                "            old.records.clear()\n"
+                "            old.by_job.clear()\n"
+                "            for record in records:\n"
+                "                record.abandoned = True",
+                "            for record in records:\n                record.abandoned = True",
+            ),
+        ),
+        ("memory",),
+        "a thread executor restart leaves the old generation's results deliverable",
     ),
     # --- memory store --------------------------------------------------------------
     Patch(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from fsm.owner import Identity
 from fsm.records import Job, Owner
+from fsm.testing.hosts import SimulatedProcesses
 
 NOW = 1_000_000.0
 OWNER = Owner(host="host-a", pid=4242, incarnation="inc-a")
@@ -36,3 +39,17 @@ def job_in(state: str, **fields: Any) -> Job:
     if state == "investigate":
         base = attrs.evolve(base, attempt=1, fence=2, last_error="unknown outcome")
     return attrs.evolve(base, **fields)
+
+
+def sweeper_on(host: str, *, gone: tuple[int, ...] = ()) -> Identity:
+    """A sweeping process on simulated `host`, whose process table has the pids `gone`
+    dead: the recovery sweep judges owners through this production `Identity`."""
+    processes = SimulatedProcesses()
+    for pid in gone:
+        processes.kill(pid)
+    return Identity(host, pid=1, processes=processes)
+
+
+def token_free(dead: Owner) -> Callable[[Owner], str]:
+    """A store liveness probe that finds `dead`'s token free and every other one held."""
+    return lambda owner: "dead" if owner == dead else "alive"

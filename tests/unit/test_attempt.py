@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from fsm.context import job_from_json, job_to_json
 from fsm.ports import Attempt, Outcome
-from fsm.records import Job, Owner
+from fsm.records import Job, Owner, job_from_json, job_to_json
 
 
 def _job() -> Job:

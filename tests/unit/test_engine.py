@@ -25,8 +25,9 @@ from fsm import (
     UnknownKind,
 )
 from fsm.lifecycle.core import replay, same_except_heartbeats
+from fsm.recovery import sweep
 
-from .helpers import OTHER, OWNER
+from .helpers import OTHER, OWNER, sweeper_on
 
 
 @pytest.fixture
@@ -36,7 +37,14 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def engine(clock: FakeClock) -> Engine:
-    return Engine(MemoryStore(), clock=clock, policy=Policy.seeded(1), metrics=CountingMetrics())
+    # "email" is declared retry-safe; a kind the engine does not know is stored fail-closed
+    return Engine(
+        MemoryStore(),
+        clock=clock,
+        policy=Policy.seeded(1),
+        metrics=CountingMetrics(),
+        kinds={"email": KindPolicy()},
+    )
 
 
 def run_to_running(engine: Engine, kind: str = "email", **opts: object) -> str:
@@ -172,7 +180,7 @@ def test_a_stale_report_is_rejected_recorded_and_changes_nothing(
 ) -> None:
     job_id = run_to_running(engine)
     clock.advance(31)
-    engine.recover()  # lease lapsed: back to retry_wait, fence stays 1
+    sweep(engine)  # lease lapsed: back to retry_wait, fence stays 1
     clock.advance(1)
     (again,) = engine.claim(OTHER)
     assert again.fence == 2
@@ -249,7 +257,7 @@ def test_recover_expires_lapsed_leases_and_fails_passed_deadlines(
     unsafe = run_to_running(engine, retry_safe=False)
     timed = engine.submit("email", {}, deadline=clock.now() + 5)
     clock.advance(31)
-    report = engine.recover()
+    report = sweep(engine)
     assert engine.get(safe).state == "retry_wait"
     assert engine.get(unsafe).state == "investigate"
     assert engine.get(timed.id).state == "failed"
@@ -260,11 +268,12 @@ def test_recover_with_a_judge_takes_jobs_of_confirmed_dead_owners_at_once(
     engine: Engine,
 ) -> None:
     job_id = run_to_running(engine)
-    report = engine.recover(judge=lambda owner: ("dead", f"pid {owner.pid} gone"))
+    report = sweep(engine, sweeper_on(OWNER.host, gone=(OWNER.pid,)))
     job = engine.get(job_id)
     assert report.expired == 1
     assert job.state == "retry_wait"
-    assert job.last_error == "pid 4242 gone"
+    assert job.last_error is not None
+    assert "pid 4242 is gone on this host" in job.last_error
 
 
 def test_a_death_verdict_never_expires_the_lease_of_a_newer_owner(engine: Engine) -> None:
@@ -272,13 +281,13 @@ def test_a_death_verdict_never_expires_the_lease_of_a_newer_owner(engine: Engine
     # already recovered it and a new owner has leased it.
     job_id = run_to_running(engine)
 
-    def slow_judge(owner: object) -> tuple[str, str]:
+    def slow_probe(owner: object) -> str:
         engine.expire(job_id, verdict="dead", reason="first sweeper")
         engine.claim(OTHER)
-        return ("dead", "old owner gone")
+        return "dead"
 
     # When the slow sweep acts on its verdict about the old owner
-    report = engine.recover(judge=slow_judge)
+    report = sweep(engine, sweeper_on("sweeper-host"), slow_probe)
     # Then the new owner's lease is untouched.
     job = engine.get(job_id)
     assert (job.state, job.owner, job.fence) == ("leased", OTHER, 2)
@@ -287,7 +296,7 @@ def test_a_death_verdict_never_expires_the_lease_of_a_newer_owner(engine: Engine
 
 def test_recover_leaves_live_and_unknown_owners_alone(engine: Engine) -> None:
     job_id = run_to_running(engine)
-    engine.recover(judge=lambda owner: ("unknown", "other host"))
+    sweep(engine, sweeper_on("sweeper-host"), lambda owner: "unknown")
     assert engine.get(job_id).state == "running"
 
 

@@ -50,7 +50,7 @@ def test_every_identity_has_its_own_incarnation() -> None:
 def test_no_owner_identity_is_unknown() -> None:
     me = Identity()
 
-    assert me.judge(None, "job-1").status is Status.UNKNOWN
+    assert me.judge(None, ("job-1", 1)).status is Status.UNKNOWN
     assert me.judge(Owner(host="", pid=1, incarnation="x")).status is Status.UNKNOWN
 
 
@@ -58,7 +58,7 @@ def test_own_incarnation_holding_the_job_is_alive() -> None:
     me = Identity()
     me.hold("job-1", 3)
 
-    verdict = me.judge(me.owner, "job-1")
+    verdict = me.judge(me.owner, ("job-1", 3))
 
     assert verdict.status is Status.ALIVE
 
@@ -66,9 +66,9 @@ def test_own_incarnation_holding_the_job_is_alive() -> None:
 def test_own_incarnation_not_holding_the_job_is_dead_with_a_reason() -> None:
     me = Identity()
     me.hold("job-1", 3)
-    me.drop("job-1")
+    me.drop("job-1", 3)
 
-    verdict = me.judge(me.owner, "job-1")
+    verdict = me.judge(me.owner, ("job-1", 3))
 
     assert verdict.status is Status.DEAD
     assert "no longer holds" in verdict.reason
@@ -77,17 +77,17 @@ def test_own_incarnation_not_holding_the_job_is_dead_with_a_reason() -> None:
 def test_an_abandoned_job_is_dead_with_the_abandon_reason() -> None:
     me = Identity()
     me.hold("job-1", 3)
-    me.drop("job-1", abandoned="attempt abandoned: timed out")
+    me.drop("job-1", 3, abandoned="attempt abandoned: timed out")
 
-    assert me.judge(me.owner, "job-1").reason == "attempt abandoned: timed out"
+    assert me.judge(me.owner, ("job-1", 3)).reason == "attempt abandoned: timed out"
 
 
 def test_own_jobs_are_alive_while_a_claim_is_in_flight() -> None:
     me = Identity()
 
     with me.claiming():
-        during = me.judge(me.owner, "job-being-claimed")
-    after = me.judge(me.owner, "job-being-claimed")
+        during = me.judge(me.owner, ("job-being-claimed", 1))
+    after = me.judge(me.owner, ("job-being-claimed", 1))
 
     assert during.status is Status.ALIVE
     assert after.status is Status.DEAD
@@ -97,7 +97,7 @@ def test_same_host_with_the_pid_gone_is_dead() -> None:
     me = Identity()
     gone = Owner(host=me.host, pid=_dead_pid(), incarnation="old")
 
-    verdict = me.judge(gone, "job-1")
+    verdict = me.judge(gone, ("job-1", 1))
 
     assert verdict.status is Status.DEAD
     assert f"pid {gone.pid} is gone" in verdict.reason
@@ -109,7 +109,7 @@ def test_same_host_with_an_unreaped_zombie_pid_is_dead() -> None:
     try:
         # Wait for the exit without reaping: the pid stays a zombie.
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        verdict = me.judge(Owner(host=me.host, pid=proc.pid, incarnation="z"), "job-1")
+        verdict = me.judge(Owner(host=me.host, pid=proc.pid, incarnation="z"), ("job-1", 1))
     finally:
         proc.wait()
 
@@ -122,7 +122,7 @@ def test_same_host_with_a_live_pid_of_another_incarnation_is_unknown() -> None:
     me = Identity()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        verdict = me.judge(Owner(host=me.host, pid=proc.pid, incarnation="other"), "job-1")
+        verdict = me.judge(Owner(host=me.host, pid=proc.pid, incarnation="other"), ("job-1", 1))
     finally:
         proc.kill()
         proc.wait()
@@ -135,7 +135,7 @@ def test_another_incarnation_of_our_own_pid_is_unknown() -> None:
     me = Identity()
     twin = Owner(host=me.host, pid=me.pid, incarnation="another")
 
-    assert me.judge(twin, "job-1").status is Status.UNKNOWN
+    assert me.judge(twin, ("job-1", 1)).status is Status.UNKNOWN
 
 
 def test_a_pid_we_may_not_signal_is_never_dead(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +147,7 @@ def test_a_pid_we_may_not_signal_is_never_dead(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(owner_mod.os, "kill", refuse)
     me = Identity()
 
-    verdict = me.judge(Owner(host=me.host, pid=_dead_pid(), incarnation="x"), "job-1")
+    verdict = me.judge(Owner(host=me.host, pid=_dead_pid(), incarnation="x"), ("job-1", 1))
 
     assert verdict.status is Status.UNKNOWN
 
@@ -155,7 +155,7 @@ def test_a_pid_we_may_not_signal_is_never_dead(monkeypatch: pytest.MonkeyPatch) 
 def test_another_host_is_unknown_without_a_probe() -> None:
     me = Identity()
 
-    verdict = me.judge(Owner(host="elsewhere", pid=_dead_pid(), incarnation="x"), "job-1")
+    verdict = me.judge(Owner(host="elsewhere", pid=_dead_pid(), incarnation="x"), ("job-1", 1))
 
     assert verdict.status is Status.UNKNOWN
 
@@ -168,7 +168,7 @@ def test_another_host_follows_the_store_liveness_probe(answer: str, status: Stat
     me = Identity()
     other = Owner(host="elsewhere", pid=12, incarnation="x")
 
-    verdict = me.judge(other, "job-1", probe=lambda o: answer)
+    verdict = me.judge(other, ("job-1", 1), probe=lambda o: answer)
 
     assert verdict.status is status
 
@@ -177,7 +177,7 @@ def test_a_failing_probe_is_unknown() -> None:
     def broken(o: Owner) -> str:
         raise OSError("connection refused")
 
-    verdict = Identity().judge(Owner(host="elsewhere", pid=12, incarnation="x"), "j", broken)
+    verdict = Identity().judge(Owner(host="elsewhere", pid=12, incarnation="x"), ("j", 1), broken)
 
     assert verdict.status is Status.UNKNOWN
     assert "probe failed" in verdict.reason
@@ -196,9 +196,9 @@ def test_a_forked_child_has_a_new_incarnation_and_holds_no_lease() -> None:
             report = {
                 "pid": child.pid,
                 "incarnation": child.incarnation,
-                "held": me.held(),
-                "parent_job": me.judge(parent, "job-1").status.value,
-                "own_job": me.judge(child, "job-1").status.value,
+                "held": sorted(me.held()),
+                "parent_job": me.judge(parent, ("job-1", 7)).status.value,
+                "own_job": me.judge(child, ("job-1", 7)).status.value,
             }
             os.write(write, json.dumps(report).encode())
         finally:
@@ -210,10 +210,10 @@ def test_a_forked_child_has_a_new_incarnation_and_holds_no_lease() -> None:
 
     assert report["pid"] == pid != parent.pid
     assert report["incarnation"] != parent.incarnation
-    assert report["held"] == {}
+    assert report["held"] == []
     assert report["own_job"] == "dead"  # the child never believes it holds the parent's job
     assert report["parent_job"] == "unknown"  # the parent is alive: its lease decides
-    assert me.held() == {"job-1": 7}  # the parent still holds it
+    assert me.held() == {("job-1", 7)}  # the parent still holds it
 
 
 def test_a_live_local_pid_whose_liveness_token_is_free_is_dead() -> None:
@@ -222,8 +222,8 @@ def test_a_live_local_pid_whose_liveness_token_is_free_is_dead() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         owner = Owner(host=me.host, pid=proc.pid, incarnation="lost-token")
-        dead = me.judge(owner, "job-1", probe=lambda o: "dead")
-        held = me.judge(owner, "job-1", probe=lambda o: "alive")
+        dead = me.judge(owner, ("job-1", 1), probe=lambda o: "dead")
+        held = me.judge(owner, ("job-1", 1), probe=lambda o: "alive")
     finally:
         proc.kill()
         proc.wait()
@@ -237,4 +237,16 @@ def test_an_old_incarnation_of_this_pid_with_a_free_token_is_dead() -> None:
     me = Identity()
     old = Owner(host=me.host, pid=me.pid, incarnation="before-renewal")
 
-    assert me.judge(old, "job-1", probe=lambda o: "dead").status is Status.DEAD
+    assert me.judge(old, ("job-1", 1), probe=lambda o: "dead").status is Status.DEAD
+
+
+def test_a_late_old_run_of_a_job_never_unregisters_its_new_run() -> None:
+    # given this process ran a job under fence 1, lost it, and now runs it under fence 2
+    me = Identity()
+    me.hold("job-1", 1)
+    me.hold("job-1", 2)
+    # when the old run finally ends and is dropped
+    me.drop("job-1", 1)
+    # then the new run is still held: a sweep judges it alive, the old one dead
+    assert me.judge(me.owner, ("job-1", 2)).status is Status.ALIVE
+    assert me.judge(me.owner, ("job-1", 1)).status is Status.DEAD

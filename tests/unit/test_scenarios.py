@@ -31,9 +31,14 @@ from fsm import (
 )
 from fsm.lifecycle.invariants import trail_problems
 from fsm.lifecycle.spec import lifecycle
+from fsm.recovery import sweep
 from fsm.testing.faults_store import FaultyStore
 
+from .helpers import sweeper_on, token_free
+
 A = Owner(host="host-a", pid=101, incarnation="inc-a")
+#: the sweeping process, on another host: only the store's liveness probe can confirm deaths
+SWEEPER = sweeper_on("sweeper-host")
 B = Owner(host="host-a", pid=102, incarnation="inc-b")
 POLICY = Policy.seeded(7, retry=RetryPolicy(max_attempts=3, backoff=Backoff(base=2.0, cap=30.0)))
 
@@ -90,7 +95,7 @@ def test_s01_the_losing_owner_cannot_change_the_job() -> None:
     job = engine.submit("safe", {})
     (a_lease,) = engine.claim(A)
     clock.advance(POLICY.lease.ttl + 1)
-    engine.recover()
+    sweep(engine)
     (b_lease,) = engine.claim(B)
     # when A reports with its old fence
     with pytest.raises(LeaseLost):
@@ -105,13 +110,6 @@ def test_s01_the_losing_owner_cannot_change_the_job() -> None:
 # --- S02 killed while running, restarted ---------------------------------------------------
 
 
-def judge_dead(dead: Owner) -> object:
-    def judge(owner: Owner) -> tuple[str, str]:
-        return ("dead", "pid gone") if owner == dead else ("alive", "")
-
-    return judge
-
-
 @pytest.mark.parametrize(
     ("kind", "resumes_in"), [("safe", "retry_wait"), ("unsafe", "investigate")]
 )
@@ -123,8 +121,8 @@ def test_s02_a_job_whose_worker_died_running_resumes_from_its_last_safe_state(
     job = engine.submit(kind, {})
     (leased,) = engine.claim(A)
     engine.start(job.id, leased.fence)
-    # when the restarted worker sweeps with a judge that confirms the pid is gone
-    report = engine.recover(judge=judge_dead(A))  # type: ignore[arg-type]
+    # when a sweep finds its liveness token free (the store confirms the death)
+    report = sweep(engine, SWEEPER, token_free(A))
     # then a retry-safe job is rerun at once, an unsafe one parked for an operator
     after = engine.get(job.id)
     assert report.expired == 1
@@ -139,7 +137,7 @@ def test_s02_a_leased_job_of_a_dead_worker_goes_back_to_the_queue_and_runs() -> 
     job = engine.submit("unsafe", {})
     engine.claim(A)
     # when the restarted worker sweeps and claims
-    engine.recover(judge=judge_dead(A))  # type: ignore[arg-type]
+    sweep(engine, SWEEPER, token_free(A))
     (again,) = engine.claim(B)
     engine.start(job.id, again.fence)
     done = engine.succeed(job.id, again.fence, {"ok": True})
@@ -154,8 +152,8 @@ def test_s02_an_alive_owner_is_never_judged_dead() -> None:
     job = engine.submit("safe", {})
     (leased,) = engine.claim(A)
     engine.start(job.id, leased.fence)
-    # when a sweep runs with a judge that cannot tell
-    engine.recover(judge=lambda owner: ("unknown", "other host"))
+    # when a sweep runs and the store cannot tell (UNKNOWN)
+    sweep(engine, SWEEPER, lambda owner: "unknown")
     # then the job stays with its owner
     assert engine.get(job.id).state == "running"
 
@@ -356,13 +354,12 @@ def test_s07_recovery_sweeps_under_store_errors_converge_and_recover_once() -> N
     job = engine.submit("safe", {})
     (leased,) = engine.claim(A)
     engine.start(job.id, leased.fence)
-    judge = judge_dead(A)
     # when sweeps run: one fails before its commit, one loses its reply, one is clean
     for when in ("before", "after"):
         store.arm("apply", when)
         with pytest.raises(TransientStoreError):
-            engine.recover(judge=judge)  # type: ignore[arg-type]
-    engine.recover(judge=judge)  # type: ignore[arg-type]
+            sweep(engine, SWEEPER, token_free(A))
+    sweep(engine, SWEEPER, token_free(A))
     # then the job was recovered exactly once
     after = engine.get(job.id)
     assert (after.state, after.recoveries) == ("retry_wait", 1)
@@ -380,7 +377,7 @@ def test_s03_a_waiting_job_past_its_deadline_is_failed_by_the_recovery_sweep() -
     job = engine.submit("safe", {}, deadline=clock.now() + 5)
     clock.advance(6)
     # when a recovery sweep runs
-    report = engine.recover()
+    report = sweep(engine)
     # then the job is failed for its deadline (it can never be leased any more)
     assert report.deadlines == 1
     assert engine.get(job.id).state == "failed"

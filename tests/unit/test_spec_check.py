@@ -37,8 +37,8 @@ def test_the_shipped_spec_is_valid() -> None:
             "unknown guard 'befor_deadline'",
         ),
         (
-            'effects = ["bump_attempt", "start_attempt"]',
-            'effects = ["bump_attempts", "start_attempt"]',
+            'effects = ["bump_attempt", "start_attempt", "enforce_kind_policy"]',
+            'effects = ["bump_attempts", "start_attempt", "enforce_kind_policy"]',
             "events.start.transitions[0].effects",
             "unknown effect 'bump_attempts'",
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -14,14 +15,25 @@ import pytest
 from adapters.executors import ThreadExecutor
 from adapters.memory import MemoryStore
 from adapters.polling import PollingDelivery
-from fsm import CountingMetrics, Engine, LeasePolicy, Limits, Policy, RecoveryPolicy
-from fsm import worker as worker_module
-from fsm.context import Context
+from fsm import (
+    Backoff,
+    CountingMetrics,
+    Engine,
+    LeasePolicy,
+    Limits,
+    Policy,
+    RecoveryPolicy,
+    RetryPolicy,
+)
+from fsm import recovery as recovery_module
 from fsm.errors import Ambiguous, Permanent, Retry, TransientStoreError
+from fsm.lifecycle.core import decide
 from fsm.owner import Identity
 from fsm.ports import ClaimRequest
-from fsm.records import Job, Owner
+from fsm.records import Job, Owner, new_id
+from fsm.registry import open_store
 from fsm.worker import Worker
+from fsm.worker.context import Context
 
 
 def _engine(store: Any = None, *, ttl: float = 2.0, hb: float = 0.2, grace: float = 5.0) -> Engine:
@@ -464,7 +476,7 @@ def test_the_sweep_fails_jobs_past_their_deadline() -> None:
 def test_the_sweep_recovers_local_deaths_even_past_its_scan_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "SWEEP_LIMIT", 2)
+    monkeypatch.setattr(recovery_module, "SWEEP_LIMIT", 2)
     engine = _engine(ttl=60.0)
     worker = _worker(engine)
     elsewhere = Identity(host="elsewhere").owner
@@ -481,3 +493,126 @@ def test_the_sweep_recovers_local_deaths_even_past_its_scan_limit(
 
     assert report.expired == 1
     assert engine.get(job.id).state == "queued"
+
+
+def test_a_late_old_run_never_makes_the_sweep_expire_the_new_run_of_the_same_job(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given a job whose first run hangs (ignoring its cancel token) after its lease was
+    # taken back, while this same worker has leased it again and runs it under fence 2
+    engine = Engine(
+        MemoryStore(),
+        policy=Policy(
+            retry=RetryPolicy(backoff=Backoff(base=0.01, cap=0.01)),
+            lease=LeasePolicy(ttl=60.0, heartbeat_interval=0.05),
+            recovery=RecoveryPolicy(sweep_interval=3600.0),  # sweeps only when the test says
+        ),
+    )
+    old_may_end = threading.Event()
+    new_started = threading.Event()
+    new_may_end = threading.Event()
+
+    def handler(ctx: Context) -> str:
+        if ctx.fence == 1:
+            old_may_end.wait(10)  # uncooperative: the executor has to abandon it
+            return "old"
+        new_started.set()
+        new_may_end.wait(10)
+        return "new"
+
+    worker = _worker(
+        engine,
+        handlers={"k": handler},
+        concurrency=2,
+        executor=ThreadExecutor(stop_grace=0.2),
+    )
+    job = engine.submit("k")
+    running(worker)
+    wait_for(lambda: engine.get(job.id).state == "running", what="the first run")
+    engine.expire(job.id, verdict="dead", reason="test: taken back")
+    assert new_started.wait(5), "the worker never ran the job again"
+    assert engine.get(job.id).fence == 2
+    time.sleep(0.5)  # the old run is abandoned by the executor (stop grace 0.2 s)
+    # when the old run finally ends, and a recovery sweep runs
+    old_may_end.set()
+    time.sleep(0.3)
+    report = worker.sweep()
+    # then the new run is still this worker's: not expired, no extra recovery
+    after = engine.get(job.id)
+    assert report.expired == 0
+    assert (after.state, after.fence, after.recoveries) == ("running", 2, 1)
+    new_may_end.set()
+    wait_for(lambda: engine.get(job.id).state == "succeeded", what="the new run's success")
+    assert engine.get(job.id).result == "new"
+
+
+def test_a_payload_that_cannot_be_decoded_fails_its_job_alone_and_the_worker_goes_on(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given a job whose stored payload nests ~1000 deep (written by another submitter,
+    # past the submit check) between two ordinary jobs of the same claim batch
+    engine = _engine()
+    seen: list[Any] = []
+    worker = _worker(engine, handlers={"k": lambda ctx: seen.append(ctx.payload) or "ok"})
+    first = engine.submit("k", 1)
+    hostile = decide(
+        None,
+        "submit",
+        time.time(),
+        engine.policy,
+        id=new_id(),
+        kind="k",
+        payload_json="[" * 990 + "]" * 990,
+        retry_safe=True,
+    )
+    engine.store.insert([hostile])
+    last = engine.submit("k", 2)
+    # when the worker runs them
+    running(worker)
+    wait_for(lambda: engine.get(last.id).state == "succeeded", what="the batch")
+    # then the hostile job failed alone, named, and the worker still works
+    bad = engine.get(hostile.job.id)
+    assert bad.state == "failed"
+    assert "deeper than" in (bad.last_error or "")
+    assert engine.get(first.id).state == "succeeded"
+    assert sorted(seen) == [1, 2]
+    assert worker.ready
+    after = engine.submit("k", 3)
+    wait_for(lambda: engine.get(after.id).state == "succeeded", what="a job after it")
+
+
+def test_one_bad_report_fails_alone_and_good_jobs_run_once(
+    running: Callable[[Worker], Worker], tmp_path: Any
+) -> None:
+    # given handlers whose outcomes the store could once not take: an error text with
+    # a lone surrogate, and Retry(after=nan), in the same batch as good jobs
+    engine = _engine(open_store(f"sqlite:///{tmp_path / 'jobs.db'}"))
+
+    def handler(ctx: Context) -> str:
+        if ctx.payload == "surrogate":
+            raise RuntimeError("bad \udcff text")
+        if ctx.payload == "nan":
+            raise Retry(after=math.nan)
+        return "ok"
+
+    worker = _worker(engine, handlers={"k": handler}, concurrency=4)
+    jobs = {p: engine.submit("k", p, max_attempts=2) for p in ("a", "surrogate", "nan", "b")}
+    # when they run and are reported together
+    running(worker)
+    wait_for(
+        lambda: all(
+            engine.get(j.id).attempt >= 1 and j.id not in worker.running for j in jobs.values()
+        ),
+        what="every job reported",
+    )
+    # then each bad report was stored on its own job, cleaned or defaulted
+    surrogate = engine.get(jobs["surrogate"].id)
+    assert surrogate.last_error is not None
+    assert "\\udcff" in surrogate.last_error
+    nan = engine.get(jobs["nan"].id)
+    assert nan.state in ("retry_wait", "leased", "running", "failed")
+    assert math.isfinite(nan.run_after)
+    for good in ("a", "b"):
+        job = engine.get(jobs[good].id)
+        assert (job.state, job.attempt) == ("succeeded", 1)
+    engine.store.close()

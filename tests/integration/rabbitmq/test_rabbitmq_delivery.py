@@ -12,6 +12,7 @@ import pytest
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import REASON_HEADER, PublishFailed, RabbitDelivery
 from fsm import Engine, Owner
+from fsm.recovery import sweep
 
 from .helpers import DriverLoop, drain_queue, raw_channel, ready_count, wait_until
 
@@ -231,7 +232,7 @@ def test_repair_sweep_wakes_a_job_whose_lease_expired_without_waiting_for_the_bo
     job = engine.submit("noop")
     engine.claim(OWNER, ["default"], 1)
     clock.advance(engine.policy.lease.ttl + 1)
-    engine.recover()
+    sweep(engine)
     assert engine.get(job.id).state == "queued"
     delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, repair_after=3600.0)
     # when a sweep runs (long before `repair_after` would pass)

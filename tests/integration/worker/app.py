@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsm.context import Context
-from fsm.handlers import Handlers
+from fsm.worker.context import Context
+from fsm.worker.handlers import Handlers
 
 handlers = Handlers()
 
@@ -94,3 +94,5 @@ handlers.register("stubborn", stubborn)
 handlers.register("effect", fenced_effect, retry_safe=True)
 handlers.register("segfault", segfault, max_attempts=2)
 handlers.register("exit", hard_exit, max_attempts=1)
+# A payment: never run twice. Its policy lives here only; submitters may not know it.
+handlers.register("pay", sleep, retry_safe=False, max_attempts=1)

@@ -14,11 +14,11 @@ import pytest
 from adapters.executors import ProcessExecutor, ThreadExecutor
 from adapters.memory import MemoryStore
 from fsm import Engine, LeasePolicy, Policy
-from fsm.context import Context, handler_path, job_to_json, run_attempt
 from fsm.owner import Identity
 from fsm.ports import Attempt, Outcome
-from fsm.records import Job
+from fsm.records import Job, job_to_json
 from fsm.worker import Worker
+from fsm.worker.context import Context, handler_path, run_attempt
 
 from . import app
 from .helpers import markers, wait_for

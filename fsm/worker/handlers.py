@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
+from ..inputs import KindPolicy, check_name
 from .context import Handler, handler_path
-from .engine import KindPolicy, check_name
 
 
 @attrs.frozen
@@ -34,9 +34,18 @@ class Handlers(Mapping[str, HandlerSpec]):
         self._specs: dict[str, HandlerSpec] = {}
         for kind, fn in (items or {}).items():
             if isinstance(fn, HandlerSpec):
-                self._specs[check_name("kind", kind)] = fn
+                self.add(fn)
             else:
                 self.register(kind, fn)
+
+    def add(self, spec: HandlerSpec) -> HandlerSpec:
+        """Add an already built handler spec (from another registry)."""
+        self._specs[check_name("kind", spec.kind)] = spec
+        return spec
+
+    def queues(self) -> tuple[str, ...]:
+        """The queues the registered kinds submit to by default, in registration order."""
+        return tuple(dict.fromkeys(spec.policy.queue for spec in self._specs.values()))
 
     def register(
         self,
@@ -49,13 +58,12 @@ class Handlers(Mapping[str, HandlerSpec]):
         queue: str = "default",
         priority: int = 0,
         deadline_after: float | None = None,
+        max_recoveries: int | None = None,
     ) -> HandlerSpec:
+        """Register `fn` for `kind` with the kind's policy (`fsm.inputs.KindPolicy`)."""
         check_name("kind", kind)
-        check_name("queue", queue)
         if not callable(fn):
             raise TypeError(f"handler for kind {kind!r} is not callable: {fn!r}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout for kind {kind!r} must be positive, got {timeout!r}")
         spec = HandlerSpec(
             kind=kind,
             fn=fn,
@@ -67,10 +75,10 @@ class Handlers(Mapping[str, HandlerSpec]):
                 timeout=timeout,
                 retry_safe=retry_safe,
                 deadline_after=deadline_after,
+                max_recoveries=max_recoveries,
             ),
         )
-        self._specs[kind] = spec
-        return spec
+        return self.add(spec)
 
     def handler(self, kind: str, **opts: Any) -> Callable[[Handler], Handler]:
         """Decorator form of `register`; returns the function unchanged."""

@@ -7,8 +7,8 @@ rebuilt from JSON and the handler is imported by name: nothing is pickled.
 
 from __future__ import annotations
 
+import functools
 import importlib
-import json
 import logging
 import threading
 import time
@@ -16,17 +16,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-
-from . import jsonio
-from .errors import Ambiguous, HandlerOutcome, PayloadError, Permanent, Retry
-from .ports import CancelToken, Outcome
-from .records import Job, Owner
+from .. import jsonio
+from ..errors import Ambiguous, BadInput, HandlerOutcome, PayloadError, Permanent, Retry
+from ..inputs import seconds
+from ..ports import CancelToken, Outcome
+from ..records import Job, job_from_json
+from ..text import clean_text
 
 log = logging.getLogger(__name__)
-
-#: Bound on the error text kept from a handler's exception (with its traceback tail).
-MAX_ERROR_CHARS = 4000
 
 
 class JobCancelled(HandlerOutcome):
@@ -49,13 +46,17 @@ class Context:
         lease_lost: CancelToken | None = None,
     ) -> None:
         self.job = job
-        self.payload: Any = job.payload
         self.attempt = job.attempt
         self.fence = job.fence
         self.cancelled = cancelled
         self.lease_lost: CancelToken = lease_lost if lease_lost is not None else threading.Event()
         self.last_progress: dict[str, Any] | None = None
         self.progress_at: float | None = None
+
+    @functools.cached_property
+    def payload(self) -> Any:
+        """The job's payload, decoded on first use (bounded: `fsm.jsonio`)."""
+        return jsonio.decode(self.job.payload_json, what=f"payload of job {self.job.id}")
 
     def progress(self, **data: Any) -> None:
         """Record progress: cheap (no store write); the latest value wins."""
@@ -72,10 +73,25 @@ class Context:
 Handler = Callable[[Context], Any]
 
 
-def _error_text(err: BaseException) -> str:
+def _error_text(err: BaseException, *, trace: bool = True) -> str:
+    """The error as stored: its type and message, with the traceback's tail when the
+    error was unexpected (an expected outcome, Permanent or Ambiguous, needs none)."""
     text = f"{type(err).__name__}: {err}"
-    tb = "".join(traceback.format_exception(err)[-3:])
-    return (text + "\n" + tb)[:MAX_ERROR_CHARS]
+    if trace:
+        text += "\n" + "".join(traceback.format_exception(err)[-3:])
+    return clean_text(text)
+
+
+def _retry_delay(err: Retry) -> float | None:
+    """`Retry(after=)` as a delay, or None (the backoff policy) when it is not a finite
+    number of seconds >= 0: a handler's bad value never blocks its job's report."""
+    if err.after is None:
+        return None
+    try:
+        return seconds("Retry(after=)", err.after)
+    except BadInput as bad:
+        log.warning("%s; the backoff policy decides the delay", bad)
+        return None
 
 
 def run_attempt(
@@ -88,15 +104,19 @@ def run_attempt(
         return Outcome(status=status, seconds=time.monotonic() - began, **kw)
 
     try:
+        ctx.payload  # noqa: B018 - decoded here, so a payload that cannot be is this job's failure
+    except PayloadError as err:
+        return done("permanent", error=clean_text(str(err)))
+    try:
         result = handler(ctx)
     except Retry as err:
-        return done("retry", error=f"Retry: {err}", delay=err.after)
+        return done("retry", error=clean_text(f"Retry: {err}"), delay=_retry_delay(err))
     except Permanent as err:
-        return done("permanent", error=_error_text(err))
+        return done("permanent", error=_error_text(err, trace=False))
     except Ambiguous as err:
-        return done("ambiguous", error=_error_text(err))
+        return done("ambiguous", error=_error_text(err, trace=False))
     except JobCancelled as err:
-        return done("cancelled", error=str(err))
+        return done("cancelled", error=clean_text(str(err)))
     except Exception as err:
         if ctx.cancelled.is_set():
             return done("cancelled", error=_error_text(err))
@@ -109,19 +129,6 @@ def run_attempt(
 
 
 # --- crossing a process boundary as JSON ---------------------------------------------
-
-
-def job_to_json(job: Job) -> str:
-    data = attrs.asdict(job, recurse=False)
-    data["owner"] = job.owner.to_dict() if job.owner is not None else None
-    return json.dumps(data, separators=(",", ":"))
-
-
-def job_from_json(text: str) -> Job:
-    data = json.loads(text)
-    if data.get("owner") is not None:
-        data["owner"] = Owner.from_dict(data["owner"])
-    return Job(**data)
 
 
 def handler_path(fn: Callable[..., Any]) -> str:
@@ -145,11 +152,17 @@ def resolve(path: str) -> Handler:
     return fn
 
 
-def run_target(path: str, job_json: str, cancelled: CancelToken) -> Outcome:
-    """Run a handler named by path on a job given as JSON (in an executor's child)."""
+def run_target(
+    path: str,
+    job_json: str,
+    cancelled: CancelToken,
+    limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Outcome:
+    """Run a handler named by path on a job given as JSON (in an executor's child);
+    `limit` bounds the result's JSON, as the store's payload limit does."""
     job = job_from_json(job_json)
     try:
         handler = resolve(path)
     except Permanent as err:
         return Outcome(status="permanent", error=str(err))
-    return run_attempt(handler, Context(job, cancelled))
+    return run_attempt(handler, Context(job, cancelled), limit)

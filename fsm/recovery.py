@@ -1,0 +1,147 @@
+"""Recovery: the one sweep that takes jobs back from owners that lost them.
+
+`sweep(engine, identity, probe)` is the only recovery code. The worker runs it
+at start-up and every `recovery.sweep_interval`; `jobfsm recover` runs it once;
+the fault suite runs it with a simulated process table and liveness probe behind
+the same `Identity.judge`. One sweep, in order:
+
+1. leases that lapsed (`lease_until <= now`) are expired: the owner stopped
+   heartbeating, whoever it is;
+2. with an `identity`, the owners of the other leased jobs are judged
+   (`fsm.owner.Identity.judge`: ALIVE, DEAD or UNKNOWN, failing closed) and the
+   jobs of owners confirmed DEAD are expired at once, this host's jobs first;
+3. jobs whose deadline passed are failed.
+
+Every write is a compare-and-set on the version that was read (and judged), so
+concurrent sweepers never both win and a verdict about one owner can never take
+a lease that a newer owner holds. Each sweep looks at no more than `limit` jobs
+per step: the bound on one sweep's work.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .errors import IllegalTransition, VersionConflict
+from .owner import Identity, Probe, Status, Verdict
+from .ports import ScanRequest
+from .records import Job, Owner
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: most jobs one step of a sweep looks at
+SWEEP_LIMIT = 1000
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What one sweep did. `errors` counts jobs that moved before the sweep's write."""
+
+    expired: int = 0
+    deadlines: int = 0
+    to_investigate: int = 0
+    errors: int = 0
+
+    def __add__(self, other: RecoveryReport) -> RecoveryReport:
+        return RecoveryReport(
+            self.expired + other.expired,
+            self.deadlines + other.deadlines,
+            self.to_investigate + other.to_investigate,
+            self.errors + other.errors,
+        )
+
+
+def _states(engine: Engine, event: str) -> tuple[str, ...]:
+    return tuple(src for (src, ev) in engine.spec.table if ev == event)
+
+
+def _expire(engine: Engine, job: Job, verdict: Verdict | None) -> RecoveryReport:
+    """Expire `job` exactly as it was read; a job that moved since is left alone."""
+    if verdict is None:
+        new = engine.expire_seen(job)
+    else:
+        new = engine.expire_seen(job, verdict=verdict.status.value, reason=verdict.reason)
+    if new is None:
+        return RecoveryReport(errors=1)
+    if verdict is not None:
+        log.warning("job %s: recovered from dead owner: %s", job.id, verdict.reason)
+    return RecoveryReport(expired=1, to_investigate=int(new.state == "investigate"))
+
+
+def lapsed(engine: Engine, *, limit: int = SWEEP_LIMIT) -> RecoveryReport:
+    """Expire the leases that lapsed: their owners stopped heartbeating."""
+    now = engine.clock.now()
+    report = RecoveryReport()
+    request = ScanRequest(states=_states(engine, "expire"), lease_expired_at=now, limit=limit)
+    for job in engine.scan(request):
+        if job.lease_until is not None and job.lease_until <= now:
+            report += _expire(engine, job, None)
+    return report
+
+
+def dead_owners(
+    engine: Engine, identity: Identity, probe: Probe | None = None, *, limit: int = SWEEP_LIMIT
+) -> RecoveryReport:
+    """Expire the jobs whose owners `identity` judges DEAD (this host's first).
+
+    A verdict on a foreign owner holds for all its jobs in this sweep; this
+    process's own incarnation is judged per run (job id, fence).
+    """
+    states = _states(engine, "expire")
+    local = ScanRequest(states=states, owner_host=identity.host, limit=limit)
+    anywhere = ScanRequest(states=states, limit=limit)
+    verdicts: dict[Owner, Verdict] = {}
+    seen: set[str] = set()
+    report = RecoveryReport()
+    me = identity.owner
+    for job in [*engine.scan(local), *engine.scan(anywhere)]:
+        owner = job.owner
+        if owner is None or job.id in seen:
+            continue
+        seen.add(job.id)
+        if owner == me:
+            verdict = identity.judge(owner, (job.id, job.fence), probe)
+        else:
+            if owner not in verdicts:
+                verdicts[owner] = identity.judge(owner, (job.id, job.fence), probe)
+            verdict = verdicts[owner]
+        if verdict.status is Status.DEAD:
+            report += _expire(engine, job, verdict)
+    return report
+
+
+def deadlines(engine: Engine, *, limit: int = SWEEP_LIMIT) -> RecoveryReport:
+    """Fail the jobs whose deadline passed."""
+    now = engine.clock.now()
+    report = RecoveryReport()
+    request = ScanRequest(states=_states(engine, "deadline"), deadline_passed_at=now, limit=limit)
+    for job in engine.scan(request):
+        try:
+            engine.transition(job.id, "deadline")
+        except (IllegalTransition, VersionConflict):
+            report += RecoveryReport(errors=1)
+        else:
+            report += RecoveryReport(deadlines=1)
+    return report
+
+
+def sweep(
+    engine: Engine,
+    identity: Identity | None = None,
+    probe: Probe | None = None,
+    *,
+    limit: int | None = None,
+) -> RecoveryReport:
+    """One recovery sweep (see the module docstring). Without `identity`, only lapsed
+    leases and deadlines: nobody judges owners. `limit` defaults to SWEEP_LIMIT."""
+    limit = SWEEP_LIMIT if limit is None else limit
+    report = lapsed(engine, limit=limit)
+    if identity is not None:
+        report += dead_owners(engine, identity, probe, limit=limit)
+    return report + deadlines(engine, limit=limit)

@@ -1,0 +1,214 @@
+"""The claim loop (the thread that calls `Worker.run`): wake-ups in, attempts out.
+
+It waits for a wake-up and a free slot, claims a batch, starts it (one batched
+write, in which each handler's kind policy is enforced) and hands each attempt to
+the executor. Launching one job can fail (a payload that cannot be decoded, an
+executor that refuses it): that job fails alone, the loop and the batch go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import IllegalTransition, JobFSMError, LeaseLost, StoreError
+from ..ports import Attempt, ExecutorFull, Outcome, Wakeup
+from ..records import Job
+from ..text import clean_text
+from .context import run_attempt
+from .runs import Run
+from .state import Shared, backoff
+
+log = logging.getLogger(__name__)
+
+BATCH_WINDOW = 0.02  # longest wait to gather free slots into one claim batch
+RELEASE_TRIES = 3  # bounded tries to give back an unstarted lease at shutdown
+
+
+class Claims:
+    """Claims and launches jobs while the worker runs."""
+
+    def __init__(self, shared: Shared, regain_liveness: Callable[[], bool]) -> None:
+        self.s = shared
+        self._regain_liveness = regain_liveness
+
+    def free(self) -> int:
+        executor = self.s.executor
+        assert executor is not None
+        return max(0, min(executor.free, self.s.concurrency - self.s.runs.count()))
+
+    def loop(self) -> None:
+        s = self.s
+        delivery = s.delivery
+        assert delivery is not None
+        errors = 0
+        immediate = True
+        while not s.stopping.is_set():
+            if s.liveness_lost.is_set() and not self._regain_liveness():
+                s.stopping.wait(backoff(errors))
+                errors += 1
+                continue
+            free = self.free()
+            if free == 0:
+                s.runs.freed.wait(s.poll_interval)
+                s.runs.freed.clear()
+                continue
+            if immediate:
+                free = self._gather_slots(free)
+            try:
+                wakeups = delivery.poll(free, 0.0 if immediate else s.poll_interval)
+                delivery.check()
+            except JobFSMError:
+                raise
+            except Exception:
+                log.exception("worker %s: delivery poll failed", s.owner_name)
+                s.stopping.wait(backoff(errors))
+                errors += 1
+                continue
+            if s.stopping.is_set() or not wakeups:
+                immediate = False
+                continue
+            ids = [w.job_id for w in wakeups if w.job_id is not None]
+            any_due = len(ids) < len(wakeups)
+            try:
+                jobs = self.claim(ids, any_due, free)
+            except Exception as err:
+                s.store_ok = False
+                s.claim_failing = True
+                level = logging.WARNING if isinstance(err, StoreError) else logging.ERROR
+                log.log(level, "worker %s: claim failed: %s", s.owner_name, err)
+                s.stopping.wait(backoff(errors))
+                errors += 1
+                continue
+            errors = 0
+            s.store_ok = True
+            s.claim_failing = False
+            self._settle(wakeups, {j.id for j in jobs})
+            self.dispatch(jobs)
+            immediate = any_due and len(jobs) >= free  # more may be due: no sleep
+
+    def _settle(self, wakeups: list[Wakeup], claimed: set[str]) -> None:
+        assert self.s.delivery is not None
+        for w in wakeups:
+            try:
+                self.s.delivery.settle(w, claimed=w.job_id in claimed)
+            except Exception:
+                log.exception("worker %s: settling a wake-up failed", self.s.owner_name)
+
+    def _gather_slots(self, free: int) -> int:
+        """Under load, wait up to BATCH_WINDOW for half the slots, so claims come in batches."""
+        s = self.s
+        half = s.concurrency // 2
+        until = time.monotonic() + BATCH_WINDOW
+        while free < half and s.runs.count() and not s.stopping.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            s.runs.freed.wait(left)
+            s.runs.freed.clear()
+            free = self.free()
+        return free
+
+    def claim(self, ids: list[str], any_due: bool, free: int) -> list[Job]:
+        s = self.s
+        owner = s.identity.owner
+        with s.identity.claiming():
+            jobs: list[Job] = []
+            if ids:
+                jobs += s.engine.claim(owner, s.queues, limit=len(ids), ids=ids)
+            left = free - len(jobs)
+            if any_due and left > 0:
+                jobs += s.engine.claim(owner, s.queues, limit=left)
+            for job in jobs:
+                s.identity.hold(job.id, job.fence)
+        return jobs
+
+    def _start_args(self, job: Job) -> dict[str, Any]:
+        """`start`'s arguments: the fence, and the policy of the kind's handler here."""
+        spec = self.s.handlers.get(job.kind)
+        if spec is None:
+            return {"fence": job.fence}
+        policy = spec.policy.enforced()
+        policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
+        return {"fence": job.fence, "kind_policy": policy}
+
+    def dispatch(self, jobs: list[Job]) -> None:
+        s = self.s
+        if not jobs:
+            return
+        if s.stopping.is_set() or s.liveness_lost.is_set():
+            self.release(jobs)  # claimed just as we stopped or lost the liveness token
+            return
+        reports = [(j, "start", self._start_args(j)) for j in jobs]
+        results = s.with_retries("start", lambda: s.engine.report_many(reports))
+        if results is None:
+            for job in jobs:  # the store is away: the leases lapse and recovery requeues
+                s.identity.drop(job.id, job.fence, abandoned="could not start: store unreachable")
+            return
+        for job, started in zip(jobs, results, strict=True):
+            if not isinstance(started, Job):
+                s.identity.drop(job.id, job.fence)
+                log.warning("worker %s: could not start job %s: %s", s.owner_name, job.id, started)
+                continue
+            self.launch(started)
+
+    def launch(self, job: Job) -> None:
+        """Hand one started job to the executor; any failure fails this job alone."""
+        s = self.s
+        run: Run | None = None
+        try:
+            spec = s.handlers.get(job.kind)
+            run = Run(job, spec)
+            s.runs.add(run)
+            if spec is None:
+                known = ", ".join(sorted(s.handlers)) or "none"
+                error = f"no handler for kind {job.kind!r} on this worker (it handles: {known})"
+                s.outcomes.put((run, Outcome(status="permanent", error=error)))
+                return
+            self._submit(run)
+        except ExecutorFull:
+            assert run is not None
+            s.runs.finish(run)
+            log.error("worker %s: executor full; giving back job %s", s.owner_name, job.id)
+            self.release([job])
+        except Exception as err:
+            log.exception("worker %s: launching job %s failed", s.owner_name, job.id)
+            if run is None:
+                run = Run(job, None)
+                s.runs.add(run)
+            error = clean_text(f"could not launch the attempt: {type(err).__name__}: {err}")
+            s.outcomes.put((run, Outcome(status="failed", error=error)))
+
+    def _submit(self, run: Run) -> None:
+        s = self.s
+        assert s.executor is not None
+        assert run.spec is not None
+        limits = s.engine.policy.limits
+        limit = limits.max_payload_bytes
+        fn, ctx = run.spec.fn, run.ctx
+        attempt = Attempt(
+            job=run.job,
+            timeout=float(run.job.timeout or limits.attempt_timeout),
+            target=run.spec.target,
+            run=lambda: run_attempt(fn, ctx, limit),
+            cancelled=run.cancelled,
+            result_limit=limit,
+        )
+        s.executor.submit(attempt, lambda _a, outcome: s.outcomes.put((run, outcome)))
+
+    def release(self, jobs: list[Job]) -> None:
+        """Give back leased, unstarted jobs (bounded tries; recovery covers the rest)."""
+        s = self.s
+        for job in jobs:
+            for step in range(RELEASE_TRIES):
+                try:
+                    s.engine.release(job.id, job.fence)
+                    break
+                except (LeaseLost, IllegalTransition):
+                    break
+                except Exception as err:
+                    log.warning("worker %s: release of %s failed: %s", s.owner_name, job.id, err)
+                    time.sleep(backoff(step))
+            s.identity.drop(job.id, job.fence)

@@ -1,0 +1,142 @@
+"""The reporter thread: finished attempts become engine reports, written in batches.
+
+Each outcome maps to one fenced event (`event_for`). A batch is written with one
+`Engine.report_many`; a report the store refuses fails alone (the engine decides
+each one again on its own), and a store that stays away past the bound leaves the
+runs to recovery instead of guessing their fate.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import jsonio
+from ..errors import LeaseLost, PayloadError
+from ..ports import Outcome
+from ..records import Job
+from .runs import Run
+from .state import Shared
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REPORT_BATCH = 256  # most reports written in one store transaction
+BATCH_WINDOW = 0.02  # longest wait to gather reports into one batch
+
+
+class Reporter:
+    """Turns outcomes into reports; runs on its own thread until the worker is done."""
+
+    def __init__(self, shared: Shared, batch: int = DEFAULT_REPORT_BATCH) -> None:
+        self.s = shared
+        self.batch = max(1, batch)
+
+    def loop(self) -> None:
+        s = self.s
+        while True:
+            try:
+                first = s.outcomes.get(timeout=0.2)
+            except queue.Empty:
+                if s.finished.is_set() or (s.quiet.is_set() and not s.runs.count()):
+                    return
+                continue
+            batch = [first]
+            until = time.monotonic() + BATCH_WINDOW
+            while len(batch) < self.batch:
+                try:
+                    batch.append(s.outcomes.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                left = until - time.monotonic()
+                if left <= 0 or len(batch) >= s.runs.in_flight():
+                    break  # nothing more is running: report now
+                try:
+                    batch.append(s.outcomes.get(timeout=left))
+                except queue.Empty:
+                    break
+            try:
+                self.report(batch)
+            except Exception:
+                log.exception("worker %s: reporting failed", s.owner_name)
+                for run, _ in batch:  # never leave a run registered after its outcome
+                    s.runs.finish(run, abandoned="its outcome could not be reported")
+
+    def _partial(self, run: Run) -> str:
+        """The partial result kept on cancel: the latest progress the handler recorded."""
+        try:
+            return jsonio.encode(
+                run.ctx.last_progress,
+                what=f"progress of job {run.job.id}",
+                limit=self.s.engine.policy.limits.max_payload_bytes,
+            )
+        except PayloadError:
+            return "null"
+
+    def event_for(self, run: Run, outcome: Outcome) -> tuple[str, dict[str, Any]] | None:
+        """The engine report for an outcome, or None when there is nothing to report."""
+        fence = run.job.fence
+        status = outcome.status
+        if status == "succeeded":
+            result = outcome.result_json or "null"
+            limit = self.s.engine.policy.limits.max_payload_bytes
+            if len(result.encode("utf-8")) > limit:  # one limit, whichever executor ran it
+                error = f"result of job {run.job.id} is over the limit of {limit} bytes"
+                return "fail", {"fence": fence, "error": error, "permanent": True}
+            return "succeed", {"fence": fence, "result_json": result}
+        if run.cancel_seen is not None and status in ("cancelled", "killed", "failed", "timeout"):
+            return "cancelled_ack", {"fence": fence, "result_json": self._partial(run)}
+        if status == "retry":
+            return "fail", {"fence": fence, "error": outcome.error, "delay": outcome.delay}
+        if status == "permanent":
+            return "fail", {"fence": fence, "error": outcome.error, "permanent": True}
+        if status == "ambiguous":
+            return "ambiguous", {"fence": fence, "error": outcome.error}
+        if status == "abandoned":
+            return None
+        error = outcome.error or status
+        if status == "cancelled":
+            error = f"handler stopped without a cancel request: {error}"
+        return "fail", {"fence": fence, "error": error}
+
+    def report(self, batch: list[tuple[Run, Outcome]]) -> None:
+        s = self.s
+        metrics = s.engine.metrics
+        reports: list[tuple[Job, str, Mapping[str, Any]]] = []
+        runs: list[Run] = []
+        for run, outcome in batch:
+            if metrics is not None:
+                metrics.attempt_seconds(run.job.kind, outcome.status, outcome.seconds)
+            if not s.runs.start_reporting(run):
+                log.info(
+                    "job %s: %s result discarded (%s)",
+                    run.job.id,
+                    outcome.status,
+                    run.dropped or "lease lost",
+                )
+                s.runs.finish(run)
+                continue
+            event = self.event_for(run, outcome)
+            if event is None:
+                reason = f"attempt abandoned: {outcome.error or 'could not be stopped'}"
+                log.warning("job %s: %s; left to recovery", run.job.id, reason)
+                s.runs.finish(run, abandoned=reason)
+                continue
+            reports.append((run.job, event[0], event[1]))
+            runs.append(run)
+        if not reports:
+            return
+        results = s.with_retries("report", lambda: s.engine.report_many(reports))
+        if results is None:
+            for run in runs:  # the store stayed away: the leases lapse, recovery decides
+                s.runs.finish(run, abandoned="the result could not be reported")
+            return
+        for run, result in zip(runs, results, strict=True):
+            if isinstance(result, LeaseLost):
+                log.info("job %s: report discarded: %s", run.job.id, result)
+            elif not isinstance(result, Job):
+                log.warning("job %s: report failed: %s", run.job.id, result)
+            s.runs.finish(run)

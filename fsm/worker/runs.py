@@ -1,0 +1,126 @@
+"""The runs a worker has in flight, keyed by (job id, fence).
+
+One run is one attempt of one job under one lease. Two runs of the same job can
+be in flight at once in one process: a thread that was abandoned after its lease
+was lost still finishes later, while this worker runs the job again under a new
+fence. Keying by (job id, fence) keeps the two apart everywhere: in this table,
+in the identity's registry of held runs (`fsm.owner.Identity`) and so in the
+recovery sweep's verdicts, which never judge a run this process still holds.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..owner import Identity, RunKey
+from ..records import Job
+from .context import Context
+from .handlers import HandlerSpec
+
+
+class Run:
+    """The worker's bookkeeping for one attempt in flight."""
+
+    __slots__ = (
+        "cancel_seen",
+        "cancelled",
+        "ctx",
+        "dropped",
+        "hard",
+        "job",
+        "lease_lost",
+        "lost",
+        "reporting",
+        "spec",
+    )
+
+    def __init__(self, job: Job, spec: HandlerSpec | None) -> None:
+        self.job = job
+        self.spec = spec
+        self.cancelled = threading.Event()
+        self.lease_lost = threading.Event()
+        self.ctx = Context(job, self.cancelled, self.lease_lost)
+        self.cancel_seen: float | None = None  # monotonic time the cancel request was seen
+        self.hard = False  # a hard stop was asked of the executor
+        self.lost = False  # the lease is gone: the result is discarded
+        self.dropped: str | None = None  # left to recovery at shutdown, with the reason
+        self.reporting = False
+
+    @property
+    def key(self) -> RunKey:
+        return (self.job.id, self.job.fence)
+
+
+class Runs:
+    """The table of runs in flight; every method is thread-safe.
+
+    Adding a run registers it with the identity as held; finishing it drops
+    exactly that run (job id and fence), never a newer run of the same job.
+    """
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self._lock = threading.Lock()
+        self._runs: dict[RunKey, Run] = {}
+        self.freed = threading.Event()  # set whenever a run finishes (a slot is free)
+
+    def add(self, run: Run) -> None:
+        with self._lock:
+            self._runs[run.key] = run
+
+    def finish(self, run: Run, *, abandoned: str | None = None) -> None:
+        """Forget `run` (idempotent) and tell the identity it no longer holds it."""
+        with self._lock:
+            if self._runs.get(run.key) is run:
+                del self._runs[run.key]
+        self.identity.drop(run.job.id, run.job.fence, abandoned=abandoned)
+        self.freed.set()
+
+    def start_reporting(self, run: Run) -> bool:
+        """Mark `run` as being reported; False if its result must be discarded."""
+        with self._lock:
+            discard = run.lost or run.dropped is not None
+            run.reporting = not discard
+        return not discard
+
+    def is_reporting(self, run: Run) -> bool:
+        with self._lock:
+            return run.reporting
+
+    def lose(self, run: Run) -> bool:
+        """Mark `run`'s lease as lost; True the first time only."""
+        with self._lock:
+            if run.lost:
+                return False
+            run.lost = True
+        return True
+
+    def drop_at_shutdown(self, run: Run, reason: str) -> None:
+        with self._lock:
+            run.dropped = reason
+
+    def live(self) -> list[Run]:
+        """Runs whose handler is still running under a lease we believe we hold."""
+        with self._lock:
+            return [r for r in self._runs.values() if not r.reporting and not r.lost]
+
+    def unreported(self) -> list[Run]:
+        with self._lock:
+            return [r for r in self._runs.values() if not r.reporting]
+
+    def all(self) -> list[Run]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def jobs(self) -> dict[str, Job]:
+        with self._lock:
+            return {r.job.id: r.job for r in self._runs.values()}
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def in_flight(self) -> int:
+        """Runs not yet handed to the reporter."""
+        with self._lock:
+            return sum(1 for r in self._runs.values() if not r.reporting)
