@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -330,6 +330,18 @@ def _covered(machine: type[FaultMachine], coverage: Coverage) -> type[FaultMachi
     """`machine`, also counting the (state, event) pairs every settled example wrote."""
 
     class Covered(machine):  # type: ignore[valid-type,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            renew = self.engine.heartbeat
+
+            def counted(owner: Any, fences: Any) -> dict[str, str]:
+                renewed: dict[str, str] = renew(owner, fences)
+                for state in renewed.values():
+                    coverage.store[(state, "heartbeat")] += 1
+                return renewed
+
+            self.engine.heartbeat = counted
+
         def _settle(self) -> None:
             super()._settle()
             for jid in self.jobs:

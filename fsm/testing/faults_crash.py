@@ -13,8 +13,8 @@ without its job, shows as I6/I8), and no job may exist that the model cannot
 account for.
 
 Reaching the statements needs the store's connection seam: a method that hands
-out its driver connection (`_conn()` returning a connection, as the SQLite store
-has, or `_connection(what)` as a context manager, as the PostgreSQL store has).
+out its driver connection (`connection(what)` as a context manager, as the
+PostgreSQL store has, or `_conn()` returning a connection, as the SQLite store has).
 The connection is wrapped, never the driver: `fsm` imports no driver. A store
 without such a seam (the memory store has no statements) is reported as not
 exercised by this model.
@@ -91,19 +91,23 @@ class _CrashingConnection:
         return getattr(self._conn, name)
 
 
+def _crashing(context: Callable[[str], Any], plan: CrashPlan) -> Callable[[str], Any]:
+    @contextmanager
+    def crashing(what: str) -> Iterator[Any]:
+        with context(what) as conn:
+            yield _CrashingConnection(conn, plan)
+
+    return crashing
+
+
 def install(store: Store, plan: CrashPlan) -> bool:
     """Route `store`'s statements through `plan`; False if it has no connection seam."""
     target: Any = store
-    context = getattr(target, "_connection", None)
-    if callable(context):
-
-        @contextmanager
-        def crashing(what: str) -> Iterator[Any]:
-            with context(what) as conn:
-                yield _CrashingConnection(conn, plan)
-
-        target._connection = crashing
-        return True
+    for name in ("connection", "_connection"):
+        context = getattr(target, name, None)
+        if callable(context):
+            setattr(target, name, _crashing(context, plan))
+            return True
     call = getattr(target, "_conn", None)
     if callable(call):
         opened: Callable[[], Any] = call
@@ -136,7 +140,7 @@ class CrashModel:
             reachable = install(opener(), CrashPlan())
         if not reachable:
             ctx.notes.append(
-                "crash model not run: the store has no connection seam (_conn or _connection) "
+                "crash model not run: the store has no connection seam (connection or _conn) "
                 "through which a crash between its statements can be injected"
             )
             return
