@@ -15,6 +15,9 @@ The models registered here reach what one sequential machine cannot:
   reports, heartbeats, cancels and sweeps on the same jobs; after every round
   no fence was leased twice, every accepted report came from the fence's
   holder, contention alone failed no call, and every trail replays to its record.
+- `executor`: the thread executor is restarted and hard-cancelled while its
+  handlers block, and their results arrive late: each attempt is settled once,
+  and no late result of an abandoned attempt reaches the worker.
 
 Each model runs a number of hypothesis examples chosen by the size (`quick` for
 CI smoke, `default`, `thorough` for nightly runs) and counts what it checked and
