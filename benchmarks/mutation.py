@@ -22,6 +22,7 @@ included), the fault model that caught it and the promise it named. Options:
                       postgresql://postgres@127.0.0.1:5432/postgres); each run
                       uses its own schema, dropped afterwards
     --json FILE       also write the rows as JSON
+    --write-docs      put the table into docs/fault-suites.md (between its markers)
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ sys.path.insert(0, str(REPO))
 from tests.property.mutants import PATCHES, Patch, apply_patch  # noqa: E402
 
 TREE = ("fsm", "adapters", "specs")
+DOCS = REPO / "docs" / "fault-suites.md"
+BEGIN = "<!-- mutation-table:begin (python -m benchmarks.mutation --write-docs) -->"
+END = "<!-- mutation-table:end -->"
 PG_DEFAULT = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -127,6 +131,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write_docs(text: str) -> None:
+    """Replace the generated block of docs/fault-suites.md with `text`."""
+    doc = DOCS.read_text()
+    head, sep, rest = doc.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"{DOCS}: the markers {BEGIN!r} and {END!r} are missing")
+    DOCS.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mutation", description=__doc__)
     parser.add_argument("--mutant", action="append", default=[])
@@ -135,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--pg", default=PG_DEFAULT)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args(argv)
     known = {p.name for p in PATCHES}
     unknown = sorted(set(args.mutant) - known)
@@ -158,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             if not row["killed"]:
                 print(f"    exit {row['exit']}: {row['tail'][-300:]}", flush=True)
     print()
-    print(f"`python -m benchmarks.mutation --size {args.size}`\n")
-    print(table(rows))
+    text = f"`python -m benchmarks.mutation --size {args.size}`\n\n{table(rows)}"
+    print(text)
+    if args.write_docs:
+        write_docs(text)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0 if all(r["killed"] for r in rows) else 1
