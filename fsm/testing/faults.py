@@ -321,6 +321,16 @@ def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -
     return "\n".join(head + [f"    {ln}" for ln in steps]) + "\n"
 
 
+def _one_schema(url: str) -> str:
+    """A PostgreSQL URL with a `schema` (a new one unless it names one), so that the
+    models and the machine of one run share it; other URLs unchanged."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    if scheme not in ("postgresql", "postgres") or query.get("schema"):
+        return url
+    return _with_query(url, schema=f"jobfsm_faults_{uuid.uuid4().hex[:8]}")
+
+
 def _covered(machine: type[FaultMachine], coverage: Coverage) -> type[FaultMachine]:
     """`machine`, also counting the (state, event) pairs every settled example wrote."""
 
@@ -416,8 +426,9 @@ def run_faults(
     notes: list[str] = []
     timings: dict[str, float] = {}
     machine_examples = machine and chosen.max_examples > 0
+    url = _one_schema(store_url)
     if models is None or models:
-        with fresh_databases(store_url, notes) as database:
+        with fresh_databases(url, notes) as database:
             try:
                 run_models(
                     database,
@@ -434,7 +445,7 @@ def run_faults(
                 failed_model = getattr(err, "model", None)
     if failure is None and machine_examples:
         began = time.monotonic()
-        with fresh_stores(store_url, notes) as factory:
+        with fresh_stores(url, notes) as factory:
             sm = _covered(fault_machine(factory, kinds=kinds_t, stats=stats), coverage)
             if seed is not None:
                 sm = hypothesis_seed(seed)(sm)
@@ -464,7 +475,7 @@ def run_faults(
             if failure is None or failed_model != "machine"
             else _reproduction(report_lines, store_url, kinds_t)
         ),
-        notes=tuple(notes),
+        notes=tuple(dict.fromkeys(notes)),
         size=size or name,
         models=timings,
         coverage={
