@@ -133,7 +133,7 @@ _ops = st.lists(
 class CrashModel:
     name: ClassVar[str] = "crash"
     about: ClassVar[str] = "the connection dies before the Nth statement of a store call"
-    examples: ClassVar[dict[str, int]] = {"quick": 15, "default": 150, "thorough": 1500}
+    examples: ClassVar[dict[str, int]] = {"quick": 15, "default": 300, "thorough": 3000}
 
     def run(self, ctx: ModelRun) -> None:
         with ctx.database() as opener:

@@ -54,7 +54,7 @@ def _job(n: int) -> Job:
 class ExecutorModel:
     name: ClassVar[str] = "executor"
     about: ClassVar[str] = "executor restarts and hard cancels with late results"
-    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 80, "thorough": 800}
+    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 150, "thorough": 1500}
 
     def run(self, ctx: ModelRun) -> None:
         factory = load_executor("thread")

@@ -44,7 +44,7 @@ from .faults_machine import FaultStats
 #: size name -> (main machine examples, steps per example)
 SIZES: dict[str, tuple[int, int]] = {
     "quick": (15, 25),
-    "default": (120, 40),
+    "default": (250, 40),
     "thorough": (1000, 80),
 }
 

@@ -195,7 +195,7 @@ def _problems(
 class PolicyModel:
     name: ClassVar[str] = "policy"
     about: ClassVar[str] = "retry, backoff, recovery and retry-safety promises against decide"
-    examples: ClassVar[dict[str, int]] = {"quick": 1000, "default": 3000, "thorough": 30000}
+    examples: ClassVar[dict[str, int]] = {"quick": 1000, "default": 5000, "thorough": 50000}
 
     def run(self, ctx: ModelRun) -> None:
         spec = lifecycle()

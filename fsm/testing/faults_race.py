@@ -74,7 +74,7 @@ _example = st.fixed_dictionaries(
 class RaceModel:
     name: ClassVar[str] = "races"
     about: ClassVar[str] = "decisions read before a renewal or operator write; the sweep"
-    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 60, "thorough": 600}
+    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 120, "thorough": 1200}
 
     def run(self, ctx: ModelRun) -> None:
         @ctx.settings(self.examples[ctx.size])
@@ -110,24 +110,31 @@ class _Race:
 
     def play(self, plan: dict[str, Any]) -> None:
         for kind, deadline, target in plan["jobs"]:
-            opts: dict[str, Any] = {}
-            if deadline is not None:
-                opts["deadline"] = self.clock.now() + deadline
-            job = self.engine.submit(kind, {"race": len(self.ids)}, **opts)
-            self.ids.append(job.id)
-            if target == "queued":
-                continue
-            (leased,) = self.engine.claim(OWNER, (self.queue,), limit=1, ids=[job.id])
-            if target in ("running", "cancelling"):
-                self.engine.start(job.id, leased.fence)
-            if target == "cancelling":
-                self.other.cancel(job.id, actor="operator", reason="race model")
+            self._setup(kind, deadline, target)
         self._check()
         for rnd in plan["rounds"]:
             self._round(rnd)
             self._check()
+        # one job in each state the deadline event leaves, all due to fail together
+        for target in ("queued", "leased", "running", "cancelling"):
+            self._setup(KINDS[0], 5.0, target)
         self._sweep()
         self._check(final=True)
+
+    def _setup(self, kind: str, deadline: float | None, target: str) -> None:
+        """Submit a job and bring it to `target` (queued, leased, running, cancelling)."""
+        opts: dict[str, Any] = {}
+        if deadline is not None:
+            opts["deadline"] = self.clock.now() + deadline
+        job = self.engine.submit(kind, {"race": len(self.ids)}, **opts)
+        self.ids.append(job.id)
+        if target == "queued":
+            return
+        (leased,) = self.engine.claim(OWNER, (self.queue,), limit=1, ids=[job.id])
+        if target in ("running", "cancelling"):
+            self.engine.start(job.id, leased.fence)
+        if target == "cancelling":
+            self.other.cancel(job.id, actor="operator", reason="race model")
 
     def _decision(self, job: Job, event: str, now: float) -> Decision | None:
         args: dict[str, Any] = {}
