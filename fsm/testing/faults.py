@@ -364,12 +364,22 @@ FLAKY_TEXT = (
     "injected clock, or a race between threads. Run again with --seed to see whether it "
     "recurs. The failure seen first was: "
 )
+FLAKY_DATA_TEXT = (
+    "Flaky: the same choices led the suite down different paths in two examples (which "
+    "rules could run next differed), so hypothesis cannot explore or replay it reliably. "
+    "Nothing was found broken; the run's own behaviour is not a function of its choices: "
+    "something random or timing-dependent (random ids, thread timing, the order a store "
+    "returns unordered rows) decides what the next step may do. Run again; if it "
+    "recurs, report it with the --seed you used."
+)
 
 
 def _explained(err: BaseException) -> str:
     """The failure as one line of text; a hypothesis Flaky report explained in words."""
-    from hypothesis.errors import Flaky
+    from hypothesis.errors import Flaky, FlakyStrategyDefinition
 
+    if isinstance(err, FlakyStrategyDefinition):
+        return FLAKY_DATA_TEXT
     if isinstance(err, Flaky):
         inner = getattr(err, "exceptions", ())
         first = inner[0] if inner else err

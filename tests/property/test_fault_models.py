@@ -66,5 +66,13 @@ def test_a_flaky_report_is_explained_in_words() -> None:
     assert "Inconsistent results" not in text
 
 
+def test_inconsistent_data_generation_is_explained_as_no_failure_found() -> None:
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    text = _explained(FlakyStrategyDefinition("Inconsistent data generation!"))
+    assert "Nothing was found broken" in text
+    assert "Inconsistent data generation" not in text
+
+
 def test_fault_stats_start_empty() -> None:
     assert FaultStats().checks == {}
