@@ -68,12 +68,14 @@ from .faults_machine import (
 from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, check_size, handles
 from .faults_policy import PolicyModel
 from .faults_race import RaceModel
+from .faults_verdict import VerdictModel
 from .profiles import load_profile, run_machine
 
 #: the fault models run beside the main machine, in this order (faults_models.py)
 MODELS: tuple[FaultModel, ...] = (
     PolicyModel(),
     RaceModel(),
+    VerdictModel(),
     CrashModel(),
     ConcurrencyModel(),
     ExecutorModel(),

@@ -8,6 +8,8 @@ The models registered here reach what one sequential machine cannot:
 - `races`: a decision read before a heartbeat renewal or an operator write must
   lose its compare-and-set, one decision or a batch; the sweep fails every job
   past its deadline, leased and running ones included;
+- `verdicts`: a death verdict is overtaken between the sweep's read and its
+  write (another sweeper and a new live owner): it must not reach the new run;
 - `crash`: a store's connection dies before its Nth statement (between the job
   write and the audit write, before COMMIT, ...): the job and its audit trail
   are written both or neither;

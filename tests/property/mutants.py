@@ -319,6 +319,24 @@ PATCHES: tuple[Patch, ...] = (
         "the deadline sweep fails jobs a minute after their deadline",
     ),
     Patch(
+        "recovery-verdict-applied-by-rereading",
+        "recovery",
+        "fsm/recovery.py",
+        (
+            (
+                "new = engine.expire_seen(job, verdict=verdict.status.value, "
+                "reason=verdict.reason)",
+                "new = engine.expire_seen(\n"
+                "            engine.get(job.id), verdict=verdict.status.value, "
+                "reason=verdict.reason\n"
+                "        )",
+            ),
+        ),
+        ("memory",),
+        "a death verdict is applied by re-reading the job, not by compare-and-set on the "
+        "version judged",
+    ),
+    Patch(
         "owner-probe-failure-read-as-dead",
         "owner",
         "fsm/owner.py",
