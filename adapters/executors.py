@@ -68,19 +68,31 @@ class _Slots:
     def __init__(self, number: int) -> None:
         self.number = number
         self.records: dict[int, _Record] = {}
-        self.by_job: dict[str, int] = {}
+        #: (job id, fence) -> token: two runs of one job (a late one, a new one) stay apart
+        self.by_run: dict[tuple[str, int], int] = {}
 
     def add(self, record: _Record) -> int:
         token = next(_tokens)
         self.records[token] = record
-        self.by_job[record.attempt.job.id] = token
+        self.by_run[_run_key(record.attempt)] = token
         return token
 
     def pop(self, token: int) -> _Record | None:
         record = self.records.pop(token, None)
-        if record is not None and self.by_job.get(record.attempt.job.id) == token:
-            del self.by_job[record.attempt.job.id]
+        if record is not None and self.by_run.get(_run_key(record.attempt)) == token:
+            del self.by_run[_run_key(record.attempt)]
         return record
+
+    def find(self, job_id: str, fence: int | None) -> int | None:
+        """The token of run (job id, fence); without a fence, the job's newest run."""
+        if fence is not None:
+            return self.by_run.get((job_id, fence))
+        fences = [f for (j, f) in self.by_run if j == job_id]
+        return self.by_run[(job_id, max(fences))] if fences else None
+
+
+def _run_key(attempt: Attempt) -> tuple[str, int]:
+    return (attempt.job.id, attempt.job.fence)
 
 
 def _settle(record: _Record, outcome: Outcome) -> None:
@@ -175,9 +187,16 @@ class ThreadExecutor:
             )
         _settle(record, outcome)
 
-    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None:
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        fence: int | None = None,
+        hard: bool = False,
+        reason: str = "cancelled",
+    ) -> None:
         with self._lock:
-            token = self._gen.by_job.get(job_id)
+            token = self._gen.find(job_id, fence)
             record = None if token is None else self._gen.records.get(token)
         if record is None:
             return
@@ -222,7 +241,7 @@ class ThreadExecutor:
             self._gen = _Slots(old.number + 1)
             records = list(old.records.values())
             old.records.clear()
-            old.by_job.clear()
+            old.by_run.clear()
             for record in records:
                 record.abandoned = True
                 self._abandoned_alive += 1
@@ -384,10 +403,17 @@ class ProcessExecutor:
         with contextlib.suppress(Exception):
             child.process.kill()
 
-    def cancel(self, job_id: str, *, hard: bool = False, reason: str = "cancelled") -> None:
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        fence: int | None = None,
+        hard: bool = False,
+        reason: str = "cancelled",
+    ) -> None:
         with self._lock:
             gen = self._gen
-            token = gen.by_job.get(job_id)
+            token = gen.find(job_id, fence)
             child = next((c for c in gen.children if token is not None and c.token == token), None)
         if token is None or child is None:
             return
@@ -468,7 +494,7 @@ class ProcessExecutor:
             old = self._gen
             records = list(old.records.values())
             old.records.clear()
-            old.by_job.clear()
+            old.by_run.clear()
         old.closed.set()
         for child in old.children:
             with contextlib.suppress(Exception):

@@ -14,7 +14,6 @@ from .errors import (
     JobFSMError,
     JobNotFound,
     LeaseLost,
-    QueueFull,
     StoreError,
     UnknownKind,
     VersionConflict,
@@ -25,9 +24,11 @@ from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
 from .policies import Policy
 from .ports import (
+    Capacity,
     ClaimRequest,
     Clock,
     Delivery,
+    Erasable,
     PruneRequest,
     RenewRequest,
     ScanRequest,
@@ -114,8 +115,8 @@ class Engine:
         """Submit many jobs in one store transaction; validation happens before any write."""
         now = self.clock.now()
         decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
-        self._check_capacity(decisions)
-        jobs = self.store.insert(decisions)
+        caps = self.policy.limits.queue_capacity
+        jobs = self.store.insert(decisions, Capacity(caps, self._lease_states) if caps else None)
         fresh = []
         for decision, job in zip(decisions, jobs, strict=True):
             if job.id == decision.job.id and decision.entry is not None:
@@ -129,20 +130,6 @@ class Engine:
                     "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
                 )
         return jobs
-
-    def _check_capacity(self, decisions: Sequence[Decision]) -> None:
-        caps = self.policy.limits.queue_capacity
-        wanted: dict[str, int] = {}
-        for d in decisions:
-            if d.job.queue in caps:
-                wanted[d.job.queue] = wanted.get(d.job.queue, 0) + 1
-        if not wanted:
-            return
-        counts = self.store.counts()
-        for queue, n in wanted.items():
-            waiting = sum(counts.get((queue, state), 0) for state in self._lease_states)
-            if waiting + n > caps[queue]:
-                raise QueueFull(queue, caps[queue])
 
     # --- reads -------------------------------------------------------------------
 
@@ -185,6 +172,8 @@ class Engine:
                 entry: AuditEntry = err.entry  # type: ignore[attr-defined]
                 self.store.record([entry])
                 log_transition(job, entry)
+                if self.metrics is not None:
+                    self.metrics.rejected_report(job.kind, event)
                 raise
             (outcome,) = self.store.apply([decision])
             if isinstance(outcome, VersionConflict):
@@ -252,8 +241,10 @@ class Engine:
         queues: Sequence[str] = ("default",),
         limit: int = 1,
         ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[Job]:
-        """Lease up to `limit` due jobs (or the given ids) for `owner`."""
+        """Lease up to `limit` due jobs (or the given ids) for `owner`; with `kinds`,
+        only jobs of those kinds (a worker leases only what it has handlers for)."""
         if limit < 1:
             return []
         now = self.clock.now()
@@ -280,6 +271,7 @@ class Engine:
                 states=self._lease_states,
                 decide=lease,
                 ids=None if ids is None else tuple(ids),
+                kinds=None if kinds is None else tuple(kinds),
             )
         )
         if self.metrics is not None:
@@ -332,6 +324,31 @@ class Engine:
             reason=reason,
             result_json=self._result_json(job_id, result),
         )
+
+    def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
+        """Blank a finished job's payload and result, in its record and in every audit
+        entry of its trail; the erase itself is audited with actor and reason."""
+        store = self.store
+        if not isinstance(store, Erasable):
+            raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
+        for _ in range(self.policy.limits.cas_retries):
+            job = self.get(job_id)
+            decision = decide(
+                job,
+                "erase",
+                self.clock.now(),
+                self.policy,
+                spec=self.spec,
+                actor=actor,
+                reason=reason,
+            )
+            written = store.erase(decision)
+            if isinstance(written, VersionConflict):
+                continue
+            if decision.entry is not None:
+                self._observe(written, decision.entry)
+            return written
+        raise VersionConflict(job_id, -1, None)
 
     # --- recovery --------------------------------------------------------------------
 

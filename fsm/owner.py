@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import os
 import socket
 import threading
@@ -29,7 +30,12 @@ import attrs
 from .records import Owner
 
 #: Test hook: replaces the host identity, so one machine can pose as another host.
+#: Processes that share a value judge each other's pids as their own: never set it
+#: in production (a fleet sharing one value would take live workers for dead ones).
 HOST_ENV = "JOBFSM_HOST_ID"
+_warned: set[str] = set()
+log = logging.getLogger(__name__)
+
 #: Most abandon reasons remembered for the sweep (oldest forgotten first).
 MAX_ABANDONED = 10_000
 
@@ -38,6 +44,14 @@ def host_identity() -> str:
     """hostname:boot id:PID namespace inode, or $JOBFSM_HOST_ID when set."""
     override = os.environ.get(HOST_ENV)
     if override:
+        if override not in _warned:
+            _warned.add(override)
+            log.warning(
+                "%s=%r: this process poses as that host (a test hook). Processes sharing "
+                "the value judge each other's pids as local ones: never set it in production",
+                HOST_ENV,
+                override,
+            )
         return override
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:

@@ -9,13 +9,20 @@ from typing import Any
 import click
 
 from . import cli
-from ._common import store_option
+from ._common import clean, console, log_options, print_table, redact, setup_logging
 
 PROFILES = ("dev", "ci", "thorough")
 
 
 @cli.command("faults")
-@store_option
+@click.option(
+    "--store",
+    "store",
+    metavar="URL",
+    required=True,
+    help="Kind of store to test: memory://, sqlite:///path.db (fresh files beside it) or "
+    "postgresql://... (a fresh schema per example). Required: never taken from $JOBFSM_STORE.",
+)
 @click.option(
     "--examples",
     type=click.IntRange(1, 100_000),
@@ -26,7 +33,7 @@ PROFILES = ("dev", "ci", "thorough")
     "--steps",
     type=click.IntRange(1, 1_000),
     default=None,
-    help="Steps per example [default: the profile's: ci 50, thorough 100].",
+    help="Most steps per example [default: the profile's: ci 50, thorough 100].",
 )
 @click.option("--seed", type=int, default=None, help="Seed, for a reproducible run.")
 @click.option(
@@ -57,7 +64,8 @@ PROFILES = ("dev", "ci", "thorough")
     "models",
     multiple=True,
     metavar="NAME",
-    help="Run only this fault model (repeatable): machine, policy, races, crash, concurrency.",
+    help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
+    "concurrency, executor.",
 )
 @click.option(
     "--json",
@@ -66,28 +74,39 @@ PROFILES = ("dev", "ci", "thorough")
     default=None,
     help="Also write the report (checks, faults, coverage, timings) as JSON to this file.",
 )
+@log_options("WARNING")
 def faults(
     *,
     size: str | None,
     models: tuple[str, ...],
     json_out: str | None,
-    store: str | None,
+    store: str,
     examples: int | None,
     steps: int | None,
     seed: int | None,
     profile: str | None,
     no_shrink: bool,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Check the invariants of specs/invariants.md against a store under injected faults.
 
     Each example gets a fresh store (memory://, a new SQLite file, a PostgreSQL
-    schema); workers crash, stall and come back as zombies, the clock jumps,
-    reports are duplicated and reordered, store calls fail before and after
-    commit. Exits 0 only if every invariant held; otherwise prints the shrunk
+    schema), dropped at the end; workers crash, stall and come back as zombies, the
+    clock jumps, reports are duplicated and reordered, store calls fail before and
+    after commit. Exits 0 only if every invariant held; otherwise prints the shrunk
     failing step sequence as a runnable program.
     """
-    from ..registry import store_url
-    from ..testing.faults import MODELS, run_faults
+    from hypothesis import settings
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..testing.faults import MODELS, SIZES, run_faults
     from ..testing.profiles import load_profile
 
     known = ("machine", *(m.name for m in MODELS))
@@ -97,56 +116,59 @@ def faults(
             f"unknown fault model {', '.join(unknown)}; known: {', '.join(known)}",
             param_hint="--model",
         )
-
-    url = store_url(store)
+    setup_logging(log_level, log_format)
     chosen = load_profile(profile)
-    from hypothesis import settings
-
-    from ..testing.faults import SIZES
-
+    if size is None and profile is None:
+        size = "default"
     if examples:
         total = examples
-    elif size or not profile:
-        total = SIZES[size or "default"][0]
+    elif size:
+        total = SIZES[size][0]
     else:
         total = settings.get_profile(chosen).max_examples
     # Rejected stale reports are logged as warnings by design; here they are the point.
     logging.getLogger("fsm.transitions").setLevel(logging.ERROR)
-    label = f"faults {_shown(url)}"
-    with click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True) as bar:
-        done = [0]
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console(err=True)) as bar:
+        task = bar.add_task(f"faults {clean(redact(store))}", total=total)
 
         def progress(stats: Any) -> None:
-            ahead = min(stats.examples, total) - done[0]
-            if ahead > 0:
-                bar.update(ahead)
-                done[0] += ahead
+            bar.update(task, completed=min(stats.examples, total))
 
         report = run_faults(
-            url,
+            store,
             examples=examples,
             steps=steps,
             seed=seed,
             profile=chosen,
             progress=progress,
             shrink=not no_shrink,
-            size=size or (None if profile else "default"),
+            size=size,
             models=[m for m in models if m != "machine"] if models else None,
             machine=not models or "machine" in models,
         )
+    per_example = steps or (SIZES[size][1] if size else None)
+    per_example = per_example or settings.get_profile(chosen).stateful_step_count
+    # The suite counts invariant passes (report.steps): one after each example's set-up and
+    # one after each step; hypothesis may end an example before its last step.
     click.echo(
-        f"profile {report.profile}: {report.examples} examples, {report.steps} steps "
+        f"profile {report.profile}: {report.examples} examples of at most {per_example} steps; "
+        f"{report.steps} invariant passes (after each example's set-up and each step) "
         f"in {report.seconds:.1f}s"
     )
-    click.echo(f"faults injected ({sum(report.faults.values())}):")
-    for name, n in sorted(report.faults.items(), key=lambda kv: (-kv[1], kv[0])):
-        click.echo(f"  {n:8d}  {name}")
-    click.echo(f"invariant checks ({report.invariants_checked}):")
-    for name, n in sorted(report.checks.items()):
-        click.echo(f"  {n:8d}  {name}")
+    print_table(
+        [[str(n), name] for name, n in sorted(report.faults.items(), key=lambda kv: -kv[1])],
+        ["count", "fault"],
+        title=f"faults injected ({sum(report.faults.values())})",
+    )
+    print_table(
+        [[str(n), name] for name, n in sorted(report.checks.items())],
+        ["count", "invariant"],
+        title=f"invariant checks ({report.invariants_checked})",
+    )
     _coverage(report)
     for note in report.notes:
-        click.echo(f"note: {note}")
+        click.echo(f"note: {clean(note)}")
     if json_out:
         import json
 
@@ -159,7 +181,7 @@ def faults(
         return
     if report.failed_model:
         click.echo(f"failed in fault model: {report.failed_model}", err=True)
-    click.echo(f"FAILED: {report.failure}", err=True)
+    click.echo(f"FAILED: {clean(report.failure, keep=chr(10))}", err=True)
     if report.reproduction:
         click.echo("\nshrunk failing sequence (runnable):\n", err=True)
         click.echo(report.reproduction, err=True)
@@ -180,13 +202,3 @@ def _coverage(report: Any) -> None:
     missed = [p for p in pairs if p not in by_store]
     if missed:
         click.echo(f"  not written by the store in this run: {', '.join(missed)}")
-
-
-def _shown(url: str) -> str:
-    """The URL without a password."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url

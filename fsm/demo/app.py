@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..errors import Ambiguous
+from ..errors import Ambiguous, Permanent
 from ..worker.context import Context
 from ..worker.handlers import Handlers
 from .effects import Ledger
@@ -50,7 +50,11 @@ def _work(ctx: Context, seconds: float) -> None:
 
 
 def _effect(ctx: Context, what: str) -> dict[str, Any]:
-    outcome = Ledger(ctx.payload["ledger"]).commit(ctx.job.id, ctx.fence, ctx.attempt, what)
+    try:
+        ledger = Ledger(ctx.payload["ledger"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise Permanent(f"job {ctx.job.id}: no usable ledger in its payload: {err}") from err
+    outcome = ledger.commit(ctx.job.id, ctx.fence, ctx.attempt, what)
     return {"effect": outcome, "attempt": ctx.attempt, "fence": ctx.fence}
 
 

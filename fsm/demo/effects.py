@@ -24,15 +24,44 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: the demo directory, set by `jobfsm demo` for its workers: ledgers live only below it
+DEMO_DIR_ENV = "JOBFSM_DEMO_DIR"
+#: without it (a worker started by hand), a ledger must live in a directory whose
+#: name starts with this, as the demo's own directories do
+DEMO_DIR_PREFIX = "jobfsm-demo"
+#: the name of the ledger directory inside the demo directory
+LEDGER_NAME = "effects"
+
 COMMITTED = "committed"
 DEDUPLICATED = "deduplicated"
 FENCED_OUT = "fenced_out"
 
 
+def ledger_root(path: str | Path, demo_dir: str | Path | None = None) -> Path:
+    """The ledger directory a payload names, if it is a demo's: `<demo dir>/effects`.
+
+    A job's payload is outside input: a payload naming any other place (/etc, a
+    symlink out of the demo directory) is refused, so the demo's handlers never
+    write outside a demo directory.
+    """
+    root = Path(os.path.realpath(path))
+    allowed = demo_dir or os.environ.get(DEMO_DIR_ENV)
+    home = root.parent
+    inside = (
+        home == Path(os.path.realpath(allowed))
+        if allowed
+        else home.name.startswith(DEMO_DIR_PREFIX) and home.is_dir()
+    )
+    if root.name != LEDGER_NAME or not inside:
+        where = str(allowed) if allowed else f"a directory named {DEMO_DIR_PREFIX}*"
+        raise ValueError(f"ledger {str(path)!r} is not {LEDGER_NAME}/ inside {where}")
+    return root
+
+
 class Ledger:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(self, root: str | Path, *, demo_dir: str | Path | None = None) -> None:
+        self.root = ledger_root(root, demo_dir)
+        self.root.mkdir(mode=0o700, exist_ok=True)
 
     def _file(self, job_id: str) -> Path:
         if not job_id.isalnum():
@@ -41,7 +70,7 @@ class Ledger:
 
     @contextmanager
     def _locked(self, job_id: str) -> Iterator[None]:
-        fd = os.open(self.root / f"{job_id}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(self.root / f"{job_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -72,7 +101,8 @@ class Ledger:
                 rec["commits"].append({**note, "what": what})
             rec["max_fence"] = max(rec["max_fence"], fence)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as fh:
+            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+            with open(fd, "w", encoding="utf-8") as fh:
                 json.dump(rec, fh)
                 fh.flush()
                 os.fsync(fh.fileno())

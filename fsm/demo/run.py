@@ -30,9 +30,9 @@ from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import Migratable, ScanRequest
 from ..records import AuditEntry, Job
-from ..registry import open_store
+from ..registry import STORE_ENV, open_store
 from .app import KINDS, handlers, payload_for
-from .effects import Ledger
+from .effects import DEMO_DIR_ENV, LEDGER_NAME, Ledger
 from .policy import demo_policy
 
 #: seconds a worker asked to stop (SIGTERM) gets before SIGKILL
@@ -94,8 +94,6 @@ class _Workers:
                     sys.executable,
                     "-m",
                     "fsm.demo.worker",
-                    "--store",
-                    self.url,
                     "--queue",
                     self.queue,
                     "--concurrency",
@@ -108,6 +106,9 @@ class _Workers:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # the store URL (maybe with a password) and the demo directory travel in
+                # the environment: a command line is visible to every user through `ps`
+                env={**os.environ, STORE_ENV: self.url, DEMO_DIR_ENV: str(self.logdir)},
             )
 
     def start(self) -> None:
@@ -168,7 +169,7 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
     directory = Path(cfg.directory or tempfile.mkdtemp(prefix="jobfsm-demo-")).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     url = cfg.store or f"sqlite:///{directory / 'demo.db'}"
-    ledger = Ledger(directory / "effects")
+    ledger = Ledger(directory / LEDGER_NAME, demo_dir=directory)
     queue = f"demo-{int(time.time())}-{seed}"
     lc = lifecycle()
 

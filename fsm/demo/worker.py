@@ -1,19 +1,21 @@
-"""One demo worker process: `python -m fsm.demo.worker --store URL --queue Q ...`.
+"""One demo worker process: `python -m fsm.demo.worker --queue Q ...`.
 
 A real OS process running `fsm.worker.Worker` with the demo's handlers over the
-store the driver names; the driver kills it with SIGKILL and starts another.
+store the driver names in $JOBFSM_STORE (never on the command line, where `ps`
+would show a password); the driver kills it with SIGKILL and starts another.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
 import click
 
 from ..engine import Engine
-from ..registry import open_store
+from ..registry import STORE_ENV, open_store
 from ..worker import Worker
 from .app import handlers
 from .policy import demo_policy
@@ -23,14 +25,15 @@ STARTUP_BOUND = 120.0
 
 
 @click.command()
-@click.option("--store", required=True)
 @click.option("--queue", required=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4)
 @click.option("--seed", type=int, default=0)
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None)
-def main(store: str, queue: str, concurrency: int, seed: int, ready_file: str | None) -> None:
+def main(queue: str, concurrency: int, seed: int, ready_file: str | None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(process)d %(message)s")
-    engine = Engine(open_store(store), policy=demo_policy(seed))
+    if not os.environ.get(STORE_ENV):
+        raise click.UsageError(f"${STORE_ENV} must name the store (the demo driver sets it)")
+    engine = Engine(open_store(), policy=demo_policy(seed))
     try:
         worker = Worker(
             engine,

@@ -7,6 +7,7 @@ and the table cannot disagree. No machine is ever built per job.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -19,6 +20,9 @@ from transitions import Machine
 
 from ..errors import SpecError
 from .rules import EFFECTS, GUARDS, Step
+
+#: state and event names: they reach SQL literals, diagrams and log lines as they are
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 _STATE_KEYS = {"doc", "terminal", "parked"}
 _EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
@@ -133,6 +137,14 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
     initial = machine.get("initial")
     if initial not in states:
         bad("machine.initial", f"{initial!r} is not a declared state")
+    for kind, names in (("state", states), ("event", events)):
+        for name in names:
+            if not _IDENTIFIER.fullmatch(name):
+                bad(
+                    f"{kind}s.{name}",
+                    f"a {kind} name must be a lower-case identifier ([a-z][a-z0-9_]*, "
+                    "at most 64 characters): stores and diagrams use it as is",
+                )
     for name, body in states.items():
         if not isinstance(body, dict):
             bad(f"states.{name}", "must be a table")

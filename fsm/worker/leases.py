@@ -47,11 +47,13 @@ class Leases:
     def heartbeat(self) -> None:
         """Renew every held lease at once; act on cancel requests and lost leases."""
         s = self.s
-        runs = s.runs.live()
+        runs = self._newest_per_job(s.runs.live())
         now = time.monotonic()
         if runs:
             renewed = s.engine.heartbeat(s.identity.owner, {r.job.id: r.job.fence for r in runs})
             s.store_ok = True
+            if s.engine.metrics is not None:
+                s.engine.metrics.lease_renewals(len(renewed), len(runs) - len(renewed))
             for run in runs:
                 state = renewed.get(run.job.id)
                 if state is None:
@@ -72,13 +74,28 @@ class Leases:
                     run.job.id,
                     now - run.cancel_seen,
                 )
-                s.executor.cancel(run.job.id, hard=True, reason="cancel grace passed")
+                s.executor.cancel(
+                    run.job.id, fence=run.job.fence, hard=True, reason="cancel grace passed"
+                )
+
+    def _newest_per_job(self, runs: list[Run]) -> list[Run]:
+        """One run per job: the newest fence. An older run of the same job lost its
+        lease when the job was leased again, so it is lost here, never renewed."""
+        newest: dict[str, Run] = {}
+        for run in runs:
+            held = newest.get(run.job.id)
+            if held is None or run.job.fence > held.job.fence:
+                newest[run.job.id] = run
+        for run in runs:
+            if newest[run.job.id] is not run:
+                self.lose(run, "a newer lease of the job exists")
+        return list(newest.values())
 
     def _ask_to_stop(self, run: Run, now: float) -> None:
         run.cancel_seen = now
         run.cancelled.set()
         assert self.s.executor is not None
-        self.s.executor.cancel(run.job.id, reason="cancel requested")
+        self.s.executor.cancel(run.job.id, fence=run.job.fence, reason="cancel requested")
         log.info("job %s: cancel request seen; handler asked to stop", run.job.id)
 
     def lose(self, run: Run, reason: str, *, stop: bool = True) -> None:
@@ -88,11 +105,15 @@ class Leases:
             return
         run.lease_lost.set()
         run.cancelled.set()
+        if s.engine.metrics is not None:
+            s.engine.metrics.lease_lost(run.job.kind)
         log.warning(
             "job %s: lease lost (%s); stopping its handler, result discarded", run.job.id, reason
         )
         if stop and s.executor is not None:
-            s.executor.cancel(run.job.id, hard=True, reason=f"lease lost: {reason}")
+            s.executor.cancel(
+                run.job.id, fence=run.job.fence, hard=True, reason=f"lease lost: {reason}"
+            )
         s.runs.finish(run)
 
     def lose_all(self, reason: str) -> None:

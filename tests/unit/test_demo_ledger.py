@@ -5,11 +5,13 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from fsm.demo.effects import COMMITTED, DEDUPLICATED, FENCED_OUT, Ledger
+import pytest
+
+from fsm.demo.effects import COMMITTED, DEDUPLICATED, FENCED_OUT, LEDGER_NAME, Ledger
 
 
 def test_first_commit_wins_and_a_rerun_is_deduplicated(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path)
+    ledger = Ledger(tmp_path / LEDGER_NAME, demo_dir=tmp_path)
 
     first = ledger.commit("JOB1", fence=1, attempt=1, what="charge")
     rerun = ledger.commit("JOB1", fence=2, attempt=2, what="charge")
@@ -19,7 +21,7 @@ def test_first_commit_wins_and_a_rerun_is_deduplicated(tmp_path: Path) -> None:
 
 
 def test_a_fence_older_than_the_newest_seen_for_the_job_is_fenced_out(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path)
+    ledger = Ledger(tmp_path / LEDGER_NAME, demo_dir=tmp_path)
     ledger.commit("JOB2", fence=3, attempt=1, what="x")
 
     stale = ledger.commit("JOB3", fence=1, attempt=1, what="x")
@@ -30,8 +32,10 @@ def test_a_fence_older_than_the_newest_seen_for_the_job_is_fenced_out(tmp_path: 
     assert ledger.all()["JOB2"]["fenced_out"][0]["fence"] == 2
 
 
-def _commit(root: str, fence: int) -> str:
-    return Ledger(root).commit("RACE", fence=fence, attempt=1, what="race")
+def _commit(home: str, fence: int) -> str:
+    return Ledger(Path(home) / LEDGER_NAME, demo_dir=home).commit(
+        "RACE", fence=fence, attempt=1, what="race"
+    )
 
 
 def test_concurrent_processes_commit_a_job_once(tmp_path: Path) -> None:
@@ -40,4 +44,24 @@ def test_concurrent_processes_commit_a_job_once(tmp_path: Path) -> None:
 
     assert outcomes.count(COMMITTED) == 1
     assert outcomes.count(DEDUPLICATED) == 7
-    assert len(Ledger(tmp_path).all()["RACE"]["commits"]) == 1
+    assert len(Ledger(tmp_path / LEDGER_NAME, demo_dir=tmp_path).all()["RACE"]["commits"]) == 1
+
+
+@pytest.mark.parametrize("where", ["/etc", "{home}/elsewhere", "{home}/effects/../../x/effects"])
+def test_a_ledger_outside_the_demo_directory_is_refused(tmp_path: Path, where: str) -> None:
+    # given a payload naming a ledger anywhere but <demo dir>/effects
+    path = where.format(home=tmp_path)
+    # then nothing is created there: the handler refuses the job instead
+    with pytest.raises(ValueError, match="not effects/ inside"):
+        Ledger(path, demo_dir=tmp_path)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_symlink_out_of_the_demo_directory_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    home = tmp_path / "demo"
+    home.mkdir()
+    (home / LEDGER_NAME).symlink_to(outside)
+    with pytest.raises(ValueError, match="not effects/ inside"):
+        Ledger(home / LEDGER_NAME, demo_dir=home)

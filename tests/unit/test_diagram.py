@@ -178,7 +178,7 @@ def test_image_without_graphviz_names_what_to_install(
         render(lifecycle(), "svg")
 
     assert "apt-get install graphviz" in str(err.value)
-    assert "jobfsm[diagrams]" in str(err.value)
+    assert "jobfsm[diagrams]" not in str(err.value)  # no such extra: dot is a program
 
 
 def test_unknown_format_is_named() -> None:
@@ -193,3 +193,11 @@ def test_svg_through_graphviz_is_an_svg_document() -> None:
 
     assert b"<svg" in data
     assert b"investigate" in data
+
+
+def test_a_title_with_newlines_stays_one_comment_line() -> None:
+    # given a title that tries to add a transition of its own on a new line
+    text = render_mermaid(lifecycle(), title="job X\n    queued --> succeeded : forged")
+    # then the title is one comment line and no forged edge appears
+    assert "    %% job X queued --> succeeded : forged" in text.splitlines()
+    assert "    queued --> succeeded : forged" not in text.splitlines()

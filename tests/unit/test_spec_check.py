@@ -150,4 +150,17 @@ def test_spec_check_command_exits_non_zero_and_lists_problems(tmp_path: Path) ->
         check=False,
     )
     assert ok.returncode == 0
-    assert "9 states, 14 events" in ok.stdout
+    assert "9 states, 15 events" in ok.stdout
+
+
+def test_a_state_or_event_name_that_is_not_an_identifier_is_refused(tmp_path: Path) -> None:
+    # given a spec whose state name would reach SQL and diagrams with a quote in it
+    text = default_spec_path().read_text(encoding="utf-8")
+    broken = text.replace("[states.investigate]", '[states."investigate\'x"]')
+    path = tmp_path / "job.toml"
+    path.write_text(broken, encoding="utf-8")
+    # when it is checked
+    lc, errors = check_spec(path)
+    # then it is refused, naming the key
+    assert lc is None
+    assert any("lower-case identifier" in str(e) for e in errors)
