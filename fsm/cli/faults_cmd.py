@@ -47,9 +47,39 @@ PROFILES = ("dev", "ci", "thorough")
     default=None,
     help="Hypothesis settings profile [default: $JOBFSM_PROFILE, else ci under CI, else dev].",
 )
+@click.option(
+    "--quick",
+    "size",
+    flag_value="quick",
+    help="CI smoke size: a few seconds per fault model.",
+)
+@click.option(
+    "--thorough",
+    "size",
+    flag_value="thorough",
+    help="Nightly size: about ten times the default.",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="NAME",
+    help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
+    "concurrency, executor.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Also write the report (checks, faults, coverage, timings) as JSON to this file.",
+)
 @log_options("WARNING")
 def faults(
     *,
+    size: str | None,
+    models: tuple[str, ...],
+    json_out: str | None,
     store: str,
     examples: int | None,
     steps: int | None,
@@ -76,12 +106,26 @@ def faults(
         TimeElapsedColumn,
     )
 
-    from ..testing.faults import run_faults
+    from ..testing.faults import MODELS, SIZES, run_faults
     from ..testing.profiles import load_profile
 
+    known = ("machine", *(m.name for m in MODELS))
+    unknown = sorted(set(models) - set(known))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown fault model {', '.join(unknown)}; known: {', '.join(known)}",
+            param_hint="--model",
+        )
     setup_logging(log_level, log_format)
     chosen = load_profile(profile)
-    total = examples or settings.get_profile(chosen).max_examples
+    if size is None and profile is None:
+        size = "default"
+    if examples:
+        total = examples
+    elif size:
+        total = SIZES[size][0]
+    else:
+        total = settings.get_profile(chosen).max_examples
     # Rejected stale reports are logged as warnings by design; here they are the point.
     logging.getLogger("fsm.transitions").setLevel(logging.ERROR)
     columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn())
@@ -99,8 +143,12 @@ def faults(
             profile=chosen,
             progress=progress,
             shrink=not no_shrink,
+            size=size,
+            models=[m for m in models if m != "machine"] if models else None,
+            machine=not models or "machine" in models,
         )
-    per_example = steps or settings.get_profile(chosen).stateful_step_count
+    per_example = steps or (SIZES[size][1] if size else None)
+    per_example = per_example or settings.get_profile(chosen).stateful_step_count
     # The suite counts invariant passes (report.steps): one after each example's set-up and
     # one after each step; hypothesis may end an example before its last step.
     click.echo(
@@ -118,13 +166,39 @@ def faults(
         ["count", "invariant"],
         title=f"invariant checks ({report.invariants_checked})",
     )
+    _coverage(report)
     for note in report.notes:
         click.echo(f"note: {clean(note)}")
+    if json_out:
+        import json
+
+        import attrs
+
+        with open(json_out, "w", encoding="utf-8") as fh:
+            json.dump(attrs.asdict(report), fh, indent=2, sort_keys=True)
     if report.ok:
         click.echo("ok: every invariant held")
         return
+    if report.failed_model:
+        click.echo(f"failed in fault model: {report.failed_model}", err=True)
     click.echo(f"FAILED: {clean(report.failure, keep=chr(10))}", err=True)
     if report.reproduction:
         click.echo("\nshrunk failing sequence (runnable):\n", err=True)
         click.echo(report.reproduction, err=True)
     sys.exit(1)
+
+
+def _coverage(report: Any) -> None:
+    """Which models ran and for how long, and the spec's (state, event) pairs reached."""
+    ran = ", ".join(f"{name} {secs:.1f}s" for name, secs in report.models.items())
+    click.echo(f"size {report.size}; fault models run: {ran}")
+    pairs = report.coverage
+    by_store = [p for p, n in pairs.items() if n["store"]]
+    by_decide = [p for p, n in pairs.items() if n["decide"]]
+    click.echo(
+        f"spec coverage: {len(by_store)} of {len(pairs)} (state, event) pairs written by "
+        f"the store; {len(by_decide)} of {len(pairs)} decided by the policy model"
+    )
+    missed = [p for p in pairs if p not in by_store]
+    if missed:
+        click.echo(f"  not written by the store in this run: {', '.join(missed)}")

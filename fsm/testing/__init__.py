@@ -9,7 +9,18 @@ from typing import Any
 
 #: the fault suite's public names, imported on first use so that hypothesis
 #: (extra jobfsm[testing]) is needed only by those who run it
-_FAULTS = ("FaultReport", "FaultSuite", "KindSpec", "fault_machine", "fresh_stores", "run_faults")
+_FAULTS = (
+    "MODELS",
+    "SIZES",
+    "FaultReport",
+    "FaultSuite",
+    "KindSpec",
+    "fault_machine",
+    "fresh_databases",
+    "fresh_stores",
+    "run_faults",
+    "run_models",
+)
 
 __all__ = list(_FAULTS)
 

@@ -33,15 +33,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
 from ..errors import BadStoreURL, MissingExtra
+from ..lifecycle.spec import lifecycle
 from ..ports import SchemaDroppable, Store
 from ..registry import STORE_GROUP
 
@@ -53,6 +54,9 @@ try:
 except ModuleNotFoundError as err:  # pragma: no cover - exercised without the extra
     raise MissingExtra("the fault suites (fsm.testing.faults)", "testing") from err
 
+from .faults_concurrency import ConcurrencyModel
+from .faults_crash import CrashModel
+from .faults_executor import ExecutorModel
 from .faults_machine import (
     DEFAULT_KINDS,
     FaultMachine,
@@ -61,18 +65,36 @@ from .faults_machine import (
     fault_machine,
     suite_policy,
 )
+from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, check_size, handles
+from .faults_policy import PolicyModel
+from .faults_race import RaceModel
+from .faults_verdict import VerdictModel
 from .profiles import load_profile, run_machine
+
+#: the fault models run beside the main machine, in this order (faults_models.py)
+MODELS: tuple[FaultModel, ...] = (
+    PolicyModel(),
+    RaceModel(),
+    VerdictModel(),
+    CrashModel(),
+    ConcurrencyModel(),
+    ExecutorModel(),
+)
 
 __all__ = [
     "DEFAULT_KINDS",
+    "MODELS",
+    "SIZES",
     "FaultMachine",
     "FaultReport",
     "FaultStats",
     "FaultSuite",
     "KindSpec",
     "fault_machine",
+    "fresh_databases",
     "fresh_stores",
     "run_faults",
+    "run_models",
     "suite_policy",
 ]
 
@@ -87,6 +109,9 @@ class FaultSuite:
     kinds: ClassVar[tuple[KindSpec, ...]] = DEFAULT_KINDS
     settings: ClassVar[Settings | None] = None
 
+    #: the size of the fault models (`quick`, `default`, `thorough`)
+    size: ClassVar[str] = "quick"
+
     def store_factory(self) -> Store:
         """A fresh, empty store: called once per hypothesis example."""
         raise NotImplementedError(f"{type(self).__name__} must define store_factory()")
@@ -94,6 +119,18 @@ class FaultSuite:
     def test_invariants_hold_under_faults(self) -> None:
         machine = fault_machine(self.store_factory, kinds=tuple(self.kinds))
         run_machine(machine, settings=self.settings or Settings())
+
+    def test_fault_models_hold(self) -> None:
+        """The policy, races, crash and concurrency models at `size` (faults_models.py)."""
+        stats = FaultStats()
+        run_models(self.database, size=self.size, stats=stats, coverage=Coverage())
+
+    def database(self) -> AbstractContextManager[Callable[[], Store]]:
+        """A fresh database for one example of a fault model: by default one store from
+        `store_factory`, shared by every handle. Override it to hand out separate
+        handles on one database (as separate processes hold), which is what the
+        concurrency and races models are best at."""
+        return handles(self.store_factory, shared=True)
 
 
 @attrs.frozen
@@ -114,6 +151,13 @@ class FaultReport:
     reproduction: str | None = None
     #: things the run left behind or wants the user to know
     notes: tuple[str, ...] = ()
+    size: str = "default"
+    #: model name -> seconds it ran (the main machine is "machine")
+    models: dict[str, float] = attrs.field(factory=dict)
+    #: (state, event) pairs of the spec: how often a store wrote each, and decide decided it
+    coverage: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    #: the model that failed ("machine" or a model's name)
+    failed_model: str | None = None
 
     @property
     def invariants_checked(self) -> int:
@@ -203,6 +247,62 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
     )
 
 
+@contextmanager
+def fresh_databases(url: str, notes: list[str] | None = None) -> Iterator[Database]:
+    """Like `fresh_stores`, for the fault models: each call of the yielded `Database`
+    opens one fresh database and hands out handles on it. memory://: the one
+    store; sqlite:///: a new file (on tmpfs when there is one), each handle its
+    own connections; postgresql://: the run's schema, each handle its own pool
+    (the models keep examples apart by queue)."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        scratch = _SCRATCH if os.access(_SCRATCH, os.W_OK) else None
+        with tempfile.TemporaryDirectory(prefix="jobfsm-models-", dir=scratch) as tmp:
+            query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+            query.setdefault("synchronous", "NORMAL")
+            opener = _opener(scheme)
+            counter = iter(range(1 << 62))
+
+            def sqlite_database() -> AbstractContextManager[Callable[[], Store]]:
+                path = Path(tmp) / f"model-{next(counter)}.db"
+                return handles(lambda: opener(f"sqlite:///{path}?{urlencode(query)}"))
+
+            yield sqlite_database
+        return
+    with fresh_stores(url, notes) as factory:
+        shared = scheme == "memory"
+        yield lambda: handles(factory, shared=shared)
+
+
+def run_models(
+    database: Database,
+    *,
+    size: str = "default",
+    stats: FaultStats,
+    coverage: Coverage,
+    seed: int | None = None,
+    notes: list[str] | None = None,
+    only: Sequence[str] | None = None,
+    timings: dict[str, float] | None = None,
+) -> None:
+    """Run every registered fault model (or those named in `only`) at `size`; raises
+    AssertionError (with `.model` naming the model) on the first broken promise."""
+    check_size(size)
+    ctx = ModelRun(database, size, stats, coverage, seed, notes if notes is not None else [])
+    for model in MODELS:
+        if only is not None and model.name not in only:
+            continue
+        started = time.monotonic()
+        try:
+            model.run(ctx)
+        except AssertionError as err:
+            err.model = model.name  # type: ignore[attr-defined]
+            raise
+        finally:
+            if timings is not None:
+                timings[model.name] = time.monotonic() - started
+
+
 def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -> str | None:
     steps: list[str] = []
     for ln in lines:  # the final replay is reported and noted: keep its last copy
@@ -223,6 +323,73 @@ def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -
     return "\n".join(head + [f"    {ln}" for ln in steps]) + "\n"
 
 
+def _one_schema(url: str) -> str:
+    """A PostgreSQL URL with a `schema` (a new one unless it names one), so that the
+    models and the machine of one run share it; other URLs unchanged."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    if scheme not in ("postgresql", "postgres") or query.get("schema"):
+        return url
+    return _with_query(url, schema=f"jobfsm_faults_{uuid.uuid4().hex[:8]}")
+
+
+def _covered(machine: type[FaultMachine], coverage: Coverage) -> type[FaultMachine]:
+    """`machine`, also counting the (state, event) pairs every settled example wrote."""
+
+    class Covered(machine):  # type: ignore[valid-type,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            renew = self.engine.heartbeat
+
+            def counted(owner: Any, fences: Any) -> dict[str, str]:
+                renewed: dict[str, str] = renew(owner, fences)
+                for state in renewed.values():
+                    coverage.store[(state, "heartbeat")] += 1
+                return renewed
+
+            self.engine.heartbeat = counted
+
+        def _settle(self) -> None:
+            super()._settle()
+            for jid in self.jobs:
+                coverage.trail(self.real.history(jid))
+
+    Covered.__name__ = Covered.__qualname__ = machine.__name__
+    return Covered
+
+
+FLAKY_TEXT = (
+    "Flaky: a step sequence failed once, then passed when hypothesis replayed it, so it "
+    "cannot be shown as a reproduction. In a fault suite this means the store's answers "
+    "depend on something outside the example: state shared between examples (another "
+    "example's jobs, a reused database or schema), wall-clock time instead of the "
+    "injected clock, or a race between threads. Run again with --seed to see whether it "
+    "recurs. The failure seen first was: "
+)
+FLAKY_DATA_TEXT = (
+    "Flaky: the same choices led the suite down different paths in two examples (which "
+    "rules could run next differed), so hypothesis cannot explore or replay it reliably. "
+    "Nothing was found broken; the run's own behaviour is not a function of its choices: "
+    "something random or timing-dependent (random ids, thread timing, the order a store "
+    "returns unordered rows) decides what the next step may do. Run again; if it "
+    "recurs, report it with the --seed you used."
+)
+
+
+def _explained(err: BaseException) -> str:
+    """The failure as one line of text; a hypothesis Flaky report explained in words."""
+    from hypothesis.errors import Flaky, FlakyStrategyDefinition
+
+    if isinstance(err, FlakyStrategyDefinition):
+        return FLAKY_DATA_TEXT
+    if isinstance(err, Flaky):
+        inner = getattr(err, "exceptions", ())
+        first = inner[0] if inner else err
+        text = str(first).splitlines()[0] if str(first) else type(first).__name__
+        return FLAKY_TEXT + f"{type(first).__name__}: {text}"
+    return f"{type(err).__name__}: {err}"
+
+
 def run_faults(
     store_url: str,
     *,
@@ -233,39 +400,77 @@ def run_faults(
     kinds: Sequence[KindSpec] = DEFAULT_KINDS,
     progress: Callable[[FaultStats], None] | None = None,
     shrink: bool = True,
+    size: str | None = None,
+    models: Sequence[str] | None = None,
+    machine: bool = True,
 ) -> FaultReport:
     """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
     a broken invariant (the report says what broke and how to reproduce it).
 
+    The fault models of `MODELS` (or those named in `models`; `models=()` runs
+    none) run first at `size` (default "default"), then the main machine
+    (unless `machine=False`) runs `examples` x `steps` (else the size's, else
+    the profile's).
     `shrink=False` skips hypothesis's shrinking: the reproduction is then the
     first failing sequence found, longer but available at once."""
     name = load_profile(profile)
     base = Settings.get_profile(name)
+    if size is None and profile is None:
+        size = "default"
+    sized = SIZES[check_size(size)] if size is not None else None
     chosen = Settings(
         base,
-        max_examples=examples if examples is not None else base.max_examples,
-        stateful_step_count=steps if steps is not None else base.stateful_step_count,
+        max_examples=examples if examples is not None else sized[0] if sized else base.max_examples,
+        stateful_step_count=(
+            steps if steps is not None else sized[1] if sized else base.stateful_step_count
+        ),
         database=None,
         derandomize=base.derandomize if seed is None else False,
         phases=tuple(p for p in base.phases if shrink or p is not Phase.shrink),
     )
     stats = FaultStats(progress=progress)
+    coverage = Coverage()
     kinds_t = tuple(kinds)
     lines: list[str] = []
     failure: str | None = None
+    failed_model: str | None = None
     started = time.monotonic()
     notes: list[str] = []
-    with fresh_stores(store_url, notes) as factory:
-        machine = fault_machine(factory, kinds=kinds_t, stats=stats)
-        if seed is not None:
-            machine = hypothesis_seed(seed)(machine)
-        with with_reporter(lambda value: lines.append(str(value))):
+    timings: dict[str, float] = {}
+    machine_examples = machine and chosen.max_examples > 0
+    url = _one_schema(store_url)
+    if models is None or models:
+        with fresh_databases(url, notes) as database:
             try:
-                run_machine(machine, settings=chosen)
+                run_models(
+                    database,
+                    size=size or "default",
+                    stats=stats,
+                    coverage=coverage,
+                    seed=seed,
+                    notes=notes,
+                    only=models,
+                    timings=timings,
+                )
             except Exception as err:  # the report carries it
-                failure = f"{type(err).__name__}: {err}"
-                lines.extend(getattr(err, "__notes__", ()))
+                failure = _explained(err)
+                failed_model = getattr(err, "model", None)
+    if failure is None and machine_examples:
+        began = time.monotonic()
+        with fresh_stores(url, notes) as factory:
+            sm = _covered(fault_machine(factory, kinds=kinds_t, stats=stats), coverage)
+            if seed is not None:
+                sm = hypothesis_seed(seed)(sm)
+            with with_reporter(lambda value: lines.append(str(value))):
+                try:
+                    run_machine(sm, settings=chosen)
+                except Exception as err:  # the report carries it
+                    failure = _explained(err)
+                    failed_model = "machine"
+                    lines.extend(getattr(err, "__notes__", ()))
+        timings["machine"] = time.monotonic() - began
     report_lines = [ln for text in lines for ln in text.splitlines()]
+    spec = lifecycle()
     return FaultReport(
         store_url=store_url,
         profile=name,
@@ -277,6 +482,17 @@ def run_faults(
         seconds=time.monotonic() - started,
         ok=failure is None,
         failure=failure,
-        reproduction=None if failure is None else _reproduction(report_lines, store_url, kinds_t),
-        notes=tuple(notes),
+        reproduction=(
+            None
+            if failure is None or failed_model != "machine"
+            else _reproduction(report_lines, store_url, kinds_t)
+        ),
+        notes=tuple(dict.fromkeys(notes)),
+        size=size or name,
+        models=timings,
+        coverage={
+            f"{st}/{ev}": {"store": coverage.store[(st, ev)], "decide": coverage.decide[(st, ev)]}
+            for st, ev in sorted(spec.table)
+        },
+        failed_model=failed_model,
     )

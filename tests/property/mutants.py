@@ -8,6 +8,7 @@ runs the suite against each and expects it to fail with the invariant it breaks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 
@@ -147,3 +148,428 @@ def sqlite_mutant(path: str) -> SqlitePruneAnythingStore:
     store = SqlitePruneAnythingStore(parse_url(f"sqlite:///{path}?synchronous=NORMAL"))
     store.migrate()
     return store
+
+
+# --- mutants of production code: patches applied in a copy of the tree -------------
+#
+# Each names a file of the tree, the text it replaces and the replacement (every
+# `old` must occur exactly once). `benchmarks/mutation.py` copies the tree, applies
+# one patch, and runs `jobfsm faults` (default size) from the copy against each store
+# the mutant applies to: the mutant is killed when the run fails.
+
+
+@attrs.frozen
+class Patch:
+    name: str
+    area: str
+    path: str
+    edits: tuple[tuple[str, str], ...]
+    stores: tuple[str, ...]
+    why: str
+
+
+ALL_STORES = ("memory", "sqlite", "postgres")
+
+PATCHES: tuple[Patch, ...] = (
+    # --- core: decide and its rules ------------------------------------------------
+    Patch(
+        "core-retry-deadline-without-delay",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "return s.job.deadline is None or s.now + s.delay() < s.job.deadline",
+                "s.delay()\n    return s.job.deadline is None or s.now < s.job.deadline",
+            ),
+        ),
+        ("memory",),
+        "the retry deadline guard forgets the backoff delay: a retry lands past the deadline",
+    ),
+    Patch(
+        "core-expire-running-uncounted",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                's.changes["recoveries"] = s.job.recoveries + 1',
+                's.changes["recoveries"] = s.job.recoveries',
+            ),
+        ),
+        ("memory",),
+        "expiring a running job does not count the recovery: crash loops are unbounded",
+    ),
+    Patch(
+        "core-backoff-cap-ignored",
+        "core",
+        "fsm/policies.py",
+        (
+            (
+                "return float(min(self.cap, self.base * self.factor**exponent))",
+                "return float(self.base * self.factor**exponent)",
+            ),
+        ),
+        ("memory",),
+        "the backoff cap is ignored",
+    ),
+    Patch(
+        "core-unsafe-rerun-on-death",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "    return s.job.retry_safe\n",
+                '    return s.job.retry_safe or s.args.get("verdict") == "dead"\n',
+            ),
+        ),
+        ("memory",),
+        "a job that is not retry-safe is re-run when its owner is confirmed dead",
+    ),
+    Patch(
+        "core-attempts-off-by-one",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "return s.job.attempt < s.job.max_attempts",
+                "return s.job.attempt <= s.job.max_attempts",
+            ),
+        ),
+        ("memory",),
+        "one attempt more than max_attempts",
+    ),
+    Patch(
+        "core-lease-ignores-deadline",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "return s.job.deadline is None or s.now < s.job.deadline\n",
+                "return True\n",
+            ),
+        ),
+        ("memory",),
+        "a job is leased past its deadline",
+    ),
+    Patch(
+        "core-unknown-verdict-read-as-dead",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                'if s.args.get("verdict") == "dead":',
+                'if s.args.get("verdict") in ("dead", "unknown"):',
+            ),
+        ),
+        ("memory",),
+        "an UNKNOWN liveness verdict takes a valid lease away (fail open)",
+    ),
+    Patch(
+        "core-fence-not-bumped",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (('s.changes["fence"] = s.job.fence + 1', 's.changes["fence"] = s.job.fence'),),
+        ("memory",),
+        "a lease does not bump the fence: a zombie's reports pass",
+    ),
+    Patch(
+        "core-permanent-retried",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (('return not s.args.get("permanent", False)', "return True"),),
+        ("memory",),
+        "a permanent failure is retried",
+    ),
+    Patch(
+        "core-stale-fence-accepted",
+        "core",
+        "fsm/lifecycle/core.py",
+        (("if fence != job.fence:", "if fence < job.fence - 1:"),),
+        ("memory",),
+        "a report one fence behind is accepted",
+    ),
+    # --- recovery sweep (fsm/recovery.py) and owner judgement ------------------------
+    Patch(
+        "recovery-deadline-sweep-skips-leased-running",
+        "recovery",
+        "fsm/recovery.py",
+        (
+            (
+                'request = ScanRequest(states=_states(engine, "deadline"), '
+                "deadline_passed_at=now, limit=limit)",
+                "states = tuple(\n"
+                '        s for s in _states(engine, "deadline") if s not in ("leased", "running")\n'
+                "    )\n"
+                "    request = ScanRequest(states=states, deadline_passed_at=now, limit=limit)",
+            ),
+        ),
+        ("memory",),
+        "the deadline sweep skips leased and running jobs",
+    ),
+    Patch(
+        "recovery-deadline-sweep-late",
+        "recovery",
+        "fsm/recovery.py",
+        (
+            (
+                'deadline"), deadline_passed_at=now, limit=limit)',
+                'deadline"), deadline_passed_at=now - 60.0, limit=limit)',
+            ),
+        ),
+        ("memory",),
+        "the deadline sweep fails jobs a minute after their deadline",
+    ),
+    Patch(
+        "recovery-verdict-applied-by-rereading",
+        "recovery",
+        "fsm/recovery.py",
+        (
+            (
+                "new = engine.expire_seen(job, verdict=verdict.status.value, "
+                "reason=verdict.reason)",
+                "new = engine.expire_seen(\n"
+                "            engine.get(job.id), verdict=verdict.status.value, "
+                "reason=verdict.reason\n"
+                "        )",
+            ),
+        ),
+        ("memory",),
+        "a death verdict is applied by re-reading the job, not by compare-and-set on the "
+        "version judged",
+    ),
+    Patch(
+        "owner-probe-failure-read-as-dead",
+        "owner",
+        "fsm/owner.py",
+        (
+            (
+                'return Verdict(Status.UNKNOWN, f"liveness probe failed: {err}")',
+                'return Verdict(Status.DEAD, f"liveness probe failed: {err}")',
+            ),
+        ),
+        ("memory",),
+        "a liveness probe that fails is read as DEAD (fail open)",
+    ),
+    # --- executors -----------------------------------------------------------------
+    Patch(
+        "executor-restart-delivers-late-results",
+        "executors",
+        "adapters/executors.py",
+        (
+            (
+                "live = gen is self._gen and gen.pop(token) is not None",
+                "live = gen.pop(token) is not None",
+            ),
+            (
+                "            old.records.clear()\n"
+                "            old.by_job.clear()\n"
+                "            for record in records:\n"
+                "                record.abandoned = True",
+                "            for record in records:\n                record.abandoned = True",
+            ),
+        ),
+        ("memory",),
+        "a thread executor restart leaves the old generation's results deliverable",
+    ),
+    # --- memory store --------------------------------------------------------------
+    Patch(
+        "memory-renew-keeps-version",
+        "memory",
+        "adapters/memory.py",
+        (("version=job.version + 1,", "version=job.version,"),),
+        ("memory",),
+        "a heartbeat renewal does not bump the version",
+    ),
+    Patch(
+        "memory-apply-without-cas",
+        "memory",
+        "adapters/memory.py",
+        (("if current is None or current.version != d.previous.version:", "if current is None:"),),
+        ("memory",),
+        "apply writes without compare-and-set on the version",
+    ),
+    Patch(
+        "memory-deadline-scan-skips-owned",
+        "memory",
+        "adapters/memory.py",
+        (
+            (
+                "                if request.deadline_passed_at is not None and not (\n",
+                "                if request.deadline_passed_at is not None and j.state in "
+                '("leased", "running"):\n                    continue\n'
+                "                if request.deadline_passed_at is not None and not (\n",
+            ),
+        ),
+        ("memory",),
+        "the deadline scan skips leased and running jobs",
+    ),
+    # --- SQLite store --------------------------------------------------------------
+    Patch(
+        "sqlite-begin-deferred",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (('conn.execute("BEGIN IMMEDIATE")', 'conn.execute("BEGIN")'),),
+        ("sqlite",),
+        "write transactions start with BEGIN, not BEGIN IMMEDIATE",
+    ),
+    Patch(
+        "sqlite-renew-keeps-version",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                "SET lease_until = ?, version = version + 1, updated_at = ?",
+                "SET lease_until = ?, updated_at = ?",
+            ),
+        ),
+        ("sqlite",),
+        "a heartbeat renewal does not bump the version",
+    ),
+    Patch(
+        "sqlite-apply-without-cas",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                'return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"',
+                'return f"UPDATE jobs SET {sets} WHERE id = ? AND ? IS NOT NULL"',
+            ),
+        ),
+        ("sqlite",),
+        "apply (one decision or a batch) writes without the version check",
+    ),
+    Patch(
+        "sqlite-audit-second-transaction",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                "                    continue\n"
+                "                if d.entry is not None:\n"
+                "                    self._append(conn, [d.entry])\n"
+                "                out.append(d.job)\n"
+                "        return out\n",
+                "                    continue\n"
+                "                out.append(d.job)\n"
+                "        written = {j.id for j in out if isinstance(j, Job)}\n"
+                "        entries = [d.entry for d in decisions if d.entry and d.job.id in written]"
+                "\n"
+                "        if entries:\n"
+                '            with self._write("apply audit") as conn:\n'
+                "                self._append(conn, entries)\n"
+                "        return out\n",
+            ),
+        ),
+        ("sqlite",),
+        "apply writes the audit entries in a second transaction",
+    ),
+    Patch(
+        "sqlite-deadline-scan-skips-owned",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                'where.append("deadline IS NOT NULL AND deadline <= ?")',
+                'where.append("deadline IS NOT NULL AND deadline <= ? '
+                "AND state NOT IN ('leased', 'running')\")",
+            ),
+        ),
+        ("sqlite",),
+        "the deadline scan skips leased and running jobs",
+    ),
+    # --- PostgreSQL store ----------------------------------------------------------
+    Patch(
+        "postgres-claim-without-row-locks",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                '"ORDER BY priority, run_after, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"',
+                '"ORDER BY priority, run_after, id LIMIT %(limit)s"',
+            ),
+        ),
+        ("postgres",),
+        "claim selects its candidates without FOR UPDATE SKIP LOCKED",
+    ),
+    Patch(
+        "postgres-renew-keeps-version",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                "SET lease_until = %s, version = j.version + 1, updated_at = %s",
+                "SET lease_until = %s, updated_at = %s",
+            ),
+        ),
+        ("postgres",),
+        "a heartbeat renewal does not bump the version",
+    ),
+    Patch(
+        "postgres-batched-apply-without-cas",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                '"WHERE j.id = d.id AND j.version = d.prev_version RETURNING j.id), "',
+                '"WHERE j.id = d.id AND d.prev_version IS NOT NULL RETURNING j.id), "',
+            ),
+            (
+                '"WHERE j.id = d.id AND j.version = d.prev_version RETURNING j.id)"\n',
+                '"WHERE j.id = d.id AND d.prev_version IS NOT NULL RETURNING j.id)"\n',
+            ),
+        ),
+        ("postgres",),
+        "a batched apply writes without the version check",
+    ),
+    Patch(
+        "postgres-audit-second-statement",
+        "postgres",
+        "adapters/postgres/store.py",
+        (
+            (
+                "        def body(conn: Conn) -> set[str]:\n"
+                "            statement, params = self._apply_statement(decisions)\n"
+                "            return {r[0] for r in conn.execute(statement, params).fetchall()}\n",
+                "        def body(conn: Conn) -> set[str]:\n"
+                "            bare = [attrs.evolve(d, entry=None) for d in decisions]\n"
+                "            statement, params = self._apply_statement(bare)\n"
+                "            done = {r[0] for r in conn.execute(statement, params).fetchall()}\n"
+                "            entries = [d.entry for d in decisions if d.entry and d.job.id in done]"
+                "\n"
+                "            if entries:\n"
+                "                conn.execute(self.sql.record, _audit_arrays(entries))\n"
+                "            return done\n",
+            ),
+        ),
+        ("postgres",),
+        "apply writes the audit entries in a second statement (its own transaction)",
+    ),
+    Patch(
+        "postgres-deadline-scan-skips-owned",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                'where.append("deadline IS NOT NULL AND deadline <= %(deadline)s")',
+                'where.append("deadline IS NOT NULL AND deadline <= %(deadline)s '
+                "AND state NOT IN ('leased', 'running')\")",
+            ),
+        ),
+        ("postgres",),
+        "the deadline scan skips leased and running jobs",
+    ),
+)
+
+
+def apply_patch(root: Path, patch: Patch) -> None:
+    """Apply `patch` to the tree at `root` (a copy: never the working tree)."""
+    target = root / patch.path
+    text = target.read_text()
+    for old, new in patch.edits:
+        found = text.count(old)
+        if found != 1:
+            raise ValueError(
+                f"mutant {patch.name}: {patch.path} holds its text {found} times, not once "
+                f"(the code moved?): {old[:80]!r}"
+            )
+        text = text.replace(old, new)
+    target.write_text(text)

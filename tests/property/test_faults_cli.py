@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,13 +32,38 @@ def jobfsm(*args: str) -> subprocess.CompletedProcess[str]:
 def test_jobfsm_faults_exits_0_and_summarizes_faults_and_checks_when_all_hold() -> None:
     # given a small run against fresh SQLite files
     # when the command runs
-    done = jobfsm("faults", "--store", "sqlite:///x.db", "--examples", "5", "--steps", "15")
+    done = jobfsm(
+        "faults", "--store", "sqlite:///x.db", "--quick", "--examples", "5", "--steps", "15"
+    )
     # then it exits 0 with the summary of what ran, was injected and was checked
     assert done.returncode == 0, done.stderr
     assert "ok: every invariant held" in done.stdout
     assert "faults injected" in done.stdout
     assert "I6" in done.stdout or "I2/I4/I5/I6/I8" in done.stdout
     assert "examples" in done.stdout
+    # and it says which models ran and which (state, event) pairs of the spec it reached
+    assert "fault models run: policy" in done.stdout
+    assert "spec coverage:" in done.stdout
+    assert "(state, event) pairs" in done.stdout
+
+
+def test_jobfsm_faults_names_an_unknown_fault_model() -> None:
+    done = jobfsm("faults", "--store", "memory://", "--model", "nosuchmodel")
+    assert done.returncode == 2
+    assert "nosuchmodel" in done.stderr
+    assert "races" in done.stderr
+
+
+def test_jobfsm_faults_writes_its_report_as_json(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = jobfsm(
+        "faults", "--store", "memory://", "--model", "policy", "--quick", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["ok"] is True
+    assert set(report["models"]) == {"policy"}
+    assert report["coverage"]["running/fail"]["decide"] > 0
 
 
 def test_jobfsm_faults_names_a_store_url_it_cannot_use() -> None:
@@ -65,7 +92,7 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
 
     monkeypatch.setattr(faults_module, "fresh_stores", broken)
     # when the suite runs (unshrunk: shrinking is hypothesis's job, and slow)
-    report = run_faults("memory://", examples=200, steps=50, profile="ci", shrink=False)
+    report = run_faults("memory://", examples=200, steps=50, profile="ci", shrink=False, models=())
     # then it fails, names the invariant, and its reproduction replays the failure
     assert not report.ok
     assert report.failure is not None

@@ -70,3 +70,48 @@ def test_the_fault_suite_catches_a_broken_sqlite_store(tmp_path: Path) -> None:
         run_state_machine_as_test(fault_machine(factory), settings=FIND_ONLY)
     # then it fails: a job that had not finished was deleted
     assert re.search(r"I3 .*pruned while", str(caught.value)), str(caught.value)[:2000]
+
+
+# --- production-code mutants (tests/property/mutants.py PATCHES) ---------------------
+
+#: the subset CI runs (one per promise family; the full set: python -m benchmarks.mutation)
+CI_PATCHES = (
+    "core-retry-deadline-without-delay",
+    "core-backoff-cap-ignored",
+    "core-expire-running-uncounted",
+    "memory-renew-keeps-version",
+    "sqlite-audit-second-transaction",
+    "sqlite-begin-deferred",
+)
+
+
+def test_the_mutant_set_holds_at_least_25_patches_and_each_applies_to_the_tree(
+    tmp_path: Path,
+) -> None:
+    # given a copy of the tree per patch; when each is applied; then none is stale
+    import shutil
+
+    from benchmarks.mutation import REPO, TREE
+
+    assert len(mutants.PATCHES) >= 25
+    assert len({p.name for p in mutants.PATCHES}) == len(mutants.PATCHES)
+    for patch in mutants.PATCHES:
+        root = tmp_path / patch.name
+        for part in TREE:
+            shutil.copytree(REPO / part, root / part)
+        mutants.apply_patch(root, patch)
+        assert (root / patch.path).read_text() != (REPO / patch.path).read_text()
+
+
+@pytest.mark.parametrize("name", CI_PATCHES)
+def test_jobfsm_faults_at_default_size_kills_a_production_mutant(name: str) -> None:
+    # given the tree copied with one careless change applied
+    from benchmarks.mutation import PG_DEFAULT, run_one
+
+    (patch,) = [p for p in mutants.PATCHES if p.name == name]
+    for store in patch.stores:
+        # when `jobfsm faults --store ...` runs from that copy at the default size
+        row = run_one(patch, store, size="default", timeout=240, pg=PG_DEFAULT)
+        # then it fails, naming a promise
+        assert row["killed"], row
+        assert row["promise"], row

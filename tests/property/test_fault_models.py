@@ -1,0 +1,78 @@
+"""The fault models beside the main machine (fsm/testing/faults_models.py) at CI's
+quick size, against every store, and what `run_faults` reports about them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsm.lifecycle.spec import lifecycle
+from fsm.testing.faults import FLAKY_TEXT, MODELS, SIZES, _explained, run_faults
+from fsm.testing.faults_machine import FaultStats
+
+MODEL_NAMES = [m.name for m in MODELS]
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_each_fault_model_holds_on_the_memory_store(model: str) -> None:
+    # given the reference store; when one model runs at the quick size; then all holds
+    report = run_faults("memory://", size="quick", models=[model], machine=False)
+    assert report.ok, report.failure
+    assert model in report.models
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_each_fault_model_holds_on_sqlite(model: str) -> None:
+    report = run_faults("sqlite:///scratch.db", size="quick", models=[model], machine=False)
+    assert report.ok, report.failure
+    assert not any("crash model not run" in n for n in report.notes)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_each_fault_model_holds_on_postgres(model: str, pg_url: str) -> None:
+    report = run_faults(pg_url, size="quick", models=[model], machine=False)
+    assert report.ok, report.failure
+    assert not any("crash model not run" in n for n in report.notes)
+
+
+def test_the_crash_model_says_when_a_store_has_no_statements_to_crash() -> None:
+    report = run_faults("memory://", size="quick", models=["crash"], machine=False)
+    assert report.ok
+    assert any("crash model not run" in n for n in report.notes)
+
+
+def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> None:
+    # when the whole suite runs at the quick size on SQLite
+    report = run_faults("sqlite:///scratch.db", size="quick")
+    # then every model ran, each promise family was checked, and coverage names every pair
+    assert report.ok, report.failure
+    assert set(report.models) == {"machine", *MODEL_NAMES}
+    for code in ("P1-P6", "R1", "R3", "V1", "C1", "K1", "K3", "X1", "I1"):
+        assert any(name.startswith(code) for name in report.checks), code
+    assert set(report.coverage) == {f"{s}/{e}" for s, e in lifecycle().table}
+    assert sum(1 for n in report.coverage.values() if n["decide"]) >= len(report.coverage) * 2 // 3
+    assert sum(1 for n in report.coverage.values() if n["store"]) >= len(report.coverage) // 2
+    assert report.size == "quick"
+    assert report.examples >= SIZES["quick"][0]
+
+
+def test_a_flaky_report_is_explained_in_words() -> None:
+    from hypothesis.errors import FlakyFailure
+
+    err = FlakyFailure("Inconsistent results", [AssertionError("I1 job x: held twice")])
+    text = _explained(err)
+    assert text.startswith(FLAKY_TEXT)
+    assert "I1 job x: held twice" in text
+    assert "Inconsistent results" not in text
+
+
+def test_inconsistent_data_generation_is_explained_as_no_failure_found() -> None:
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    text = _explained(FlakyStrategyDefinition("Inconsistent data generation!"))
+    assert "Nothing was found broken" in text
+    assert "Inconsistent data generation" not in text
+
+
+def test_fault_stats_start_empty() -> None:
+    assert FaultStats().checks == {}
