@@ -361,7 +361,7 @@ PATCHES: tuple[Patch, ...] = (
             ),
             (
                 "            old.records.clear()\n"
-                "            old.by_job.clear()\n"
+                "            old.by_run.clear()\n"
                 "            for record in records:\n"
                 "                record.abandoned = True",
                 "            for record in records:\n                record.abandoned = True",
@@ -427,7 +427,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "sqlite-apply-without-cas",
         "sqlite",
-        "adapters/sqlite/store.py",
+        "adapters/sqlite/_sql.py",
         (
             (
                 'return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"',
@@ -444,8 +444,8 @@ PATCHES: tuple[Patch, ...] = (
         (
             (
                 "                    continue\n"
-                "                if d.entry is not None:\n"
-                "                    self._append(conn, [d.entry])\n"
+                "                if entry is not None:\n"
+                "                    conn.execute(_AUDIT_INSERT, entry)\n"
                 "                out.append(d.job)\n"
                 "        return out\n",
                 "                    continue\n"
