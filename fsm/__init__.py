@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aio import AsyncEngine
 from .clock import FakeClock, SystemClock
 from .engine import Engine
 from .errors import (
@@ -25,6 +26,7 @@ from .errors import (
     TransientStoreError,
     UnknownKind,
     VersionConflict,
+    WaitTimeout,
 )
 from .inputs import KindPolicy
 from .lifecycle.core import decide, replay
@@ -42,6 +44,7 @@ from .worker.handlers import Handlers, HandlerSpec
 
 __all__ = [
     "Ambiguous",
+    "AsyncEngine",
     "AuditEntry",
     "Backoff",
     "BadInput",
@@ -92,6 +95,7 @@ __all__ = [
     "UnknownKind",
     "Verdict",
     "VersionConflict",
+    "WaitTimeout",
     "Worker",
     "check_spec",
     "decide",

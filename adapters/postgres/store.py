@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from ._base import (
 from ._url import Settings
 from .listen import Listener
 from .liveness import PostgresLiveness
+from .waiting import FinalStates
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class PostgresStore(Connected):
         super().__init__(settings)
         self.channel = f"jobfsm_{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
+        self._finals = FinalStates(self.connect, self.schema, f"{self.channel}_final")
         self.liveness = PostgresLiveness(self)
 
     # --- Store -----------------------------------------------------------------------
@@ -507,12 +509,17 @@ class PostgresStore(Connected):
         """
         return self._listener.wait(queues, timeout)
 
+    def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""
+        return self._finals.watch(job_id, changed)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self.liveness.close()
         self._listener.close()
+        self._finals.close()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:

@@ -56,7 +56,11 @@ def load_app(ref: str) -> Mapping[str, Any]:
 )
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_CONCURRENCY)
 @click.option(
-    "--executor", type=click.Choice(["thread", "process"]), default="thread", show_default=True
+    "--executor",
+    type=click.Choice(["auto", "thread", "process", "asyncio"]),
+    default="auto",
+    show_default=True,
+    help="auto: asyncio when a handler is `async def`, else thread.",
 )
 @click.option(
     "--delivery",
@@ -128,7 +132,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         w = Worker(
             engine,
             handlers,
-            executor=executor,
+            executor=None if executor == "auto" else executor,
             delivery=chosen,
             queues=[q.strip() for q in queues.split(",") if q.strip()],
             concurrency=concurrency,
