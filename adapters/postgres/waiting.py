@@ -109,11 +109,7 @@ class FinalStates:
             conn: psycopg.Connection[Any] | None = None
             try:
                 conn = self._connect()
-                conn.execute("SELECT pg_advisory_lock(%s)", (TRIGGER_LOCK,))
-                try:
-                    conn.execute(_trigger_sql(self._schema, self.channel))
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (TRIGGER_LOCK,))
+                self._install(conn)
                 conn.execute(f'LISTEN "{self.channel}"')
                 self._ready.set()
                 self._wake_all()  # anything that finished while we were away is re-read
@@ -131,6 +127,24 @@ class FinalStates:
                 if conn is not None:
                     with suppress(psycopg.Error):
                         conn.close()
+
+    def _install(self, conn: psycopg.Connection[Any]) -> None:
+        """Make the trigger unless it is there with the spec's final states: making it
+        locks the jobs table for a moment, so a reconnect skips it when it can."""
+        finals = sorted(lifecycle().terminal | lifecycle().parked)
+        row = conn.execute(
+            "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE t.tgname = 'jobfsm_notify_final' AND c.relname = 'jobs' AND n.nspname = %s",
+            (self._schema,),
+        ).fetchone()
+        if row is not None and all(f"'{state}'" in row[0] for state in finals):
+            return
+        conn.execute("SELECT pg_advisory_lock(%s)", (TRIGGER_LOCK,))
+        try:
+            conn.execute(_trigger_sql(self._schema, self.channel))
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (TRIGGER_LOCK,))
 
     def _wake(self, job_id: str) -> None:
         with self._lock:
