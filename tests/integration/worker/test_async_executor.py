@@ -203,3 +203,27 @@ def test_an_async_handler_runs_and_times_out_on_the_thread_and_process_executors
             wait_for(lambda: markers(marks, late.id, "cancelled", 1), 5, "the task's clean-up")
     finally:
         engine.store.close()
+
+
+def test_a_handler_blocking_the_loop_past_its_timeout_is_abandoned_from_outside_the_loop(
+    ex: AsyncioExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: a handler that blocks the loop for 3 s, with a 0.2 s timeout (grace 0.3 s)
+    async def blocks(ctx: Context) -> str:
+        time.sleep(3)
+        return "late"
+
+    results = Results()
+    ex.block_warning = 0.5
+    began = time.monotonic()
+    ex.submit(_attempt(blocks, _job(), timeout=0.2), results)
+
+    # when / then: the watchdog abandons it while the loop is still blocked, and says why
+    _, outcome, _ = results.next()
+    assert outcome.status == "abandoned"
+    assert "did not stop within 0.3s" in (outcome.error or "")
+    assert time.monotonic() - began < 2.5
+    wait_for(lambda: "event loop blocked" in caplog.text, 3, "the blocked-loop warning")
+    # and the late result is dropped once the loop turns again
+    with pytest.raises(queue.Empty):
+        results.next(timeout=1.5)
