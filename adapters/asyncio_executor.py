@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_BLOCK_WARNING = 1.0
 #: how often the loop proves it is turning
 BEAT = 0.1
+#: at shutdown, how long cancelled tasks get to unwind before the loop closes
+CLOSE_WAIT = 1.0
 
 
 class _Task(_Record):
@@ -109,9 +111,11 @@ class AsyncioExecutor:
             loop.run_forever()
         finally:
             with contextlib.suppress(Exception):
-                for task in asyncio.all_tasks(loop):
+                tasks = asyncio.all_tasks(loop)
+                for task in tasks:
                     task.cancel()
-                loop.run_until_complete(asyncio.sleep(0))
+                if tasks:  # let them unwind (their `finally` blocks), bounded
+                    loop.run_until_complete(asyncio.wait(tasks, timeout=CLOSE_WAIT))
             loop.close()
 
     @property
