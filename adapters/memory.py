@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import attrs
 
-from fsm.errors import BadStoreURL, VersionConflict
-from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.errors import BadStoreURL, QueueFull, VersionConflict
+from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
+from fsm.secrets import redact_url
+
+from ._rows import Unclaimable, check_storable, decide_leases, first_rejections, rejected_key
+from .memory_browse import MemoryBrowse
+
+log = logging.getLogger(__name__)
 
 
-class MemoryStore:
+class MemoryStore(MemoryBrowse):
     """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self) -> None:
@@ -23,6 +30,7 @@ class MemoryStore:
         self._keys: dict[str, str] = {}
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
+        self._unclaimable = Unclaimable(log)
 
     def _index(self, old: Job | None, new: Job | None) -> None:
         if old is not None and (new is None or old.state != new.state):
@@ -38,20 +46,41 @@ class MemoryStore:
     def _in_states(self, states: tuple[str, ...]) -> list[Job]:
         return [self._jobs[i] for s in states for i in self._by_state.get(s, {})]
 
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         with self._lock:
             out: list[Job] = []
+            fresh: list[Decision] = []
+            keys: dict[str, Job] = {}
             for d in decisions:
                 key = d.job.idempotency_key
                 if key is not None and key in self._keys:
                     out.append(self._jobs[self._keys[key]])
-                    continue
+                elif key is not None and key in keys:
+                    out.append(keys[key])
+                else:
+                    if key is not None:
+                        keys[key] = d.job
+                    fresh.append(d)
+                    out.append(d.job)
+            if capacity is not None:
+                self._check_capacity(fresh, capacity)
+            for d in fresh:
                 self._put(d.job)
                 self._audit[d.job.id] = [d.entry] if d.entry is not None else []
-                if key is not None:
-                    self._keys[key] = d.job.id
-                out.append(d.job)
+                if d.job.idempotency_key is not None:
+                    self._keys[d.job.idempotency_key] = d.job.id
             return out
+
+    def _check_capacity(self, fresh: Sequence[Decision], capacity: Capacity) -> None:
+        adding: dict[str, int] = {}
+        for d in fresh:
+            if d.job.queue in capacity.limits:
+                adding[d.job.queue] = adding.get(d.job.queue, 0) + 1
+        for queue, n in adding.items():
+            waiting = sum(1 for j in self._in_states(capacity.states) if j.queue == queue)
+            if waiting + n > capacity.limits[queue]:
+                raise QueueFull(queue, capacity.limits[queue])
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -70,6 +99,8 @@ class MemoryStore:
         return d.job
 
     def claim(self, request: ClaimRequest) -> list[Job]:
+        if request.kinds is not None and not request.kinds:
+            return []
         with self._lock:
             if request.ids is not None:
                 pool = [self._jobs[i] for i in request.ids if i in self._jobs]
@@ -81,19 +112,26 @@ class MemoryStore:
                     for j in pool
                     if j.state in request.states
                     and j.queue in request.queues
+                    and (request.kinds is None or j.kind in request.kinds)
                     and j.run_after <= request.now
                     and (j.deadline is None or j.deadline > request.now)
                 ),
                 key=lambda j: (j.priority, j.run_after, j.id),
-            )[: request.limit]
-            leased = []
+            )
+            leased: list[Job] = []
+            # a job the core refuses to lease is skipped: the ones behind it are leased
             for job in candidates:
-                written = self._write(request.decide(job))
-                if isinstance(written, Job):
-                    leased.append(written)
+                if len(leased) >= request.limit:
+                    break
+                decisions, _ = decide_leases([job], request.decide, self._unclaimable)
+                for d in decisions:
+                    written = self._write(d)
+                    if isinstance(written, Job):
+                        leased.append(written)
             return leased
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         with self._lock:
             return [self._write(d) for d in decisions]
 
@@ -121,10 +159,16 @@ class MemoryStore:
             return renewed
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
+        check_storable((), entries)
         with self._lock:
-            for e in entries:
-                if e.job_id in self._audit:
-                    self._audit[e.job_id].append(e)
+            for e in first_rejections(entries):
+                trail = self._audit.get(e.job_id)
+                if trail is None:
+                    continue
+                key = rejected_key(e)
+                if key is not None and any(rejected_key(x) == key for x in trail):
+                    continue  # a repeat of a rejected report: recorded once
+                trail.append(e)
 
     def scan(self, request: ScanRequest) -> list[Job]:
         with self._lock:
@@ -179,12 +223,22 @@ class MemoryStore:
                     self._keys.pop(job.idempotency_key, None)
             return len(doomed)
 
+    def drop_schema(self) -> None:
+        """Remove every job and audit entry (the memory store has no other schema)."""
+        with self._lock:
+            self._jobs.clear()
+            self._audit.clear()
+            self._keys.clear()
+            self._by_state.clear()
+
     def close(self) -> None:
         """Nothing to release."""
 
 
 def open_store(url: str) -> MemoryStore:
+    if not isinstance(url, str):
+        raise BadStoreURL(f"a memory store URL is a string, got {type(url).__name__}")
     parts = urlsplit(url)
-    if parts.scheme != "memory" or parts.path not in ("", "/") or parts.query:
-        raise BadStoreURL(f"a memory store URL is exactly 'memory://', got {url!r}")
+    if parts.scheme != "memory" or parts.netloc or parts.path not in ("", "/") or parts.query:
+        raise BadStoreURL(f"a memory store URL is exactly 'memory://', got {redact_url(url)!r}")
     return MemoryStore()

@@ -1,7 +1,7 @@
 """An asyncio web service (Starlette) that submits jobs, awaits their results, and runs
 an async worker in the same process.
 
-    pip install -e '.[dev]'           # starlette and uvicorn come with the dev extra
+    pip install -e '.[web]'           # starlette and uvicorn (the `web` extra; `dev` has it)
     JOBFSM_STORE=sqlite:///asgi.db uvicorn examples.asgi_service:app --port 8000
     curl -X POST localhost:8000/quotes -d '{"symbol": "ACME"}'
     curl localhost:8000/jobs/<id>

@@ -1,4 +1,7 @@
-"""jobfsm: background jobs driven through one declarative, audited state machine."""
+"""jobfsm: background jobs driven through one declarative, audited state machine.
+
+`fsm.lifecycle` is the lifecycle core package (its `lifecycle()` loads the spec).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from .errors import (
 )
 from .inputs import KindPolicy
 from .lifecycle.core import decide, replay
-from .lifecycle.spec import Lifecycle, check_spec, lifecycle, load_spec
+from .lifecycle.spec import Lifecycle, check_spec, load_spec
 from .observe import CountingMetrics, Metrics
 from .owner import Identity, Verdict
 from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
@@ -99,7 +102,6 @@ __all__ = [
     "Worker",
     "check_spec",
     "decide",
-    "lifecycle",
     "load_spec",
     "new_id",
     "open_store",

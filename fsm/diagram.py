@@ -27,7 +27,7 @@ IMAGE_FORMATS = ("svg", "png")
 TEXT_FORMATS = ("mermaid", "dot")
 #: seconds a `dot` run may take before it is killed
 DOT_TIMEOUT = 30.0
-INSTALL_HINT = "install Graphviz (`apt-get install graphviz`) and `pip install 'jobfsm[diagrams]'`"
+INSTALL_HINT = "install Graphviz's dot program (`apt-get install graphviz`)"
 
 _START = "__start"
 

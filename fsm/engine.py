@@ -16,7 +16,6 @@ from .errors import (
     JobFSMError,
     JobNotFound,
     LeaseLost,
-    QueueFull,
     StoreError,
     UnknownKind,
     VersionConflict,
@@ -28,6 +27,7 @@ from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
 from .policies import Policy
 from .ports import (
+    Capacity,
     ClaimRequest,
     Clock,
     Delivery,
@@ -134,8 +134,8 @@ class Engine:
         """Submit many jobs in one store transaction; validation happens before any write."""
         now = self.clock.now()
         decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
-        self._check_capacity(decisions)
-        jobs = self.store.insert(decisions)
+        caps = self.policy.limits.queue_capacity
+        jobs = self.store.insert(decisions, Capacity(caps, self._lease_states) if caps else None)
         fresh = []
         for decision, job in zip(decisions, jobs, strict=True):
             if job.id == decision.job.id and decision.entry is not None:
@@ -149,20 +149,6 @@ class Engine:
                     "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
                 )
         return jobs
-
-    def _check_capacity(self, decisions: Sequence[Decision]) -> None:
-        caps = self.policy.limits.queue_capacity
-        wanted: dict[str, int] = {}
-        for d in decisions:
-            if d.job.queue in caps:
-                wanted[d.job.queue] = wanted.get(d.job.queue, 0) + 1
-        if not wanted:
-            return
-        counts = self.store.counts()
-        for queue, n in wanted.items():
-            waiting = sum(counts.get((queue, state), 0) for state in self._lease_states)
-            if waiting + n > caps[queue]:
-                raise QueueFull(queue, caps[queue])
 
     # --- reads -------------------------------------------------------------------
 
@@ -245,6 +231,8 @@ class Engine:
                 entry: AuditEntry = err.entry  # type: ignore[attr-defined]
                 self.store.record([entry])
                 log_transition(job, entry)
+                if self.metrics is not None:
+                    self.metrics.rejected_report(job.kind, event)
                 raise
             (outcome,) = self.store.apply([decision])
             if isinstance(outcome, VersionConflict):
@@ -312,8 +300,10 @@ class Engine:
         queues: Sequence[str] = ("default",),
         limit: int = 1,
         ids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[Job]:
-        """Lease up to `limit` due jobs (or the given ids) for `owner`."""
+        """Lease up to `limit` due jobs (or the given ids) for `owner`; with `kinds`,
+        only jobs of those kinds (a worker leases only what it has handlers for)."""
         if limit < 1:
             return []
         now = self.clock.now()
@@ -340,6 +330,7 @@ class Engine:
                 states=self._lease_states,
                 decide=lease,
                 ids=None if ids is None else tuple(ids),
+                kinds=None if kinds is None else tuple(kinds),
             )
         )
         if self.metrics is not None:

@@ -13,11 +13,44 @@ logger = logging.getLogger("fsm.transitions")
 
 
 class Metrics(Protocol):
+    """What the engine and the worker count. Implement it by subclassing `MetricsBase`,
+    which gives every hook after the first two a no-op body (hooks may be added)."""
+
     def transition(self, kind: str, event: str, from_state: str | None, to_state: str) -> None: ...
     def attempt_seconds(self, kind: str, outcome: str, seconds: float) -> None: ...
+    def lease_renewals(self, renewed: int, lost: int) -> None: ...
+    def lease_lost(self, kind: str) -> None: ...
+    def recovery(self, verdict: str, to_state: str) -> None: ...
+    def rejected_report(self, kind: str, event: str) -> None: ...
+    def delivery_recovery(self, delivery: str, reason: str) -> None: ...
 
 
-class CountingMetrics:
+class MetricsBase:
+    """No-op bodies for every hook of `Metrics`; a metrics class overrides what it counts."""
+
+    def transition(self, kind: str, event: str, from_state: str | None, to_state: str) -> None:
+        """An applied transition (audited or not)."""
+
+    def attempt_seconds(self, kind: str, outcome: str, seconds: float) -> None:
+        """An attempt ended with `outcome` (an `fsm.ports.OUTCOMES` name) after `seconds`."""
+
+    def lease_renewals(self, renewed: int, lost: int) -> None:
+        """One heartbeat round: `renewed` leases extended, `lost` found moved."""
+
+    def lease_lost(self, kind: str) -> None:
+        """A worker found a lease of a job of `kind` taken from it (fence moved)."""
+
+    def recovery(self, verdict: str, to_state: str) -> None:
+        """The recovery sweep took a job back: `verdict` why ("lapsed", "dead", ...)."""
+
+    def rejected_report(self, kind: str, event: str) -> None:
+        """A stale report (old fence) was rejected and recorded; nothing changed."""
+
+    def delivery_recovery(self, delivery: str, reason: str) -> None:
+        """A delivery (e.g. "rabbitmq") reconnected or repaired lost wake-ups."""
+
+
+class CountingMetrics(MetricsBase):
     """In-process metrics: transition counters and attempt timings (thread-safe)."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Retry, lease and recovery policies. Every bound is explicit (DESIGN section 5)."""
+"""Retry, lease and recovery policies. Every bound is explicit (docs/reliability.md)."""
 
 from __future__ import annotations
 

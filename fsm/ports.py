@@ -39,6 +39,9 @@ class ClaimRequest:
     states: tuple[str, ...]
     decide: Callable[[Job], Decision] = attrs.field(eq=False, repr=False)
     ids: tuple[str, ...] | None = None
+    #: only jobs of these kinds (the kinds a worker has handlers for); None: any kind.
+    #: A job of another kind stays where it is for a worker that knows it (rolling deploys).
+    kinds: tuple[str, ...] | None = None
 
 
 @attrs.frozen
@@ -77,13 +80,30 @@ class PruneRequest:
     limit: int = 1000
 
 
+@attrs.frozen
+class Capacity:
+    """Queue capacities an insert must respect: after it, at most `limits[queue]` jobs
+    of `queue` may be waiting, a job waiting when its state is in `states` (the
+    sources of the spec's `lease` event; the Engine passes them, stores never name
+    states themselves). Queues not in `limits` are unbounded.
+    """
+
+    limits: Mapping[str, int]
+    states: tuple[str, ...]
+
+
 @runtime_checkable
 class Store(Protocol):
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
         """Insert submitted jobs with their audit entries, atomically.
 
         A job whose idempotency key is already stored is not written: the stored
         job is returned in its place (compare ids to tell which).
+
+        With `capacity`, the check and the insert are one atomic step: if the new
+        jobs would leave a queue with more waiting jobs than its limit, nothing is
+        written and `fsm.errors.QueueFull` names the queue (concurrent submitters
+        can never overshoot). Jobs returned in place of a duplicate key do not count.
         """
         ...
 
@@ -195,9 +215,12 @@ class ConfirmsDeath(Protocol):
 
 @runtime_checkable
 class Migratable(Protocol):
-    """A store with a schema to create or upgrade; returns the versions it applied."""
+    """A store with a versioned schema: `migrate` creates or upgrades it and returns the
+    versions it applied; `schema_version` reads the version in place (None if none)."""
 
     def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int | None: ...
 
 
 @runtime_checkable

@@ -69,6 +69,8 @@ def _expire(engine: Engine, job: Job, verdict: Verdict | None) -> RecoveryReport
         new = engine.expire_seen(job, verdict=verdict.status.value, reason=verdict.reason)
     if new is None:
         return RecoveryReport(errors=1)
+    if engine.metrics is not None:
+        engine.metrics.recovery("lapsed" if verdict is None else verdict.status.value, new.state)
     if verdict is not None:
         log.warning("job %s: recovered from dead owner: %s", job.id, verdict.reason)
     return RecoveryReport(expired=1, to_investigate=int(new.state == "investigate"))

@@ -53,10 +53,16 @@ def open_store(url: str | None = None) -> Store:
     """Open the store a URL names: memory://, sqlite:///path.db, postgresql://..."""
     url = store_url(url)
     if not isinstance(url, str) or "://" not in url:
+        # echoed only if it cannot hold a password (no ':', '@', '?' or '='): a URL
+        # typed without "://" may hold its password anywhere
+        plain = isinstance(url, str) and len(url) <= 200 and not set(url) & set(":@?=")
+        shown = f" {url!r}" if plain else ""
         raise BadStoreURL(
-            f"bad store URL {url!r}: expected memory://, sqlite:///path.db or postgresql://..."
+            f"bad store URL{shown}: expected memory://, sqlite:///path.db or postgresql://..."
         )
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    if not scheme.isascii() or not scheme.replace(".", "").replace("-", "").isalnum():
+        raise BadStoreURL("bad store URL: its scheme (before '://') is not a name")
     factory = _load(STORE_GROUP, scheme)
     store: Store = factory(url)
     return store

@@ -84,7 +84,8 @@ class Connected:
             return psycopg.connect(self.settings.conninfo, autocommit=True, **kwargs)
         except psycopg.Error as err:
             raise TransientStoreError(
-                f"cannot connect to PostgreSQL at {self.settings.redacted}: {err}"
+                f"cannot connect to PostgreSQL at {self.settings.redacted}: "
+                f"{self.settings.scrub(str(err))}"
             ) from err
 
     def open(self) -> None:
@@ -95,18 +96,19 @@ class Connected:
 
     def _translate(self, err: BaseException, what: str) -> JobFSMError:
         where = f"PostgreSQL store {self.settings.redacted} ({what})"
+        text = self.settings.scrub(str(err))
         if isinstance(err, PoolTimeout):
             return TransientStoreError(
                 f"{where}: no connection within {self.settings.pool_timeout} s "
-                f"(pool_max={self.settings.pool_max}): {err}"
+                f"(pool_max={self.settings.pool_max}): {text}"
             )
         if isinstance(err, pgerrors.UndefinedTable | pgerrors.InvalidSchemaName):
-            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {err}")
+            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {text}")
         if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
-            return TransientStoreError(f"{where}: {err}")
+            return TransientStoreError(f"{where}: {text}")
         if isinstance(err, psycopg.DataError):
-            return BadInput(f"{where}: PostgreSQL rejected a value: {err}")
-        return StoreError(f"{where}: {err}")
+            return BadInput(f"{where}: PostgreSQL rejected a value: {text}")
+        return StoreError(f"{where}: {text}")
 
     def _purge(self) -> None:
         """After a connection failure, drop the pool's other dead connections too."""

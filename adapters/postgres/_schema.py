@@ -12,6 +12,7 @@ import hashlib
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerrors
 
 from fsm.errors import SchemaError
 
@@ -19,6 +20,10 @@ from fsm.errors import SchemaError
 #: locks never meet an application's: 0x4A464D47 is "JFMG", 0x4A464C56 is "JFLV".
 MIGRATE_CLASS = 0x4A464D47
 LIVENESS_CLASS = 0x4A464C56
+#: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
+CAPACITY_CLASS = 0x4A464351
+#: every table jobfsm creates in its schema (drop_schema removes exactly these)
+TABLES = ("job_events", "jobs", "liveness", "schema_version")
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
 # indexes that claim and the recovery sweep walk, so a table with millions of
@@ -92,7 +97,7 @@ CREATE TABLE {s}.job_events (
     PRIMARY KEY (job_id, seq)
 );
 
--- Worker processes that hold a liveness advisory lock (DESIGN section 3). probe()
+-- Worker processes that hold a liveness advisory lock (docs/stores.md). probe()
 -- confirms death only for an owner registered here: one that never took the lock
 -- is "unknown", never "dead".
 CREATE TABLE {s}.liveness (
@@ -104,8 +109,21 @@ CREATE TABLE {s}.liveness (
 );
 """
 
+# The dashboard's reads (adapters/postgres/browse.py): jobs of one kind newest first and
+# search by correlation id (each would otherwise walk every finished row), and the audit
+# entries of a recent window. BRIN on `at` stays a few pages for millions of rows
+# (entries are appended in time order) and costs next to nothing per append.
+_V2 = """
+CREATE INDEX jobs_kind ON {s}.jobs (kind, id);
+CREATE INDEX jobs_correlation ON {s}.jobs (correlation_id);
+CREATE INDEX job_events_at ON {s}.job_events USING brin (at) WITH (autosummarize = on);
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
-MIGRATIONS: tuple[tuple[int, str, str], ...] = ((1, "jobs, job_events, liveness", _V1),)
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "jobs, job_events, liveness", _V1),
+    (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
+)
 LATEST = MIGRATIONS[-1][0]
 
 
@@ -163,6 +181,23 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[int]:
             )
             applied.append(version)
     return applied
+
+
+def drop(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Drop jobfsm's tables (their indexes and identity sequences go with them), then
+    the schema itself unless it is `public` or still holds anything else."""
+    s = quote(schema)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (MIGRATE_CLASS, key32(schema)))
+        for table in TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {s}.{table}")
+        if schema == "public":
+            return
+        try:
+            with conn.transaction():  # a savepoint: a schema with other objects stays
+                conn.execute(f"DROP SCHEMA IF EXISTS {s} RESTRICT")
+        except pgerrors.DependentObjectsStillExist:
+            pass
 
 
 def check(conn: psycopg.Connection[Any], schema: str) -> None:

@@ -55,13 +55,13 @@ AUDIT_TYPES: dict[str, str] = {
 assert tuple(JOB_TYPES) == JOB_COLUMNS, "JOB_TYPES must follow fsm.records.Job"
 assert tuple(AUDIT_TYPES) == AUDIT_COLUMNS, "AUDIT_TYPES must follow fsm.records.AuditEntry"
 
-_STATE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_STATE = re.compile(r"[a-z][a-z0-9_]{0,62}")  # always fullmatch: "$" admits a final newline
 
 
 def state_list(states: tuple[str, ...]) -> str:
     """Validated state names as an SQL list of literals, so partial indexes can match."""
     for s in states:
-        if not isinstance(s, str) or not _STATE.match(s):
+        if not isinstance(s, str) or not _STATE.fullmatch(s):
             raise BadInput(f"state names are lower-case identifiers; got {s!r}")
     return ", ".join(f"'{s}'" for s in states) if states else "NULL"
 
@@ -150,9 +150,13 @@ class Statements:
         self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
         self.notify = "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q"
         self.versions = f"SELECT id, version FROM {jobs} WHERE id = ANY(%s::text[])"
+        # a rejected report is recorded once per (job, event, fence): repeats coalesce
         self.record = (
             f"INSERT INTO {events} ({audit_cols}) SELECT {audit_cols} FROM ({audit_source}) e "
-            f"WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.id = e.job_id) ORDER BY e.ord"
+            f"WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.id = e.job_id) "
+            f"AND (e.outcome <> 'rejected' OR NOT EXISTS (SELECT 1 FROM {events} x "
+            "WHERE x.job_id = e.job_id AND x.outcome = 'rejected' AND x.event = e.event "
+            "AND x.fence = e.fence)) ORDER BY e.ord"
         )
         self.renew = (
             f"UPDATE {jobs} AS j SET lease_until = %s, version = j.version + 1, updated_at = %s "
@@ -166,7 +170,20 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
-        self._claims: dict[tuple[tuple[str, ...], bool, bool], str] = {}
+        self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
+        self._waiting: dict[tuple[str, ...], str] = {}
+
+    def waiting(self, states: tuple[str, ...]) -> str:
+        """Count a queue's jobs in `states`, stopping after %s rows: an index-only scan
+        (jobs_state or, for the claimable states, jobs_due), never the table."""
+        statement = self._waiting.get(states)
+        if statement is None:
+            statement = (
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.jobs} WHERE queue = %s "
+                f"AND state IN ({state_list(states)}) LIMIT %s) AS w"
+            )
+            self._waiting[states] = statement  # bounded: one per set of waiting states
+        return statement
 
     def apply_changed(
         self,
@@ -233,11 +250,20 @@ class Statements:
             self._audits[varying] = statement  # bounded: one per subset of audit columns
         return statement
 
-    def claim(self, states: tuple[str, ...], by_ids: bool, one_queue: bool = False) -> str:
+    def claim(
+        self,
+        states: tuple[str, ...],
+        by_ids: bool,
+        one_queue: bool = False,
+        skipping: bool = False,
+        by_kind: bool = False,
+    ) -> str:
         """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both
         the locked pre-images and the leased rows so the caller can check them
-        against the core's `lease` decision before it commits."""
-        key = (states, by_ids, one_queue)
+        against the core's `lease` decision before it commits. `skipping`: leave out
+        the ids in %(skip)s (jobs the core refused to lease). `by_kind`: only jobs whose
+        kind is in %(kinds)s."""
+        key = (states, by_ids, one_queue, skipping, by_kind)
         if key not in self._claims:
             # one queue: equality lets the planner walk jobs_due in lease order and
             # stop after `limit` rows; several queues: an index scan plus a sort.
@@ -246,6 +272,10 @@ class Statements:
                 f"state IN ({state_list(states)}) AND {queue} "
                 "AND run_after <= %(now)s AND (deadline IS NULL OR deadline > %(now)s) "
             )
+            if skipping:
+                due += "AND NOT (id = ANY(%(skip)s::text[])) "
+            if by_kind:
+                due += "AND kind = ANY(%(kinds)s::text[]) "
             if by_ids:
                 # One primary-key lookup per distinct id. With `id = ANY(...)` beside the
                 # due conditions, the planner of a young table (no statistics yet) walked

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -10,10 +11,17 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from fsm.errors import BadStoreURL
+from fsm.secrets import redact_url, scrub, url_secrets
 
+#: PostgreSQL identifiers (and LISTEN channel names) hold at most NAMEDATALEN - 1 bytes
+MAX_IDENTIFIER_BYTES = 63
+#: the LISTEN/NOTIFY channel of a schema is CHANNEL_PREFIX + schema (adapters.postgres.listen)
+CHANNEL_PREFIX = "jobfsm_"
+#: the longest schema name whose channel name still fits: 63 - 7 = 56 characters
+MAX_SCHEMA_LENGTH = MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX)
 #: a schema name: lower-case letters, digits and `_`, starting with a letter or `_`
-#: (so it never needs case-folding rules and is safe to quote).
-SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: (so it never needs case-folding rules and is safe to quote). Always `fullmatch`ed.
+SCHEMA_NAME = re.compile(rf"[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_LENGTH - 1}}}")
 
 POOL_MAX_LIMIT = 100
 #: options jobfsm reads itself; every other query parameter is a libpq parameter.
@@ -25,22 +33,22 @@ DEFAULT_CONNECT_TIMEOUT = 5
 
 @attrs.frozen
 class Settings:
-    conninfo: str
+    """A parsed store URL. `conninfo` holds the password: it is left out of the repr,
+    and `redacted` (the URL with passwords masked) is what messages show."""
+
+    conninfo: str = attrs.field(repr=False)
     redacted: str
     schema: str = "public"
     pool_min: int = 1
     pool_max: int = 10
     pool_timeout: float = 10.0
     migrate: bool = True
+    #: the password(s) of the URL, to mask in driver error texts (never shown)
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
 
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by `***`, for error messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    def scrub(self, text: str) -> str:
+        """A driver's error text fit to show: the URL's passwords masked."""
+        return scrub(text, self.secrets)
 
 
 def _int(name: str, text: str, low: int, high: int, url: str) -> int:
@@ -56,16 +64,25 @@ def _int(name: str, text: str, low: int, high: int, url: str) -> int:
 def parse(url: str) -> Settings:
     """Split a store URL into libpq conninfo and jobfsm options; BadStoreURL names the problem."""
     if not isinstance(url, str):
-        raise BadStoreURL(f"a PostgreSQL store URL must be a string, got {url!r}")
-    shown = redact(url)
+        raise BadStoreURL(f"a PostgreSQL store URL must be a string, got {type(url).__name__}")
+    shown = redact_url(url)
+    secrets = url_secrets(url)
+    if "://" not in url:
+        raise BadStoreURL(f"store URL {shown}: expected postgresql://user@host/dbname")
     parts = urlsplit(url)
     scheme = parts.scheme.lower().split("+", 1)[0]
     if scheme not in ("postgresql", "postgres"):
         raise BadStoreURL(f"store URL {shown}: expected postgresql://..., got scheme {scheme!r}")
+    # errors are raised outside the `except`, so no driver text (which may quote the
+    # password) is even chained as __context__
+    query: list[tuple[str, str]] = []
+    problem = ""
     try:
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as err:
-        raise BadStoreURL(f"store URL {shown}: malformed query string ({err})") from err
+        problem = f"malformed query string ({scrub(str(err), secrets)})"
+    if problem:
+        raise BadStoreURL(f"store URL {shown}: {problem}")
     ours: dict[str, str] = {}
     rest: list[tuple[str, str]] = []
     for key, value in query:
@@ -76,10 +93,13 @@ def parse(url: str) -> Settings:
         else:
             rest.append((key, value))
     schema = ours.get("schema", "public")
-    if not SCHEMA_NAME.match(schema):
+    if not SCHEMA_NAME.fullmatch(schema):
         raise BadStoreURL(
-            f"store URL {shown}: schema must be 1-63 lower-case letters, digits or '_' "
-            f"not starting with a digit; got {schema!r}"
+            f"store URL {shown}: schema must be 1-{MAX_SCHEMA_LENGTH} lower-case letters, "
+            f"digits or '_' not starting with a digit (at most {MAX_SCHEMA_LENGTH} so that "
+            f"its LISTEN channel {CHANNEL_PREFIX}<schema> fits PostgreSQL's "
+            f"{MAX_IDENTIFIER_BYTES}-byte names); got {schema[:80]!r}"
+            + (f" ({len(schema)} characters)" if len(schema) > MAX_SCHEMA_LENGTH else "")
         )
     pool_max = _int("pool_max", ours.get("pool_max", "10"), 1, POOL_MAX_LIMIT, shown)
     pool_min = _int("pool_min", ours.get("pool_min", "1"), 0, pool_max, shown)
@@ -96,17 +116,21 @@ def parse(url: str) -> Settings:
     if migrate_text not in ("true", "false", "1", "0", "yes", "no"):
         raise BadStoreURL(f"store URL {shown}: migrate must be true or false, got {migrate_text!r}")
     plain = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    params: dict[str, Any] = {}
     try:
         params = conninfo_to_dict(plain)
     except psycopg.Error as err:
-        raise BadStoreURL(f"store URL {shown}: {err}") from err
+        problem = scrub(str(err), secrets)  # the driver quotes the token it could not parse
+    if problem:
+        raise BadStoreURL(f"store URL {shown}: {problem}")
     extra = {} if "connect_timeout" in params else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
     return Settings(
         conninfo=make_conninfo(plain, **extra),
-        redacted=redact(plain),
+        redacted=redact_url(plain),
         schema=schema,
         pool_min=pool_min,
         pool_max=pool_max,
         pool_timeout=pool_timeout,
         migrate=migrate_text in ("true", "1", "yes"),
+        secrets=secrets,
     )

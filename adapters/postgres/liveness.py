@@ -11,10 +11,19 @@ one (fail closed), or make `hold` fail after HOLD_TIMEOUT with a StoreError.
 
 A monitor thread watches the connection: it wakes when the socket turns readable
 (the server terminated the session) or every CHECK_INTERVAL seconds, and runs
-`SELECT 1`. TCP keepalives and `tcp_user_timeout` bound how long a silent
+`SELECT pg_backend_pid()`. TCP keepalives and `tcp_user_timeout` bound how long a silent
 network can hide a dead connection. So `on_lost` is called once, at most
 CHECK_INTERVAL + TCP_USER_TIMEOUT seconds (4 s) after the session is gone, and
 within milliseconds when the server ends it.
+
+The lock proves a worker alive only if its connection IS one server session. A
+transaction-pooling proxy (PgBouncer with `pool_mode = transaction` or
+`statement`) lends a server session per transaction: the lock stays on a session
+other clients then use, and their probes read a live worker as dead. So the
+server's backend pid must stay the same: `hold` checks it PID_CHECKS times
+before it takes the lock (and refuses with `StoreError` naming transaction
+pooling if it moves), and the monitor checks it at every wake-up (a change
+counts as a lost lock, logged with the same explanation).
 """
 
 from __future__ import annotations
@@ -49,6 +58,29 @@ HOLD_TIMEOUT = 5.0
 REGISTRATION_TTL = 30 * 24 * 3600.0
 #: seconds `release` waits for the monitor thread to finish
 RELEASE_TIMEOUT = 5.0
+#: how many times `hold` reads the backend pid before it takes the lock
+PID_CHECKS = 4
+
+
+def pooling_error(first: int, then: int) -> str:
+    """Why a liveness session whose backend pid moved cannot be used."""
+    return (
+        f"the PostgreSQL backend pid of the liveness session changed ({first} -> {then}): "
+        "the connection goes through a proxy doing transaction pooling (PgBouncer pool_mode = "
+        "transaction or statement), which lends a server session per transaction, so a "
+        "session advisory lock cannot prove a worker alive and live workers would be "
+        "judged dead. Point jobfsm at PostgreSQL directly, or at a session-pooling proxy "
+        "(pool_mode = session)"
+    )
+
+
+def backend_pid(conn: psycopg.Connection[Any]) -> int:
+    """The server process serving this statement (never prepared: a pooler may move it)."""
+    row = conn.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+    if row is None:
+        raise psycopg.InterfaceError("SELECT pg_backend_pid() returned no row")
+    return int(row[0])
+
 
 _KEEPALIVE: dict[str, Any] = {
     "keepalives": 1,
@@ -57,6 +89,10 @@ _KEEPALIVE: dict[str, Any] = {
     "keepalives_count": 3,
     "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
 }
+
+
+class _Pooled(Exception):
+    """The backend pid moved between two statements of one connection."""
 
 
 def lock_key(owner: Owner) -> tuple[int, int]:
@@ -68,11 +104,17 @@ class _Holder(threading.Thread):
     """Owns the dedicated connection; watches it until released or lost."""
 
     def __init__(
-        self, owner: Owner, conn: psycopg.Connection[Any], on_lost: Callable[[], None], s: str
+        self,
+        owner: Owner,
+        conn: psycopg.Connection[Any],
+        on_lost: Callable[[], None],
+        s: str,
+        pid: int,
     ) -> None:
         super().__init__(name=f"jobfsm-liveness-{owner.incarnation[:8]}", daemon=True)
         self.owner = owner
         self.conn = conn
+        self.pid = pid
         self.on_lost = on_lost
         self.s = s
         self.stopping = threading.Event()
@@ -110,8 +152,11 @@ class _Holder(threading.Thread):
             if self.stopping.is_set():
                 return False
             try:
-                self.conn.execute("SELECT 1")
+                pid = backend_pid(self.conn)
             except psycopg.Error:
+                return True
+            if pid != self.pid:
+                log.error("liveness of %s: %s", self.owner, pooling_error(self.pid, pid))
                 return True
         return False
 
@@ -162,6 +207,7 @@ class PostgresLiveness:
                 return
             conn = self._store.connect(**_KEEPALIVE)
             try:
+                pid = self._stable_pid(conn)
                 conn.execute(f"SET lock_timeout = '{int(HOLD_TIMEOUT * 1000)}ms'")
                 conn.execute("SELECT pg_advisory_lock(%s, %s)", lock_key(owner))
                 conn.execute("RESET lock_timeout")
@@ -171,6 +217,9 @@ class PostgresLiveness:
                     self._register,
                     (owner.incarnation, owner.host, owner.pid, lock_key(owner)[1], now),
                 )
+            except _Pooled as err:
+                conn.close()
+                raise StoreError(f"liveness of {owner}: {err}") from None
             except pgerrors.LockNotAvailable as err:
                 conn.close()
                 raise StoreError(
@@ -180,9 +229,26 @@ class PostgresLiveness:
             except psycopg.Error as err:
                 conn.close()
                 raise TransientStoreError(f"taking the liveness lock of {owner}: {err}") from err
-            holder = _Holder(owner, conn, on_lost, self._store.sql.s)
+            holder = _Holder(owner, conn, on_lost, self._store.sql.s, pid)
             self._holders[owner.incarnation] = holder
             holder.start()
+
+    @staticmethod
+    def _stable_pid(conn: psycopg.Connection[Any]) -> int:
+        """The session's backend pid, read PID_CHECKS times; _Pooled if it moves."""
+        pid = backend_pid(conn)
+        for _ in range(PID_CHECKS - 1):
+            again = backend_pid(conn)
+            if again != pid:
+                raise _Pooled(pooling_error(pid, again))
+        if conn.info.backend_pid != pid:
+            log.warning(
+                "the liveness session reaches PostgreSQL through a connection pooler (the "
+                "server's pid %s is not the one announced at connect); only session pooling "
+                "keeps a liveness lock on its session",
+                pid,
+            )
+        return pid
 
     def release(self, owner: Owner) -> None:
         """Give the lock back (unregister, unlock, close); `on_lost` is not called."""

@@ -18,16 +18,22 @@ from typing import Any
 
 import attrs
 import psycopg
-from psycopg import errors as pgerrors
 
-from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_to_text
+from adapters._rows import (
+    AUDIT_COLUMNS,
+    JOB_COLUMNS,
+    Unclaimable,
+    check_storable,
+    first_rejections,
+    owner_to_text,
+)
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
+from . import _schema
 from ._base import (
     Conn,
-    Connected,
     _audit_arrays,
     _entry,
     _job,
@@ -35,17 +41,19 @@ from ._base import (
     _lease_order,
     _rollback,
 )
-from ._url import Settings
+from ._insert import COPY_MIN, INSERT_ROUNDS, Inserts
+from ._url import CHANNEL_PREFIX, Settings
+from .browse import PostgresBrowse
 from .listen import Listener
 from .liveness import PostgresLiveness
-from .waiting import FinalStates
+from .waiting import FinalStates, drop_trigger
 
 log = logging.getLogger(__name__)
 
-#: batches of at least this many jobs without idempotency keys are written with COPY
-COPY_MIN = 200
-#: how many times insert re-tries a duplicate key whose job vanished (pruned) meanwhile.
-INSERT_ROUNDS = 3
+__all__ = ["CLAIM_ROUNDS", "COPY_MIN", "INSERT_ROUNDS", "PostgresStore"]
+
+#: how many times one claim looks again past jobs the core refused to lease
+CLAIM_ROUNDS = 4
 _N = len(JOB_COLUMNS)
 _SET_COLUMNS = tuple(c for c in JOB_COLUMNS if c != "id")
 _set_values = operator.attrgetter(*_SET_COLUMNS)
@@ -80,7 +88,7 @@ def _value(job: Job, column: str) -> Any:
     return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
 
-class PostgresStore(Connected):
+class PostgresStore(Inserts, PostgresBrowse):
     """Jobs in `<schema>.jobs`, their audit trail in `<schema>.job_events`.
 
     Thread-safe: each call borrows a connection from a bounded pool
@@ -89,129 +97,13 @@ class PostgresStore(Connected):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self.channel = f"jobfsm_{settings.schema}"
+        self.channel = f"{CHANNEL_PREFIX}{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
         self._finals = FinalStates(self.connect, self.schema, f"{self.channel}_final")
         self.liveness = PostgresLiveness(self)
+        self._unclaimable = Unclaimable(log)
 
     # --- Store -----------------------------------------------------------------------
-
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
-        if not decisions:
-            return []
-        out: dict[int, Job] = {}
-        pending = list(enumerate(decisions))
-        for _ in range(INSERT_ROUNDS):
-            if not pending:
-                break
-            batch = [d for _, d in pending]
-            inserted = self._insert_once(batch)
-            missing = [(i, d) for i, d in pending if d.job.id not in inserted]
-            for i, d in pending:
-                if d.job.id in inserted:
-                    out[i] = d.job
-            if not missing:
-                break
-            found = self._existing([d for _, d in missing])
-            pending = []
-            for i, d in missing:
-                key = d.job.idempotency_key
-                job = found.get(("key", key)) if key is not None else None
-                job = job or found.get(("id", d.job.id))
-                if job is None:
-                    pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
-                else:
-                    out[i] = job
-        if len(out) != len(decisions):
-            raise TransientStoreError(
-                f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
-                f"vanishing in {INSERT_ROUNDS} rounds; retry"
-            )
-        return [out[i] for i in range(len(decisions))]
-
-    def _insert_once(self, decisions: Sequence[Decision]) -> set[str]:
-
-        def body(conn: Conn) -> set[str]:
-            entries = [d.entry for d in decisions if d.entry is not None]
-            params = [
-                *_job_arrays(d.job for d in decisions),
-                *_audit_arrays(entries),
-                self.channel,
-            ]
-            return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
-
-        def reconcile() -> set[str]:
-            return self._reconcile_insert(decisions)
-
-        if len(decisions) >= COPY_MIN and all(d.job.idempotency_key is None for d in decisions):
-            copied = self._copy_insert(decisions)
-            if copied is not None:
-                return copied
-        return self._write("insert", body, reconcile)
-
-    def _copy_insert(self, decisions: Sequence[Decision]) -> set[str] | None:
-        """A large batch without idempotency keys: COPY the rows in one transaction.
-
-        Returns None (nothing written) if one of the ids is already stored (a batch
-        inserted again): the caller then takes the ON CONFLICT path.
-        """
-        ids = {d.job.id for d in decisions}
-        lost: psycopg.Error | None = None
-        with self.connection("insert") as conn:
-            try:
-                conn.execute("BEGIN")
-                with conn.cursor() as cur:
-                    with cur.copy(self.sql.copy_jobs) as copy:
-                        for row in zip(*_job_arrays(d.job for d in decisions), strict=True):
-                            copy.write_row(row)
-                    entries = [d.entry for d in decisions if d.entry is not None]
-                    with cur.copy(self.sql.copy_events) as copy:
-                        for row in zip(*_audit_arrays(entries), strict=True):
-                            copy.write_row(row)
-                queues = sorted({d.job.queue for d in decisions})
-                conn.execute(self.sql.notify, (self.channel, queues))
-            except pgerrors.UniqueViolation:
-                _rollback(conn)
-                return None
-            except BaseException:
-                _rollback(conn)
-                raise
-            try:
-                conn.execute("COMMIT")
-            except psycopg.Error as err:
-                if not conn.broken:
-                    _rollback(conn)
-                    raise
-                lost = err
-            else:
-                return ids
-        self._purge()
-        log.warning("connection lost while committing an insert (%s); reconciling", lost)
-        return self._reconcile_insert(decisions)
-
-    def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
-        """After a lost commit: the ids whose rows show the decided job, or Transient."""
-        ids = [d.job.id for d in decisions]
-        with self.connection("insert (reconcile)") as conn:
-            rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
-        stored = {_job(r).id: _job(r) for r in rows}
-        mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
-        if not mine:
-            raise self._unknown(f"insert of {len(ids)} jobs")
-        return mine
-
-    def _existing(self, decisions: Sequence[Decision]) -> dict[tuple[str, str | None], Job]:
-        keys = [d.job.idempotency_key for d in decisions if d.job.idempotency_key is not None]
-        ids = [d.job.id for d in decisions]
-        with self.connection("insert (existing keys)") as conn:
-            rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
-        found: dict[tuple[str, str | None], Job] = {}
-        for row in rows:
-            job = _job(row)
-            found[("id", job.id)] = job
-            if job.idempotency_key is not None:
-                found[("key", job.idempotency_key)] = job
-        return found
 
     def get(self, job_id: str) -> Job | None:
         with self.connection("get") as conn:
@@ -221,10 +113,29 @@ class PostgresStore(Connected):
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
             return []
-        if request.ids is not None and not request.ids:
+        if (request.ids is not None and not request.ids) or request.kinds == ():
             return []
+        skip = self._unclaimable.known()
+        for _ in range(CLAIM_ROUNDS):  # bounded: a round only repeats past refused jobs
+            leased, refused = self._claim_once(request, skip)
+            if not refused:
+                return leased
+            skip = [*skip, *refused]
+        return []  # every round met a job the core refused: the next claim goes on
+
+    def _claim_once(
+        self, request: ClaimRequest, skip: Sequence[str]
+    ) -> tuple[list[Job], list[str]]:
+        """One lease transaction. A job whose lease decision raises is refused: the
+        transaction rolls back and its id comes back, for the next round to skip."""
         one_queue = len(set(request.queues)) == 1
-        statement = self.sql.claim(tuple(request.states), request.ids is not None, one_queue)
+        statement = self.sql.claim(
+            tuple(request.states),
+            request.ids is not None,
+            one_queue,
+            bool(skip),
+            request.kinds is not None,
+        )
         params = {
             "queues": list(request.queues),
             "queue": request.queues[0],
@@ -233,8 +144,11 @@ class PostgresStore(Connected):
             "ids": None if request.ids is None else list(request.ids),
             "owner": owner_to_text(request.owner),
             "lease_until": request.lease_until,
+            "skip": list(skip),
+            "kinds": None if request.kinds is None else list(request.kinds),
         }
         decisions: list[Decision] = []
+        refused: list[str] = []
         lost: psycopg.Error | None = None
         with self.connection("claim") as conn:
             try:
@@ -244,11 +158,19 @@ class PostgresStore(Connected):
                     cursor = conn.execute(statement, params)
                 for row in cursor.fetchall():
                     before, after = _job(row[:_N]), _job(row[_N:])
-                    decision = request.decide(before)
+                    try:
+                        decision = request.decide(before)
+                    except Exception as err:  # one job the core refuses fails alone
+                        self._unclaimable.skip(before, err)
+                        refused.append(before.id)
+                        continue
                     if decision.job != after:
                         raise StoreError(_disagreement(before, after, decision.job))
                     decisions.append(decision)
                 decisions.sort(key=lambda d: _lease_order(d.job))
+                if refused:
+                    _rollback(conn)
+                    return [], refused
             except BaseException:
                 _rollback(conn)
                 raise
@@ -266,15 +188,15 @@ class PostgresStore(Connected):
                     raise
                 lost = err
             else:
-                return [d.job for d in decisions]
+                return [d.job for d in decisions], []
         self._purge()
         if not decisions:
-            return []  # nothing was leased, so nothing can have been committed
+            return [], []  # nothing was leased, so nothing can have been committed
         log.warning("connection lost while committing a claim; reconciling")
         confirmed = self._confirmed(decisions, "claim", lost)
         if not confirmed:
             raise self._unknown(f"claim of {len(decisions)} jobs")
-        return [d.job for d in decisions]
+        return [d.job for d in decisions], []
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         if not decisions:
@@ -282,6 +204,7 @@ class PostgresStore(Connected):
         for d in decisions:
             if d.previous is None:
                 raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
         ids = [d.job.id for d in decisions]
         if len(set(ids)) != len(ids):
             return self._apply_in_order(decisions)
@@ -431,6 +354,8 @@ class PostgresStore(Connected):
         return self._write("renew", body, reconcile)
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
+        check_storable((), entries)
+        entries = first_rejections(entries)  # a repeated rejected report: recorded once
         if not entries:
             return
         params = _audit_arrays(entries)
@@ -512,6 +437,21 @@ class PostgresStore(Connected):
     def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
         """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""
         return self._finals.watch(job_id, changed)
+
+    def drop_schema(self) -> None:
+        """Remove everything jobfsm created: its tables (with their indexes and
+        sequences), then the schema unless it is `public` or holds anything else.
+        Closes the store. Call it when no other process uses the schema."""
+        self.liveness.close()
+        self._listener.close()
+        self._finals.close()
+        with self.connect() as conn:
+            try:
+                drop_trigger(conn, self.schema)
+                _schema.drop(conn, self.schema)
+            except psycopg.Error as err:
+                raise self._translate(err, "drop schema") from err
+        self.close()
 
     def close(self) -> None:
         if self._closed:

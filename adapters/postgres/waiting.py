@@ -60,6 +60,11 @@ EXECUTE FUNCTION {schema}.jobfsm_notify_final();
 """
 
 
+def drop_trigger(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Remove the trigger's function (the trigger goes with it), for `drop_schema`."""
+    conn.execute(f"DROP FUNCTION IF EXISTS {quote(schema)}.jobfsm_notify_final() CASCADE")
+
+
 class FinalStates:
     """The listener behind `PostgresStore.watch`: one connection, one thread, many watchers."""
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
+
 import attrs
+from pika.adapters.utils import connection_workflow as workflow
 
 from ._pika import pika_errors
 
@@ -33,10 +37,9 @@ def _is_ack_timeout(code: int, text: str) -> bool:
 def classify(err: BaseException) -> Verdict:
     """Sort a failure into recoverable (reconnect within budget) or fatal."""
     detail = f"{type(err).__name__}: {err}"
-    if isinstance(err, pika_errors.ProbableAuthenticationError | pika_errors.AuthenticationError):
-        return Verdict(False, "auth", detail)
-    if isinstance(err, pika_errors.ProbableAccessDeniedError):
-        return Verdict(False, "access-denied", detail)
+    verdict = _classify_connect(err, detail)
+    if verdict is not None:
+        return verdict
     if isinstance(err, pika_errors.ConnectionClosedByBroker | pika_errors.ChannelClosedByBroker):
         code, text = err.reply_code, err.reply_text
         if _is_ack_timeout(code, text):
@@ -58,8 +61,44 @@ def classify(err: BaseException) -> Verdict:
         | pika_errors.ChannelClosed
         | pika_errors.ConnectionWrongStateError
         | pika_errors.ChannelWrongStateError
-        | ConnectionError
-        | TimeoutError,
+        | OSError,  # ConnectionError, TimeoutError (socket.timeout), unreachable networks
     ):
         return Verdict(True, "connection-lost", detail)
     return Verdict(False, "unexpected", detail)
+
+
+def _classify_connect(err: BaseException, detail: str) -> Verdict | None:
+    """Failures of opening a connection: credentials and protocol are fatal, the rest
+    (refused, DNS, handshake timeouts, wrapped or not) worth another attempt."""
+    if isinstance(err, pika_errors.ProbableAuthenticationError | pika_errors.AuthenticationError):
+        return Verdict(False, "auth", detail)
+    if isinstance(err, pika_errors.ProbableAccessDeniedError):
+        return Verdict(False, "access-denied", detail)
+    if isinstance(err, pika_errors.IncompatibleProtocolError):
+        return Verdict(
+            False,
+            "incompatible-protocol",
+            f"{detail} (the URL's host and port answer, but not with AMQP: another service?)",
+        )
+    if isinstance(err, ssl.SSLCertVerificationError):
+        return Verdict(False, "tls-verify", detail)
+    # pika's connection workflow wraps the cause of a failed phase; judge the cause
+    inner = getattr(err, "exception", None)
+    if isinstance(err, workflow.AMQPConnectorPhaseErrorBase) and isinstance(inner, BaseException):
+        verdict = classify(inner)
+        if verdict.kind != "unexpected":
+            return Verdict(verdict.recoverable, verdict.kind, detail)
+        return Verdict(True, "connect-failed", detail)
+    if type(err) is pika_errors.AMQPConnectionError and err.args:
+        first = err.args[0]
+        if isinstance(first, BaseException):
+            verdict = classify(first)
+            recoverable = verdict.recoverable or verdict.kind == "unexpected"
+            return Verdict(recoverable, verdict.kind, detail)
+    if isinstance(err, workflow.AMQPConnectorStackTimeout):
+        return Verdict(True, "handshake-timeout", detail)
+    if isinstance(err, workflow.AMQPConnectorException):
+        return Verdict(True, "connect-failed", detail)
+    if isinstance(err, socket.gaierror):
+        return Verdict(True, "dns", detail)
+    return None

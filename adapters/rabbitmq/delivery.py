@@ -16,9 +16,9 @@ from fsm.records import Job
 from .config import RabbitConfig
 from .consumer import Consumer, Token
 from .errors import DeliveryFailed
-from .messages import PoisonMessage, decode
+from .messages import PoisonMessage, decode, id_only
 from .outbox import Outbox
-from .publisher import Publisher
+from .publisher import Publisher, Skipped
 from .repair import Repairer
 
 log = logging.getLogger(__name__)
@@ -49,17 +49,20 @@ class RabbitDelivery:
             raise ValueError("pass either config= or url/options to RabbitDelivery, not both")
         self.config = config
         self.engine = engine
-        self.publisher = Publisher(config)
-        self.outbox = Outbox(config)
-        self.consumer = Consumer(config)
+        #: wake-ups that cannot be published as they are (shared: each is logged once)
+        self.skipped = Skipped()
+        self.publisher = Publisher(config, self.skipped)
+        self.outbox = Outbox(config, self.skipped)
+        self.consumer = Consumer(config, self._recovered)
         self.repairer = (
             None if engine is None else Repairer(engine, self.publisher, config, self.outbox.lost)
         )
         self._queues: tuple[str, ...] = ()
         # Unknown-job checks run after settle, off the claim loop (one store read each).
         self._verifying = engine is not None and config.verify_job_ids
-        self._unverified: dict[Token, tuple[str, bytes]] = {}
-        self._to_verify: deque[tuple[str, bytes, str]] = deque(maxlen=VERIFY_LIMIT)
+        # Only job ids wait for the check, never message bodies (bounded by VERIFY_LIMIT).
+        self._unverified: dict[Token, str] = {}
+        self._to_verify: deque[tuple[str, str]] = deque(maxlen=VERIFY_LIMIT)
         self._verify_wanted = threading.Event()
         self.unknown_jobs = 0
         self._stop = threading.Event()
@@ -91,6 +94,11 @@ class RabbitDelivery:
 
     # --- the worker side --------------------------------------------------------------
 
+    def _recovered(self, reason: str) -> None:
+        metrics = None if self.engine is None else self.engine.metrics
+        if metrics is not None:
+            metrics.delivery_recovery("rabbitmq", reason)
+
     def start(self, queues: Sequence[str]) -> None:
         self._queues = tuple(check_name("queue", q) for q in queues)
         if not self._queues:
@@ -121,18 +129,22 @@ class RabbitDelivery:
         wakeups: list[Wakeup] = []
         for item in self.consumer.take(capacity, timeout):
             try:
-                hint = decode(item.body, limit=self.config.max_message_bytes)
-                job_id = str(hint["job_id"])
-            except PoisonMessage as err:
+                job_id = str(decode(item.body, limit=self.config.max_message_bytes)["job_id"])
+            except Exception as err:  # any message that is not a wake-up fails alone, at once
+                reason = (
+                    err.reason
+                    if isinstance(err, PoisonMessage)
+                    else (f"message could not be read ({type(err).__name__}: {err})")
+                )
                 log.warning(
                     "dead-lettering a message from queue %r: %s",
                     self.config.queue_name(item.token.queue) if item.token.queue else "?",
-                    err.reason,
+                    reason,
                 )
-                self.consumer.dead_letter(item.token, item.body, err.reason)
+                self.consumer.dead_letter(item.token, item.body, reason)
                 continue
             if self._verifying:
-                self._unverified[item.token] = (job_id, item.body)
+                self._unverified[item.token] = job_id
                 while len(self._unverified) > VERIFY_LIMIT:
                     del self._unverified[next(iter(self._unverified))]
             wakeups.append(Wakeup(job_id, item.token))
@@ -149,9 +161,9 @@ class RabbitDelivery:
             raise ValueError(f"settle() got a wake-up RabbitDelivery did not hand out: {wakeup}")
         if self.config.ack_on_settle:
             self.consumer.ack(token)
-        entry = self._unverified.pop(token, None) if self._verifying else None
-        if entry is not None and not claimed:
-            self._to_verify.append((entry[0], entry[1], token.queue))
+        job_id = self._unverified.pop(token, None) if self._verifying else None
+        if job_id is not None and not claimed:
+            self._to_verify.append((job_id, token.queue))
             self._verify_wanted.set()
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -191,13 +203,14 @@ class RabbitDelivery:
             self._verify_wanted.wait(1.0)
             self._verify_wanted.clear()
             while self._to_verify:
-                job_id, body, queue = self._to_verify.popleft()
+                job_id, queue = self._to_verify.popleft()
                 try:
                     if self.engine.store.get(job_id) is not None:
                         continue
                     reason = f"unknown job {job_id!r}"
                     log.warning("dead-lettering a wake-up from queue %r: %s", queue, reason)
-                    self.publisher.dead_letter(body, reason, self.config.queue_name(queue))
+                    name = self.config.queue_name(queue)
+                    self.publisher.dead_letter(id_only(job_id), reason, name)
                     self.unknown_jobs += 1
                 except Exception:  # a store or broker hiccup: the message was already acked
                     log.warning("checking the wake-up of job %s failed", job_id, exc_info=True)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from fsm.records import Job
 
 from .config import RabbitConfig
-from .publisher import Publisher
+from .publisher import Publisher, Skipped
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,9 @@ LOST_LIMIT = 10_000
 class Outbox:
     """A bounded queue of wake-ups and `config.publisher_threads` sender threads."""
 
-    def __init__(self, config: RabbitConfig) -> None:
+    def __init__(self, config: RabbitConfig, skipped: Skipped | None = None) -> None:
         self._config = config
+        self._skipped = Skipped() if skipped is None else skipped
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=config.outbox_limit)
         self._threads: list[threading.Thread] = []
         self._publishers: list[Publisher] = []
@@ -53,7 +54,7 @@ class Outbox:
             if self._threads or self._closed:
                 return
             for n in range(self._config.publisher_threads):
-                publisher = Publisher(self._config)
+                publisher = Publisher(self._config, self._skipped)
                 thread = threading.Thread(
                     target=self._send_loop,
                     args=(publisher,),

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fsm.errors import BadInput
 from fsm.records import Job
 
 from . import messages, topology
@@ -31,12 +33,69 @@ from .errors import PublishFailed
 
 log = logging.getLogger(__name__)
 
+#: job ids remembered as unpublishable (or sent without a property); beyond, the oldest go
+SKIPPED_LIMIT = 10_000
+#: what pika raises while encoding a message, before anything is written to the socket
+_ENCODING_ERRORS = (pika_errors.ShortStringTooLong, UnicodeEncodeError, TypeError, ValueError)
+
+
+class Unpublishable(Exception):
+    """This job's wake-up cannot be put on the wire; `reason` says why."""
+
+    def __init__(self, job: Job, reason: str) -> None:
+        self.job = job
+        self.reason = reason
+        super().__init__(f"wake-up of job {job.id} cannot be published: {reason}")
+
+
+class Skipped:
+    """Wake-ups that could not be published as they are, each logged once (bounded).
+
+    `blocked` ids (no wake-up can be made: e.g. a routing key over 255 bytes) are left
+    out of later batches and repair sweeps; the job stays queued in the store. Ids sent
+    without a hint property (an over-long `correlation_id`) are only remembered so that
+    the warning is not repeated.
+    """
+
+    def __init__(self, limit: int = SKIPPED_LIMIT) -> None:
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._seen: OrderedDict[tuple[str, bool], str] = OrderedDict()
+
+    def note(self, job: Job, reason: str, *, blocked: bool) -> None:
+        key = (job.id, blocked)
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen[key] = reason
+            while len(self._seen) > self._limit:
+                self._seen.popitem(last=False)
+        if blocked:
+            log.error(
+                "wake-up of job %s (queue %r) cannot be published and is skipped: %s; the job "
+                "stays queued in the store (the rest of its batch is published)",
+                job.id,
+                job.queue,
+                reason,
+            )
+        else:
+            log.warning("wake-up of job %s is sent without a hint property: %s", job.id, reason)
+
+    def blocked(self, job_id: str) -> bool:
+        with self._lock:
+            return (job_id, True) in self._seen
+
+    def reason(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._seen.get((job_id, True))
+
 
 class Publisher:
     """Publishes wake-ups for committed jobs and reads queue depths for the repair sweep."""
 
-    def __init__(self, config: RabbitConfig) -> None:
+    def __init__(self, config: RabbitConfig, skipped: Skipped | None = None) -> None:
         self._config = config
+        self.skipped = Skipped() if skipped is None else skipped
         self._lock = threading.Lock()
         self._conn: Any = None
         self._channel: Any = None  # transactional: batches
@@ -56,10 +115,10 @@ class Publisher:
             return self._channel
         self._drop()
         self._conn = pika.BlockingConnection(topology.parameters(self._config))
+        topology.declare_dead_letters(self._conn, self._config)
         channel = self._conn.channel()
         channel.add_on_return_callback(self._on_return)
         channel.tx_select()
-        topology.declare_dead_letters(channel, self._config)
         self._single = self._conn.channel()
         self._single.confirm_delivery()
         self._channel = channel
@@ -109,55 +168,114 @@ class Publisher:
                     channel = self._ensure()
                     while done < len(jobs):
                         batch = jobs[done : done + size]
-                        for job in batch:
-                            self._declare(channel, job.queue)
-                        if len(batch) == 1:
-                            self._publish_confirmed(batch[0])
-                            done += 1
-                            self.published += 1
-                            continue
-                        for job in batch:
-                            channel.basic_publish(
-                                exchange="",
-                                routing_key=self._config.queue_name(job.queue),
-                                body=messages.encode(job),
-                                properties=_properties(job),
-                                mandatory=True,
-                            )
-                        returned = self._commit(channel)
+                        ready = self._prepare(channel, batch)
+                        if len(ready) == 1:
+                            self._publish_confirmed(*ready[0])
+                        elif ready:
+                            self._publish_batch(channel, ready)
                         done += len(batch)
-                        self.published += len(batch) - len(returned)
-                        if returned:
-                            queue = next(j.queue for j in batch if j.id == returned[0])
-                            raise self._unroutable(returned[0], queue, len(returned))
                     return
                 except PublishFailed:
                     raise
                 except Exception as err:
                     verdict = classify(err)
+                    detail = self._config.scrub(verdict.detail)
                     self._drop()
                     if not verdict.recoverable or round_ == self._config.publish_retries:
                         raise PublishFailed(
                             f"publishing wake-ups for {len(jobs) - done} jobs failed "
-                            f"({verdict.kind}): {verdict.detail}"
-                        ) from err
-                    log.info("publisher connection lost (%s); reconnecting once", verdict.detail)
+                            f"({verdict.kind}): {detail}"
+                        ) from None
+                    log.info("publisher connection lost (%s); reconnecting once", detail)
 
-    def _publish_confirmed(self, job: Job) -> None:
+    def _prepare(self, channel: Any, batch: Sequence[Job]) -> list[tuple[Job, str, bytes, Any]]:
+        """(job, routing key, body, properties) for each job of `batch` whose wake-up can be
+        made; the others are skipped (logged once) and never fail the batch."""
+        out = []
+        for job in batch:
+            if self.skipped.blocked(job.id):
+                continue
+            try:
+                routing_key, body, properties = self._wakeup(job)
+            except Unpublishable as err:
+                self.skipped.note(job, err.reason, blocked=True)
+                continue
+            self._declare(channel, job.queue)
+            out.append((job, routing_key, body, properties))
+        return out
+
+    def _wakeup(self, job: Job) -> tuple[str, bytes, Any]:
+        """Routing key, body and properties of `job`'s wake-up, or Unpublishable.
+
+        The properties are hints: one AMQP cannot carry (a `correlation_id` over 255
+        bytes, a lone surrogate) is left out, and the body still names the job.
+        """
+        try:
+            routing_key = self._config.queue_name(job.queue)
+        except BadInput as err:
+            raise Unpublishable(job, f"its queue name is not valid here ({err})") from None
+        problem = messages.short_string_problem("the routing key (queue name)", routing_key)
+        if problem is not None:
+            raise Unpublishable(job, problem)
+        try:
+            body = messages.encode(job)
+        except (TypeError, ValueError) as err:
+            raise Unpublishable(job, f"its hint is not JSON ({err})") from None
+        hints = {"message_id": job.id, "correlation_id": job.correlation_id, "type": job.kind}
+        for name, value in list(hints.items()):
+            problem = messages.short_string_problem(name, value)
+            if problem is not None:
+                self.skipped.note(job, f"{problem}; sent without it", blocked=False)
+                hints[name] = None
+        properties = pika.BasicProperties(
+            content_type=messages.CONTENT_TYPE,
+            delivery_mode=pika.DeliveryMode.Persistent,
+            **hints,
+        )
+        return routing_key, body, properties
+
+    def _publish_batch(self, channel: Any, ready: list[tuple[Job, str, bytes, Any]]) -> None:
+        sent: list[Job] = []
+        for job, routing_key, body, properties in ready:
+            try:
+                channel.basic_publish(
+                    exchange="",
+                    routing_key=routing_key,
+                    body=body,
+                    properties=properties,
+                    mandatory=True,
+                )
+            except _ENCODING_ERRORS as err:  # pika encodes a frame fully before sending it
+                self.skipped.note(job, f"{type(err).__name__}: {err}", blocked=True)
+                continue
+            sent.append(job)
+        if not sent:
+            return
+        returned = self._commit(channel)
+        self.published += len(sent) - len(returned)
+        if returned:
+            queue = next(j.queue for j in sent if j.id == returned[0])
+            raise self._unroutable(returned[0], queue, len(returned))
+
+    def _publish_confirmed(self, job: Job, routing_key: str, body: bytes, properties: Any) -> None:
         try:
             self._single.basic_publish(
                 exchange="",
-                routing_key=self._config.queue_name(job.queue),
-                body=messages.encode(job),
-                properties=_properties(job),
+                routing_key=routing_key,
+                body=body,
+                properties=properties,
                 mandatory=True,
             )
+        except _ENCODING_ERRORS as err:
+            self.skipped.note(job, f"{type(err).__name__}: {err}", blocked=True)
+            return
         except pika_errors.UnroutableError as err:
             raise self._unroutable(job.id, job.queue, 1) from err
         except pika_errors.NackError as err:
             raise PublishFailed(
                 f"the broker refused (nacked) the wake-up for job {job.id}"
             ) from err
+        self.published += 1
 
     def _unroutable(self, job_id: str, queue: str, count: int) -> PublishFailed:
         more = f" ({count} in all)" if count > 1 else ""
@@ -200,10 +318,7 @@ class Publisher:
                 exchange=self._config.dead_letter_exchange,
                 routing_key=queue_name,
                 body=body,
-                properties=pika.BasicProperties(
-                    delivery_mode=pika.DeliveryMode.Persistent,
-                    headers={messages.REASON_HEADER: reason, messages.QUEUE_HEADER: queue_name},
-                ),
+                properties=messages.dead_letter_properties(reason, queue_name),
             )
             self._commit(channel)
 
@@ -214,19 +329,10 @@ class Publisher:
                 return topology.declare_queues(self._ensure(), self._config, queues)
             except Exception as err:
                 self._drop()
-                raise PublishFailed(f"reading queue depths failed: {classify(err).detail}") from err
+                detail = self._config.scrub(classify(err).detail)
+                raise PublishFailed(f"reading queue depths failed: {detail}") from None
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._drop()
-
-
-def _properties(job: Job) -> Any:
-    return pika.BasicProperties(
-        content_type=messages.CONTENT_TYPE,
-        delivery_mode=pika.DeliveryMode.Persistent,
-        message_id=job.id,
-        correlation_id=job.correlation_id,
-        type=job.kind,
-    )

@@ -74,8 +74,11 @@ class Repairer:
         )
         known_lost = self._known_lost(queues, now)
         lost_ids = {j.id for j in known_lost}
+        skipped = self._publisher.skipped
         stale = [
-            j for j in self.stale(jobs, now) if j.id not in self._recent and j.id not in lost_ids
+            j
+            for j in self.stale(jobs, now)
+            if j.id not in self._recent and j.id not in lost_ids and not skipped.blocked(j.id)
         ]
         if not stale and not known_lost:
             return 0
@@ -104,6 +107,8 @@ class Repairer:
             job = self._engine.store.get(self._lost.popleft())
             if job is None or job.state not in WAITING or job.queue not in queues:
                 continue  # leased, finished or pruned since: nothing to announce
+            if self._publisher.skipped.blocked(job.id):
+                continue  # no wake-up can be made for it (logged once when found)
             if job.run_after <= now:
                 out.append(job)  # not due yet: the stale rule announces it once due
         return out

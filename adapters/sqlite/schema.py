@@ -18,14 +18,14 @@ CLAIMABLE_STATES = ("queued", "retry_wait")
 LEASED_STATES = ("cancelling", "leased", "running")
 ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
 
-_STATE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_STATE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # always fullmatch: "$" admits a final newline
 
 
 def in_list(states: Iterable[str]) -> str:
     """`('a','b')` for validated state names, sorted, so equal sets render equally."""
     names = sorted(set(states))
     for name in names:
-        if not isinstance(name, str) or not _STATE.match(name):
+        if not isinstance(name, str) or not _STATE.fullmatch(name):
             raise ValueError(f"not a valid state name: {name!r}")
     return "(" + ",".join(f"'{n}'" for n in names) + ")"
 

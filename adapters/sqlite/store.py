@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import os
 import sqlite3
@@ -12,11 +12,38 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConflict
-from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
-from fsm.records import AuditEntry, Decision, Job, Owner
+from fsm.errors import QueueFull, SchemaError, StoreError, TransientStoreError, VersionConflict
+from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.records import AuditEntry, Decision, Job
 
-from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
+from .._rows import (
+    Unclaimable,
+    check_storable,
+    decide_leases,
+    first_rejections,
+    owner_to_text,
+    rejected_key,
+)
+from ._sql import (
+    _AUDIT_COLS,
+    _AUDIT_INSERT,
+    _CHUNK,
+    _DECIDED_COLS,
+    _JOB_COLS,
+    _JOB_MARKS,
+    _RECORD,
+    _RECORD_REJECTED,
+    CLAIM_ROUNDS,
+    _audit_values,
+    _cas_statement,
+    _cas_update,
+    _create_private,
+    _job,
+    _job_values,
+    _translated,
+    _waiting_sql,
+)
+from .browse import SqliteBrowse
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -29,86 +56,8 @@ from .url import SqliteOptions, parse_url
 
 log = logging.getLogger(__name__)
 
-_JOB_COLS = ", ".join(JOB_COLUMNS)
-_JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
-_AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
-_AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
-_DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
-#: rows per multi-row statement: 29 bound values a row stays under SQLite's
-#: default limit of 32766 variables.
-_CHUNK = 500
-_TRANSIENT = ("locked", "busy")
-_SCHEMA = ("no such table", "no such column", "has no column")
 
-
-_OWNER_AT = JOB_COLUMNS.index("owner")
-_VERSION_AT = JOB_COLUMNS.index("version")
-
-
-@functools.lru_cache(maxsize=1024)
-def _owner_text(owner: Owner) -> str | None:
-    return owner_to_text(owner)
-
-
-def _job(row: Sequence[Any]) -> Job:
-    """A Job from a row selected as `_JOB_COLS` (the `_rows` mapping, positionally)."""
-    return job_from_values(row)
-
-
-def _job_values(job: Job) -> list[Any]:
-    """The row of `job` in `JOB_COLUMNS` order (as `_rows.job_to_row` maps it)."""
-    values = [getattr(job, c) for c in JOB_COLUMNS]
-    if job.owner is not None:
-        values[_OWNER_AT] = _owner_text(job.owner)
-    return values
-
-
-@functools.lru_cache(maxsize=256)  # bounded: a transition changes one of a few column sets
-def _update_sql(columns: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{c} = ?" for c in columns)
-    return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
-
-
-def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
-    """Write `d.job` over `d.previous` if the stored version is still the previous one.
-
-    Only the columns the decision changed are set: every write bumps `version`,
-    so a row at `d.previous.version` holds exactly `d.previous`, and setting the
-    changed columns leaves the row equal to `d.job`. (Setting every column would
-    rewrite every index entry of the row, unchanged or not.)
-    """
-    assert d.previous is not None
-    new, old = _job_values(d.job), _job_values(d.previous)
-    changed = [i for i in range(1, len(new)) if new[i] != old[i] or i == _VERSION_AT]
-    columns = tuple(JOB_COLUMNS[i] for i in changed)
-    values = [new[i] for i in changed]
-    cur = conn.execute(_update_sql(columns), [*values, d.job.id, d.previous.version])
-    return cur.rowcount == 1
-
-
-def _audit_values(entry: AuditEntry) -> list[Any]:
-    return [getattr(entry, c) for c in AUDIT_COLUMNS]
-
-
-@contextmanager
-def _translated(path: str, what: str) -> Iterator[None]:
-    """Translate sqlite3 errors into the jobfsm store errors, naming the file and call."""
-    try:
-        yield
-    except sqlite3.OperationalError as err:
-        text = str(err).lower()
-        if any(word in text for word in _TRANSIENT):
-            raise TransientStoreError(f"SQLite store {path}: {what}: {err}") from err
-        if any(word in text for word in _SCHEMA):
-            raise SchemaError(
-                f"SQLite store {path}: {what}: {err} (run `jobfsm migrate` or reopen the store)"
-            ) from err
-        raise StoreError(f"SQLite store {path}: {what}: {err}") from err
-    except sqlite3.Error as err:
-        raise StoreError(f"SQLite store {path}: {what}: {err}") from err
-
-
-class SqliteStore:
+class SqliteStore(SqliteBrowse):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
@@ -128,6 +77,7 @@ class SqliteStore:
         #: serializes this process's write transactions (see `_write`)
         self._writer = threading.Lock()
         self._writer_pid = os.getpid()
+        self._unclaimable = Unclaimable(log)
 
     # --- connections -----------------------------------------------------------
 
@@ -135,6 +85,7 @@ class SqliteStore:
         if self._closed:
             raise StoreError(f"SQLite store {self.path} is closed")
         with _translated(self.path, "open"):
+            _create_private(self.path)
             conn = sqlite3.connect(
                 self.path,
                 timeout=self.options.busy_timeout_ms / 1000,
@@ -184,20 +135,30 @@ class SqliteStore:
         """One write transaction, taken with BEGIN IMMEDIATE (waits up to the busy timeout).
 
         Threads of one process queue on a lock first, so SQLite's busy handler
-        (which polls and is not fair) only arbitrates between processes.
-        Both waits are bounded by the busy timeout.
+        (which polls and is not fair) only arbitrates between processes. The two
+        waits together are bounded by the busy timeout: what the first used up is
+        taken from the second. Callers prepare every value before they enter, so
+        the write lock is held for the statements alone.
         """
         conn = self._conn()
         writer = self._writer_lock()
-        timeout = self.options.busy_timeout_ms / 1000
-        if not writer.acquire(timeout=timeout):
+        busy_ms = self.options.busy_timeout_ms
+        started = time.monotonic()
+        if not writer.acquire(timeout=busy_ms / 1000):
             raise TransientStoreError(
                 f"SQLite store {self.path}: {what}: database is locked (waited "
-                f"{self.options.busy_timeout_ms} ms for this process's other writers)"
+                f"{busy_ms} ms for this process's other writers); nothing was written"
             )
         try:
             with _translated(self.path, what):
-                conn.execute("BEGIN IMMEDIATE")
+                waited_ms = int((time.monotonic() - started) * 1000)
+                if waited_ms >= 1:
+                    conn.execute(f"PRAGMA busy_timeout = {max(1, busy_ms - waited_ms)}")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    if waited_ms >= 1:
+                        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
                 try:
                     yield conn
                     conn.execute("COMMIT")
@@ -231,8 +192,14 @@ class SqliteStore:
             return int(row[0])
 
     def migrate(self) -> list[int]:
-        """Apply the missing migration steps; return their numbers (empty if none)."""
+        """Apply the missing migration steps; return their numbers (empty if none).
+
+        A file already at this version is only read (no write lock), so a store
+        opens while another process holds, or is frozen in, a write transaction.
+        """
         applied: list[int] = []
+        if self.schema_version() == SCHEMA_VERSION:
+            return applied
         with self._write("migrate") as conn:
             conn.execute(CREATE_VERSION_TABLE)
             current = int(
@@ -259,24 +226,41 @@ class SqliteStore:
 
     # --- the Store port ------------------------------------------------------------
 
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        rows = [_job_values(d.job) for d in decisions]
+        entries = [None if d.entry is None else _audit_values(d.entry) for d in decisions]
+        # (queue, limit, count statement) of each capped queue this insert adds to
+        capped = (
+            [
+                (queue, capacity.limits[queue], _waiting_sql(tuple(capacity.states)))
+                for queue in sorted({d.job.queue for d in decisions} & set(capacity.limits))
+            ]
+            if capacity is not None
+            else []
+        )
         out: list[Job] = []
+        added: set[str] = set()
         with self._write("insert") as conn:
-            for d in decisions:
+            for d, row, entry in zip(decisions, rows, entries, strict=True):
                 key = d.job.idempotency_key
                 if key is not None:
-                    row = conn.execute(
+                    found = conn.execute(
                         f"SELECT {_JOB_COLS} FROM jobs WHERE idempotency_key = ?", (key,)
                     ).fetchone()
-                    if row is not None:
-                        out.append(_job(row))
+                    if found is not None:
+                        out.append(_job(found))
                         continue
-                conn.execute(
-                    f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", _job_values(d.job)
-                )
-                if d.entry is not None:
-                    self._append(conn, [d.entry])
+                conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
+                if entry is not None:
+                    conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
+                added.add(d.job.queue)
+            for queue, limit, count in capped:
+                # after the insert, in its transaction: a count that stops at limit + 1
+                # rows of the waiting-jobs index, so it costs the capacity, not the table
+                if queue in added and conn.execute(count, (queue, limit + 1)).fetchone()[0] > limit:
+                    raise QueueFull(queue, limit)  # rolls the whole insert back
         return out
 
     def get(self, job_id: str) -> Job | None:
@@ -286,7 +270,7 @@ class SqliteStore:
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
             return []
-        if request.ids is not None and not request.ids:
+        if (request.ids is not None and not request.ids) or request.kinds == ():
             return []
         where = [
             f"state IN {in_list(request.states)}",
@@ -295,6 +279,9 @@ class SqliteStore:
             "(deadline IS NULL OR deadline > ?)",
         ]
         params: list[Any] = [*request.queues, request.now, request.now]
+        if request.kinds is not None:
+            where.append(f"kind IN ({', '.join('?' for _ in request.kinds)})")
+            params.extend(request.kinds)
         if request.ids is not None:
             where.append(f"id IN ({', '.join('?' for _ in request.ids)})")
             params.extend(request.ids)
@@ -303,11 +290,29 @@ class SqliteStore:
             f"SELECT {_JOB_COLS} FROM jobs WHERE {' AND '.join(where)} "
             "ORDER BY priority, run_after, id LIMIT ?"
         )
+        known = self._unclaimable.known()
         leased: list[Job] = []
         with self._write("claim") as conn:
-            candidates = [_job(r) for r in conn.execute(select, params).fetchall()]
-            # The core decides each lease from the pre-image; the store only applies it.
-            decisions = [request.decide(job) for job in candidates]
+            decisions: list[Decision] = []
+            refused: list[str] = []
+            for _ in range(CLAIM_ROUNDS):  # bounded: rounds only look past refused jobs
+                skip = [*known, *refused]
+                sql = (
+                    select
+                    if not skip
+                    else select.replace(
+                        "ORDER BY", f"AND id NOT IN ({', '.join('?' for _ in skip)}) ORDER BY"
+                    )
+                )
+                wanted = request.limit - len(decisions)
+                rows = conn.execute(sql, [*params[:-1], *skip, wanted]).fetchall()
+                # The core decides each lease from the pre-image; the store only applies
+                # it. A job it refuses is skipped (logged once), never the batch.
+                got, bad = decide_leases([_job(r) for r in rows], request.decide, self._unclaimable)
+                decisions += got
+                refused += bad
+                if not bad or len(rows) < wanted:
+                    break
             for start in range(0, len(decisions), _CHUNK):
                 chunk = decisions[start : start + _CHUNK]
                 written = self._write_decided(conn, chunk)
@@ -350,19 +355,26 @@ class SqliteStore:
         return [d.job for d in decisions]
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
+        for d in decisions:
+            assert d.previous is not None, "apply takes decisions on existing jobs"
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        prepared = [
+            (_cas_statement(d), None if d.entry is None else _audit_values(d.entry))
+            for d in decisions
+        ]
         out: list[Job | VersionConflict] = []
         with self._write("apply") as conn:
-            for d in decisions:
-                assert d.previous is not None, "apply takes decisions on existing jobs"
-                if not _cas_update(conn, d):
+            for d, ((sql, params), entry) in zip(decisions, prepared, strict=True):
+                if conn.execute(sql, params).rowcount != 1:
                     row = conn.execute(
                         "SELECT version FROM jobs WHERE id = ?", (d.job.id,)
                     ).fetchone()
                     actual = None if row is None else int(row[0])
+                    assert d.previous is not None
                     out.append(VersionConflict(d.job.id, d.previous.version, actual))
                     continue
-                if d.entry is not None:
-                    self._append(conn, [d.entry])
+                if entry is not None:
+                    conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
         return out
 
@@ -372,38 +384,40 @@ class SqliteStore:
         owner = owner_to_text(request.owner)
         items = list(request.fences.items())
         renewed: dict[str, str] = {}
+        statements = []
+        for start in range(0, len(items), _CHUNK * 10):
+            chunk = items[start : start + _CHUNK * 10]
+            sql = (
+                f"WITH v(id, fence) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
+                "UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "
+                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND jobs.owner = ? "
+                f"AND jobs.state IN {in_list(request.states)} RETURNING id, state"
+            )
+            params: list[Any] = [x for pair in chunk for x in pair]
+            params += [request.lease_until, request.now, owner]
+            statements.append((sql, params))
         with self._write("renew") as conn:
-            for start in range(0, len(items), _CHUNK * 10):
-                chunk = items[start : start + _CHUNK * 10]
-                sql = (
-                    f"WITH v(id, fence) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
-                    "UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "
-                    "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND jobs.owner = ? "
-                    f"AND jobs.state IN {in_list(request.states)} RETURNING id, state"
-                )
-                params: list[Any] = [x for pair in chunk for x in pair]
-                params += [request.lease_until, request.now, owner]
+            for sql, params in statements:
                 for row in conn.execute(sql, params).fetchall():
                     renewed[row[0]] = row[1]
         return renewed
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
-        if not entries:
+        """Append entries of existing jobs; a rejected (job, event, fence) only once."""
+        check_storable((), entries)
+        prepared = [
+            (_RECORD if rejected_key(e) is None else _RECORD_REJECTED, _audit_values(e))
+            for e in first_rejections(entries)
+        ]
+        if not prepared:
             return
         with self._write("record") as conn:
-            for entry in entries:
-                conn.execute(
-                    f"INSERT INTO job_events ({_AUDIT_COLS}) SELECT {_AUDIT_MARKS} "
-                    "WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?)",
-                    [*_audit_values(entry), entry.job_id],
-                )
+            for sql, values in prepared:
+                conn.execute(sql, values)
 
     def _append(self, conn: sqlite3.Connection, entries: Sequence[AuditEntry]) -> None:
         if entries:
-            conn.executemany(
-                f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})",
-                [_audit_values(e) for e in entries],
-            )
+            conn.executemany(_AUDIT_INSERT, [_audit_values(e) for e in entries])
 
     def scan(self, request: ScanRequest) -> list[Job]:
         if not request.states or request.limit < 1:
@@ -475,6 +489,24 @@ class SqliteStore:
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
         return len(ids)
+
+    def drop_schema(self) -> None:
+        """Remove jobfsm's tables; then, if nothing else is left in the file, the file
+        itself with its -wal and -shm files. Closes the store.
+
+        Call it when no other process uses the file (`jobfsm faults` cleans up so).
+        """
+        with self._write("drop schema") as conn:
+            for table in ("job_events", "jobs", "schema_version"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            left = conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            ).fetchone()[0]
+        self.close()  # the last connection to close checkpoints and removes -wal, -shm
+        if left == 0:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.path + suffix)
 
     def close(self) -> None:
         """Close this process's connections; the store cannot be used afterwards."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import click
@@ -9,7 +10,26 @@ import click
 from ..errors import JobFSMError
 
 
-@click.group()
+class FullHelpGroup(click.Group):
+    """A group whose --help lists each command's whole summary (its help's first
+    paragraph), wrapped to the terminal, instead of cutting it short with "..."."""
+
+    group_class = type  # subgroups (`jobfsm spec`) list their commands the same way
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            text = cmd.short_help or inspect.cleandoc(cmd.help or "").split("\n\n")[0]
+            rows.append((name, " ".join(text.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=FullHelpGroup)
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -19,8 +39,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _one_line(err: BaseException | str) -> str:
-    """An error message on one line (driver messages often span several)."""
-    return " ".join(str(err).split())
+    """An error message on one line (driver messages often span several), with control
+    characters escaped (messages may quote stored text)."""
+    from ._common import clean
+
+    return clean(" ".join(str(err).split()))
 
 
 def main() -> None:
@@ -57,6 +80,7 @@ def main() -> None:
 
 # Command modules register themselves on `cli` when imported (keep this list sorted).
 from . import (  # noqa: E402
+    dashboard_cmd,  # noqa: F401
     demo_cmd,  # noqa: F401
     diagram_cmd,  # noqa: F401
     faults_cmd,  # noqa: F401

@@ -7,6 +7,7 @@ import sys
 import click
 
 from . import cli
+from ._common import Seconds, clean, log_options, setup_logging
 
 
 @cli.command()
@@ -23,7 +24,7 @@ from . import cli
 )
 @click.option(
     "--crash-every",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(minimum=0.1),
     default=1.5,
     show_default=True,
     help="Seconds between injected SIGKILLs of a worker process.",
@@ -41,11 +42,12 @@ from . import cli
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Seconds(minimum=1),
     default=120.0,
     show_default=True,
     help="Give up (and fail) after SECONDS.",
 )
+@log_options("WARNING")
 def demo(
     *,
     jobs: int,
@@ -56,6 +58,8 @@ def demo(
     seed: int | None,
     directory: str | None,
     timeout: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run a realistic workload through worker processes while killing them.
 
@@ -69,6 +73,7 @@ def demo(
     """
     from ..demo.run import Config, run_demo
 
+    setup_logging(log_level, log_format)
     cfg = Config(
         jobs=jobs,
         workers=workers,
@@ -79,6 +84,10 @@ def demo(
         directory=directory,
         timeout=timeout,
     )
-    result = run_demo(cfg, click.echo, live=sys.stdout.isatty())
+
+    def echo(text: str) -> None:  # the summary quotes stored reasons: escape them
+        click.echo(clean(text, keep="\n"))
+
+    result = run_demo(cfg, echo, live=sys.stdout.isatty())
     if not result.ok:
         sys.exit(1)

@@ -42,7 +42,7 @@ def diagram(
     path = None
     title = None
     if job_id is not None:
-        with engine_for(store) as engine:
+        with engine_for(store, existing=True) as engine:
             job = engine.get(job_id)
             path = path_steps(engine.history(job_id))
         title = f"job {job.id} ({job.kind}): now {job.state}"

@@ -1,10 +1,15 @@
-"""Operator and service commands: submit, status, list, inspect, cancel, requeue,
-resolve, prune, migrate.
+"""Operator and service commands: submit, status, list, inspect (show, history), cancel,
+requeue, resolve, prune, migrate.
 
 Operator actions (cancel, requeue, resolve) need --actor and --reason, both written
 to the job's audit trail. Repeating cancel or resolve after it took effect changes
 nothing and says so (the Engine returns the job unchanged); requeue is refused
-once the job is queued again, naming the state.
+once the job is queued again, naming the state. cancel and requeue also act on the
+jobs a filter selects (--state, with --queue and --kind), at most --limit of them,
+and --dry-run lists them without acting.
+
+Read-only commands (status, list, inspect, diagram --job) open existing stores only.
+Stored text is printed through `_common.clean`: it can never drive the terminal.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import click
 
-from ..errors import BadInput
+from ..errors import BadInput, JobFSMError
 from ..inputs import seconds
 from ..lifecycle.spec import lifecycle
 from ..ports import Migratable, ScanRequest
@@ -21,18 +26,23 @@ from ..records import Job
 from ..registry import open_store, store_url
 from . import cli
 from ._common import (
+    Seconds,
     actor_options,
+    as_json_text,
+    clean,
     emit_json,
     engine_for,
     entry_dict,
+    first_line,
     fmt_age,
     fmt_time,
     job_dict,
     json_option,
     parse_json,
+    print_table,
     redact,
+    short_owners,
     store_option,
-    table,
 )
 
 #: the most jobs a read command looks at (list --limit is capped here too)
@@ -40,7 +50,7 @@ SCAN_CAP = 10_000
 
 
 def _job_line(job: Job) -> str:
-    return f"job {job.id} ({job.kind}, queue {job.queue}): {job.state}"
+    return clean(f"job {job.id} ({job.kind}, queue {job.queue}): {job.state}")
 
 
 @cli.command()
@@ -108,7 +118,7 @@ def submit(
 @cli.command()
 @click.option(
     "--expiring-within",
-    type=float,
+    type=Seconds(zero_ok=True),
     default=10.0,
     show_default=True,
     help="List leases that lapse within SECONDS.",
@@ -118,7 +128,7 @@ def submit(
 def status(expiring_within: float, store: str | None, as_json: bool) -> None:
     """Jobs per state per queue, the oldest queued job, leases about to lapse."""
     lc = lifecycle()
-    with engine_for(store) as engine:
+    with engine_for(store, existing=True) as engine:
         now = engine.clock.now()
         counts = engine.counts()
         queued = engine.scan(ScanRequest(states=(lc.initial,), limit=SCAN_CAP))
@@ -159,66 +169,126 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
         ]
         for q in queues
     ]
-    click.echo(table(rows, ["queue", *states, "oldest queued"]))
+    print_table(rows, ["queue", *states, "oldest queued"])
     if expiring:
         click.echo(f"\nleases lapsing within {expiring_within:g}s:")
         for j in expiring:
             left = (j.lease_until or now) - now
-            click.echo(f"  {j.id} {j.state} owner {j.owner} lapses in {left:.1f}s")
+            owner = short_owners(clean(j.owner))
+            click.echo(f"  {j.id} {j.state} owner {owner} lapses in {left:.1f}s")
 
 
-@cli.command("list")
-@click.option("--state", required=True, help="State to list (see `jobfsm diagram`).")
-@click.option("--queue", default=None, help="Only this queue.")
-@click.option("--kind", default=None, help="Only this kind.")
-@click.option("--limit", type=click.IntRange(1, SCAN_CAP), default=50, show_default=True)
-@store_option
-@json_option
-def list_jobs(
-    *, state: str, queue: str | None, kind: str | None, limit: int, store: str | None, as_json: bool
-) -> None:
-    """List jobs in one state, oldest first."""
+def _states(state: tuple[str, ...]) -> tuple[str, ...]:
+    """The --state values checked against the lifecycle; none given means every state."""
     lc = lifecycle()
-    if state not in lc.states:
-        raise BadInput(f"unknown state {state!r}; known: {', '.join(lc.states)}")
-    with engine_for(store) as engine:
+    for s in state:
+        if s not in lc.states:
+            raise BadInput(f"unknown state {s!r}; known: {', '.join(lc.states)}")
+    return tuple(dict.fromkeys(state)) or tuple(lc.states)
+
+
+def _filter_options(func: Any) -> Any:
+    func = click.option("--kind", default=None, help="Only this kind.")(func)
+    func = click.option("--queue", default=None, help="Only this queue.")(func)
+    return click.option(
+        "--state",
+        "state",
+        multiple=True,
+        help="Only jobs in this state (repeatable; see `jobfsm diagram`).",
+    )(func)
+
+
+def _select(
+    store: str | None, state: tuple[str, ...], queue: str | None, kind: str | None, limit: int
+) -> list[Job]:
+    """The jobs a filter selects, oldest first, at most `limit` (the scan is capped)."""
+    states = _states(state)
+    with engine_for(store, existing=True) as engine:
         jobs = engine.scan(
             ScanRequest(
-                states=(state,),
+                states=states,
                 queues=None if queue is None else (queue,),
                 kinds=None if kind is None else (kind,),
                 limit=SCAN_CAP,
             )
         )
-    jobs = sorted(jobs, key=lambda j: (j.created_at, j.id))[:limit]
+    return sorted(jobs, key=lambda j: (j.created_at, j.id))[:limit]
+
+
+def _job_rows(jobs: list[Job]) -> list[list[str]]:
+    return [
+        [
+            j.id,
+            j.state,
+            j.kind,
+            j.queue,
+            str(j.attempt),
+            fmt_time(j.updated_at),
+            first_line(j.last_error, 60),
+        ]
+        for j in jobs
+    ]
+
+
+JOB_HEADER = ["id", "state", "kind", "queue", "attempt", "updated", "last error (first line)"]
+
+
+@cli.command("list")
+@_filter_options
+@click.option("--limit", type=click.IntRange(1, SCAN_CAP), default=50, show_default=True)
+@store_option
+@json_option
+def list_jobs(
+    *,
+    state: tuple[str, ...],
+    queue: str | None,
+    kind: str | None,
+    limit: int,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """List jobs, oldest first: every state, or only those given with --state."""
+    jobs = _select(store, state, queue, kind, limit)
     if as_json:
         emit_json([job_dict(j) for j in jobs])
         return
-    rows = [
-        [j.id, j.kind, j.queue, str(j.attempt), fmt_time(j.updated_at), (j.last_error or "")[:60]]
-        for j in jobs
-    ]
-    click.echo(table(rows, ["id", "kind", "queue", "attempt", "updated", "last error"]))
+    if not jobs:
+        click.echo("no jobs match")
+        return
+    print_table(_job_rows(jobs), JOB_HEADER)
 
 
-@cli.command()
-@click.argument("job_id", metavar="JOB")
-@store_option
-@json_option
-def inspect(job_id: str, store: str | None, as_json: bool) -> None:
-    """Show a job's record and its audit timeline."""
-    with engine_for(store) as engine:
+_TIME_FIELDS = ("run_after", "deadline", "lease_until")
+
+
+def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
+    with engine_for(store, existing=True) as engine:
         job = engine.get(job_id)
         trail = engine.history(job_id)
     if as_json:
         emit_json({"job": job_dict(job), "history": [entry_dict(e) for e in trail]})
         return
     for key, value in job_dict(job).items():
-        shown = value
-        if key.endswith("_at") or key in ("run_after", "deadline", "lease_until"):
-            shown = fmt_time(value) if value is not None else None
+        if key in ("payload", "result"):
+            shown = as_json_text(value)
+        elif key.endswith("_at") or key in _TIME_FIELDS:
+            shown = fmt_time(value)
+        elif key == "owner":
+            shown = "-" if job.owner is None else short_owners(clean(job.owner))
+        elif key == "last_error":
+            continue  # printed whole, below
+        elif value is None:
+            shown = "-"
+        elif isinstance(value, bool):
+            shown = "true" if value else "false"
+        else:
+            shown = clean(value)
         click.echo(f"{key:>16}: {shown}")
-    click.echo("\naudit trail:")
+    if job.last_error:
+        click.echo(f"{'last_error':>16}: {first_line(job.last_error, 200)}")
+        if "\n" in job.last_error.strip():
+            click.echo("\nlast error in full:")
+            click.echo(clean(job.last_error.rstrip(), keep="\n"))
     rows = []
     for e in trail:
         rows.append(
@@ -230,13 +300,34 @@ def inspect(job_id: str, store: str | None, as_json: bool) -> None:
                 str(e.fence),
                 str(e.attempt),
                 e.actor or "",
-                e.reason or "",
-                e.error or "",
+                first_line(e.reason, 40),
+                first_line(e.error, 60),
             ]
         )
-    click.echo(
-        table(rows, ["v", "at", "event", "transition", "fence", "try", "actor", "reason", "error"])
+    click.echo("")
+    print_table(
+        rows,
+        ["v", "at", "event", "transition", "fence", "try", "actor", "reason", "error"],
+        title="audit trail",
     )
+
+
+def _inspect_command(name: str, summary: str) -> None:
+    @cli.command(name, help=summary)
+    @click.argument("job_id", metavar="JOB")
+    @store_option
+    @json_option
+    def command(job_id: str, store: str | None, as_json: bool) -> None:
+        _inspect(job_id, store, as_json)
+
+
+_inspect_command(
+    "inspect",
+    "Show a job's record (payload and result as JSON) and its audit timeline.\n\n"
+    "`show` and `history` are the same command.",
+)
+_inspect_command("show", "Same as `inspect`: a job's record and its audit timeline.")
+_inspect_command("history", "Same as `inspect`: a job's record and its audit timeline.")
 
 
 def _report(before: Job, after: Job, verb: str) -> None:
@@ -246,15 +337,97 @@ def _report(before: Job, after: Job, verb: str) -> None:
         click.echo(f"job {after.id}: {before.state} -> {after.state} ({verb})")
 
 
+def _bulk(
+    what: str,
+    jobs: list[Job],
+    act: Any,
+    *,
+    store: str | None,
+    dry_run: bool,
+    limit: int,
+) -> None:
+    """Apply `act(engine, job)` to each selected job; one refused job does not stop the rest."""
+    if not jobs:
+        click.echo(f"no jobs match: nothing to {what}")
+        return
+    if dry_run:
+        print_table(_job_rows(jobs), JOB_HEADER)
+        click.echo(f"dry run: would {what} {len(jobs)} job(s) (at most --limit {limit})")
+        return
+    done = refused = 0
+    with engine_for(store, existing=True) as engine:
+        for job in jobs:
+            try:
+                after = act(engine, job)
+            except JobFSMError as err:
+                refused += 1
+                click.echo(f"job {job.id}: not changed: {first_line(str(err), 200)}")
+                continue
+            done += 1
+            _report(job, after, what)
+    click.echo(f"{what}: {done} changed, {refused} refused, of {len(jobs)} selected")
+    if refused:
+        raise SystemExit(1)
+
+
+def _bulk_options(func: Any) -> Any:
+    func = click.option(
+        "--dry-run", is_flag=True, help="With a filter: list the jobs it selects, change nothing."
+    )(func)
+    func = click.option(
+        "--limit",
+        type=click.IntRange(1, SCAN_CAP),
+        default=100,
+        show_default=True,
+        help="With a filter: act on at most this many jobs (oldest first).",
+    )(func)
+    return _filter_options(func)
+
+
+def _one_or_filter(job_id: str | None, state: tuple[str, ...], queue: Any, kind: Any) -> None:
+    if job_id is not None and (state or queue or kind):
+        raise click.UsageError("give a JOB id or a filter (--state/--queue/--kind), not both")
+    if job_id is None and not state:
+        raise click.UsageError(
+            "give a JOB id, or --state (with --queue/--kind) to act on every job it selects"
+        )
+
+
 @cli.command()
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="[JOB]", required=False)
+@_bulk_options
 @actor_options
 @store_option
-def cancel(job_id: str, actor: str, reason: str, store: str | None) -> None:
-    """Cancel a job. A running job goes to cancelling until its handler stops.
+def cancel(
+    *,
+    job_id: str | None,
+    state: tuple[str, ...],
+    queue: str | None,
+    kind: str | None,
+    limit: int,
+    dry_run: bool,
+    actor: str,
+    reason: str,
+    store: str | None,
+) -> None:
+    """Cancel a job, or the jobs a filter selects. A running job goes to cancelling until
+    its handler stops.
 
-    Repeating it once the cancel took effect changes nothing.
+    Repeating it once the cancel took effect changes nothing. With a filter, jobs it
+    cannot cancel (finished ones) are named and the command exits 1.
     """
+    _one_or_filter(job_id, state, queue, kind)
+    if job_id is None:
+        jobs = _select(store, state, queue, kind, limit)
+        _bulk(
+            "cancel",
+            jobs,
+            lambda engine, job: engine.cancel(job.id, actor=actor, reason=reason),
+            store=store,
+            dry_run=dry_run,
+            limit=limit,
+        )
+        return
     with engine_for(store) as engine:
         before = engine.get(job_id)
         after = engine.cancel(job_id, actor=actor, reason=reason)
@@ -262,21 +435,50 @@ def cancel(job_id: str, actor: str, reason: str, store: str | None) -> None:
 
 
 @cli.command()
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="[JOB]", required=False)
 @click.option(
     "--attempts",
     type=click.IntRange(min=1),
     required=True,
     help="Fresh attempt budget: the job may run this many more times (required).",
 )
+@_bulk_options
 @actor_options
 @store_option
-def requeue(job_id: str, attempts: int, actor: str, reason: str, store: str | None) -> None:
-    """Send a failed, cancelled or parked job back to the queue."""
+def requeue(
+    *,
+    job_id: str | None,
+    attempts: int,
+    state: tuple[str, ...],
+    queue: str | None,
+    kind: str | None,
+    limit: int,
+    dry_run: bool,
+    actor: str,
+    reason: str,
+    store: str | None,
+) -> None:
+    """Send a failed, cancelled or parked job back to the queue, or every job a filter
+    selects (e.g. `--state failed --queue mail`)."""
+    _one_or_filter(job_id, state, queue, kind)
+    verb = f"requeue with {attempts} fresh attempt(s)"
+    if job_id is None:
+        jobs = _select(store, state, queue, kind, limit)
+        _bulk(
+            "requeue",
+            jobs,
+            lambda engine, job: engine.requeue(
+                job.id, actor=actor, reason=reason, attempts=attempts
+            ),
+            store=store,
+            dry_run=dry_run,
+            limit=limit,
+        )
+        return
     with engine_for(store) as engine:
         before = engine.get(job_id)
         after = engine.requeue(job_id, actor=actor, reason=reason, attempts=attempts)
-    _report(before, after, f"requeue with {attempts} fresh attempt(s)")
+    _report(before, after, verb)
 
 
 @cli.command()
@@ -317,6 +519,7 @@ def prune(batch: int, max_batches: int, store: str | None) -> None:
     """Delete finished jobs past their retention (succeeded and cancelled: 7 days).
 
     Failed jobs and jobs in investigate are kept until an operator handles them.
+    Retention is the engine's policy (Limits.retention), the same for every queue.
     """
     with engine_for(store) as engine:
         n = engine.prune(limit=batch, max_batches=max_batches)
@@ -331,16 +534,18 @@ def migrate(url: str | None) -> None:
     Stores without a schema (memory://) have nothing to do.
     """
     target = store_url(url)
-    store = open_store(target)
+    store = open_store(target)  # opening applies what is missing (unless ?migrate=false)
     try:
         if not isinstance(store, Migratable):
             click.echo(f"{redact(target)}: nothing to migrate")
             return
         applied = store.migrate()
+        version = store.schema_version()
     finally:
         store.close()
+    at = "" if version is None else f" at version {version}"
     if applied:
         versions = ", ".join(str(v) for v in applied)
-        click.echo(f"{redact(target)}: applied schema migration(s) {versions}")
+        click.echo(f"{redact(target)}: applied schema migration(s) {versions}; schema{at}")
     else:
-        click.echo(f"{redact(target)}: schema already up to date")
+        click.echo(f"{redact(target)}: schema{at}, up to date")

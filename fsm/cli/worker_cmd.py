@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
+import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -14,27 +16,56 @@ import click
 
 from ..engine import Engine
 from ..errors import BadInput
+from ..inputs import check_name
 from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
 from ..registry import load_delivery, open_store, store_url
 from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
+from ..worker.handlers import HandlerSpec
 from . import cli
-from ._common import store_option
+from ._common import POSITIVE_SECONDS, log_options, setup_logging, short_owners, store_option
+
+log = logging.getLogger(__name__)
+
+#: the object `--app module` names when no `:obj` is given
+DEFAULT_APP_OBJECT = "handlers"
+#: how often the ready file is brought in line with the worker's readiness
+READY_CHECK_INTERVAL = 0.05
 
 
 def load_app(ref: str) -> Mapping[str, Any]:
-    """Import "module:obj", a mapping of kind -> handler (e.g. `fsm.worker.handlers.Handlers`)."""
+    """Import "module[:obj]" (obj defaults to `handlers`), a mapping of kind -> handler
+    (e.g. `fsm.worker.handlers.Handlers`) or a factory returning one.
+
+    The current directory is importable, as with celery and dramatiq: `jobfsm worker
+    --app mysvc.jobs` finds ./mysvc/jobs.py."""
     module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise BadInput(f"--app must look like 'package.module:handlers', got {ref!r}")
+    if not sep:
+        attr = DEFAULT_APP_OBJECT
+    if not module_name or not attr:
+        raise BadInput(f"--app must look like 'package.module[:obj]', got {ref!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise BadInput(f"--app {ref!r}: cannot import {module_name!r}: {err}") from err
+    except ModuleNotFoundError as err:
+        if err.name is not None and module_name.startswith(err.name):
+            raise BadInput(
+                f"--app {ref!r}: cannot import {module_name!r} ({err}); modules are imported "
+                f"from the current directory ({cwd}) and the installed packages: run the "
+                "worker from your project's root, or install your package"
+            ) from err
+        raise BadInput(f"--app {ref!r}: importing {module_name!r} failed: {err}") from err
+    except Exception as err:  # the app's own import-time error: name it, one line
+        raise BadInput(
+            f"--app {ref!r}: importing {module_name!r} failed: {type(err).__name__}: {err}"
+        ) from err
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as err:
-            raise BadInput(f"--app {ref!r}: {module_name!r} has no {attr!r}") from err
+            hint = "" if sep else f" (with no ':obj', --app means '{module_name}:{attr}')"
+            raise BadInput(f"--app {ref!r}: {module_name!r} has no {attr!r}{hint}") from err
     if callable(obj) and not isinstance(obj, Mapping):
         try:
             obj = obj()  # a factory returning the handlers
@@ -48,13 +79,42 @@ def load_app(ref: str) -> Mapping[str, Any]:
     return obj
 
 
+def handler_queues(handlers: Mapping[str, Any]) -> dict[str, list[str]]:
+    """queue -> the kinds whose handlers name it (a plain callable's queue is 'default')."""
+    out: dict[str, list[str]] = {}
+    for kind, spec in handlers.items():
+        queue = spec.policy.queue if isinstance(spec, HandlerSpec) else "default"
+        out.setdefault(queue, []).append(kind)
+    return out
+
+
+def parse_queues(text: str) -> list[str]:
+    """`--queues a,b`: each name checked by the engine's rule (BadInput naming it)."""
+    names = [q.strip() for q in text.split(",")]
+    if not any(names):
+        raise BadInput(f"--queues names no queue: {text!r}")
+    return list(dict.fromkeys(check_name("--queues entry", q) for q in names if q))
+
+
 @cli.command("worker")
-@click.option("--app", "app", required=True, metavar="MODULE:OBJ", help="Handlers to run.")
+@click.option(
+    "--app",
+    "app",
+    required=True,
+    metavar="MODULE[:OBJ]",
+    help=f"Handlers to run: a mapping kind -> handler (OBJ defaults to '{DEFAULT_APP_OBJECT}'); "
+    "MODULE is imported from the current directory or the installed packages.",
+)
 @store_option
 @click.option(
-    "--queues", default="default", show_default=True, help="Comma-separated queues to serve."
+    "--queues",
+    default=None,
+    metavar="Q1,Q2",
+    help="Comma-separated queues to serve [default: every queue the handlers name].",
 )
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_CONCURRENCY)
+@click.option(
+    "--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_CONCURRENCY, show_default=True
+)
 @click.option(
     "--executor",
     type=click.Choice(["auto", "thread", "process", "asyncio"]),
@@ -69,24 +129,69 @@ def load_app(ref: str) -> Mapping[str, Any]:
     metavar="poll|AMQP_URL",
     help="Store polling, or RabbitMQ wake-ups from the broker at AMQP_URL.",
 )
-@click.option("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL, show_default=True)
-@click.option("--lease-ttl", type=float, default=None, help="Lease TTL in seconds [30].")
-@click.option("--heartbeat", type=float, default=None, help="Heartbeat interval in seconds [5].")
-@click.option("--sweep-interval", type=float, default=None, help="Recovery sweep period [1].")
-@click.option("--max-recoveries", type=int, default=None, help="Recoveries before investigate [3].")
-@click.option("--shutdown-grace", type=float, default=None, help="Drain time on SIGTERM [30].")
-@click.option("--cancel-grace", type=float, default=5.0, show_default=True)
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--rabbitmq-prefetch",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="RabbitMQ: unacked deliveries per queue [the executor's free slots].",
+)
+@click.option(
+    "--rabbitmq-recovery-attempts",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="RabbitMQ: reconnection budget after a lost connection; 0 disables [5].",
+)
+@click.option(
+    "--rabbitmq-recovery-interval",
+    type=float,
+    default=None,
+    help="RabbitMQ: longest wait between reconnection attempts, seconds [60].",
+)
+@click.option(
+    "--rabbitmq-queue-type",
+    type=click.Choice(["classic", "quorum"]),
+    default=None,
+    help="RabbitMQ: type of the queues declared [classic].",
+)
+@click.option(
+    "--poll-interval", type=POSITIVE_SECONDS, default=DEFAULT_POLL_INTERVAL, show_default=True
+)
+@click.option("--lease-ttl", type=POSITIVE_SECONDS, default=None, help="Lease TTL in seconds [30].")
+@click.option(
+    "--heartbeat", type=POSITIVE_SECONDS, default=None, help="Heartbeat interval in seconds [5]."
+)
+@click.option(
+    "--sweep-interval", type=POSITIVE_SECONDS, default=None, help="Recovery sweep period [1]."
+)
+@click.option(
+    "--max-recoveries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Crash recoveries before investigate: the budget of jobs this process submits, and "
+    "the most any job this worker runs may use (enforced at start, stricter only) [3].",
+)
+@click.option(
+    "--shutdown-grace", type=POSITIVE_SECONDS, default=None, help="Drain time on SIGTERM [30]."
+)
+@click.option("--cancel-grace", type=POSITIVE_SECONDS, default=5.0, show_default=True)
+@log_options()
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Created once the worker leases (after its start-up sweep); removed on exit.",
+    help="Exists while the worker is ready (leasing: store and delivery up); removed while it "
+    "is not, and on exit. Supervisors should also check the process is alive.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs jobfsm[metrics]).",
 )
 def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     app: str,
     store: str | None,
-    queues: str,
+    queues: str | None,
     concurrency: int,
     executor: str,
     delivery: str,
@@ -98,60 +203,151 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     shutdown_grace: float | None,
     cancel_grace: float,
     log_level: str,
+    log_format: str,
     ready_file: str | None,
+    metrics_port: int | None,
+    **rabbitmq: Any,
 ) -> None:
-    """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once)."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once).
+
+    Serves every queue the handlers name unless --queues is given."""
+    setup_logging(log_level, log_format)
+    url = store_url(store)
+    if url.split("://", 1)[0].lower() == "memory":
+        raise click.BadParameter(
+            "memory:// is private to one process, so no other process could submit to this "
+            "worker: use sqlite:///path.db or postgresql://...",
+            param_hint="'--store'",
+        )
     handlers = load_app(app)
+    named = handler_queues(handlers)
+    served = parse_queues(queues) if queues is not None else sorted(named) or ["default"]
+    unserved = {q: kinds for q, kinds in named.items() if q not in served}
+    if unserved:
+        missing = ", ".join(f"{q!r} ({', '.join(sorted(k))})" for q, k in sorted(unserved.items()))
+        log.warning(
+            "handlers name queues this worker does not serve: %s; their jobs run only where "
+            "a worker serves them (add them: --queues %s)",
+            missing,
+            ",".join([*served, *sorted(unserved)]),
+        )
     defaults = Policy()
-    lease = LeasePolicy(
-        ttl=lease_ttl or defaults.lease.ttl,
-        heartbeat_interval=heartbeat or defaults.lease.heartbeat_interval,
-    )
+    try:
+        lease = LeasePolicy(
+            ttl=defaults.lease.ttl if lease_ttl is None else lease_ttl,
+            heartbeat_interval=(
+                defaults.lease.heartbeat_interval if heartbeat is None else heartbeat
+            ),
+        )
+    except ValueError as err:
+        raise click.UsageError(f"--lease-ttl/--heartbeat: {err}") from err
     recovery = RecoveryPolicy(
         max_recoveries=(
             defaults.recovery.max_recoveries if max_recoveries is None else max_recoveries
         ),
-        sweep_interval=sweep_interval or defaults.recovery.sweep_interval,
+        sweep_interval=(
+            defaults.recovery.sweep_interval if sweep_interval is None else sweep_interval
+        ),
     )
-    limits = Limits(shutdown_grace=shutdown_grace or defaults.limits.shutdown_grace)
+    limits = Limits(
+        shutdown_grace=defaults.limits.shutdown_grace if shutdown_grace is None else shutdown_grace
+    )
     policy = Policy(lease=lease, recovery=recovery, limits=limits)
-    the_store = open_store(store_url(store))
+    metrics = None
+    if metrics_port is not None:
+        from ..telemetry.prometheus import PrometheusMetrics
+
+        metrics = PrometheusMetrics()
+    the_store = open_store(url)
+    marker: _ReadyFile | None = None
+    stop_metrics = None
     try:
-        engine = Engine(the_store, policy=policy)
+        engine = Engine(the_store, policy=policy, metrics=metrics)
+        if metrics is not None and metrics_port is not None:
+            metrics.watch_store(engine.counts)
+            stop_metrics = metrics.serve(metrics_port)
         chosen: Any = delivery
-        if delivery.startswith(("amqp://", "amqps://")):
-            chosen = load_delivery("rabbitmq")(delivery, engine=engine)
+        # --rabbitmq-X -> option X of the RabbitMQ delivery (validated there, named in errors)
+        options = {k.removeprefix("rabbitmq_"): v for k, v in rabbitmq.items() if v is not None}
+        if delivery.lower().startswith(("amqp://", "amqps://")):
+            chosen = load_delivery("rabbitmq")(delivery, engine=engine, **options)
             engine.publisher = chosen
-        elif delivery != "poll":
-            raise BadInput(f"--delivery must be 'poll' or an amqp:// URL, got {delivery!r}")
+        elif delivery != "poll":  # the value is not echoed: it may hold a password
+            raise BadInput("--delivery must be 'poll' or an amqp:// or amqps:// URL")
+        elif options:
+            names = ", ".join(f"--rabbitmq-{k.replace('_', '-')}" for k in options)
+            raise BadInput(f"{names}: only with a RabbitMQ delivery (--delivery amqp://...)")
         w = Worker(
             engine,
             handlers,
             executor=None if executor == "auto" else executor,
             delivery=chosen,
-            queues=[q.strip() for q in queues.split(",") if q.strip()],
+            queues=served,
             concurrency=concurrency,
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
         )
-        click.echo(f"worker {w.owner} serving {','.join(w.queues)}", err=True)
+        serving = ",".join(w.queues)
+        if log_format == "json":  # stderr stays one JSON object per line
+            log.info("worker %s serving %s", w.owner, serving)
+        else:
+            click.echo(f"worker {short_owners(str(w.owner))} serving {serving}", err=True)
         if ready_file:
-            threading.Thread(
-                target=_mark_ready, args=(w, Path(ready_file)), name="jobfsm-ready", daemon=True
-            ).start()
+            marker = _ReadyFile(w, Path(ready_file))
+            marker.start()
         w.run()
     finally:
-        if ready_file:
-            Path(ready_file).unlink(missing_ok=True)
+        if stop_metrics is not None:
+            stop_metrics()
+        if marker is not None:
+            marker.stop()
         the_store.close()
 
 
-def _mark_ready(w: Worker, path: Path) -> None:
-    """Create the ready file once the worker has started (bounded wait: one day)."""
-    if w.wait_started(86400.0):
-        path.write_text(f"{w.owner}\n", encoding="utf-8")
+class _ReadyFile:
+    """Keeps `path` in line with `worker.ready`: created (not following a symlink) while the
+    worker is ready, removed while it is not (store or delivery away, draining) and on exit.
+    A SIGKILLed worker cannot remove it: supervisors also check the process."""
+
+    def __init__(self, worker: Worker, path: Path) -> None:
+        self.worker = worker
+        self.path = path
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jobfsm-ready", daemon=True)
+        self._shown = False
+
+    def start(self) -> None:
+        self.path.unlink(missing_ok=True)  # one a killed worker left: not ready yet
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5.0)
+        self._remove()
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            ready = self.worker.ready
+            if ready and not self._shown:
+                self._create()
+            elif not ready and self._shown:
+                self._remove()
+            self._done.wait(READY_CHECK_INTERVAL)
+
+    def _create(self) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as err:
+            reason = "it is a symlink" if err.errno == errno.ELOOP else str(err)
+            log.error("ready file %s not written: %s", self.path, reason)
+            self._done.set()
+            return
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"{self.worker.owner}\n")
+        self._shown = True
+
+    def _remove(self) -> None:
+        if self._shown:
+            self.path.unlink(missing_ok=True)
+            self._shown = False

@@ -283,7 +283,7 @@ def _fresh_budget(s: Step) -> None:
 
 
 EFFECTS: dict[str, Effect] = {
-    "create": lambda s: None,  # submit builds the record in fsm.core
+    "create": lambda s: None,  # submit builds the record in fsm.lifecycle.core
     "bump_fence": _bump_fence,
     "take_lease": _take_lease,
     "renew_lease": _renew_lease,

@@ -37,12 +37,20 @@ no fence is ever given to two owners and every job is leased exactly once;
 renew semantics; expired-lease and deadline scans; prune bounds; audit order and
 replay; stale reports recorded as rejected entries.
 
+It also checks queue capacities (an insert past a capacity raises QueueFull and
+writes nothing), that NaN or infinite times and integers beyond 64 bits are
+refused with BadInput, that a job whose lease decision raises is skipped while
+the jobs behind it are leased, and that a repeated stale report is recorded once.
+
 `SharedStoreConformance` adds concurrent leasing from several processes that
 open `store_url()` through `fsm.open_store` (so the store must be registered in
-the `jobfsm.stores` entry-point group). `PersistentStoreConformance` adds that a
-committed transition survives closing and reopening the store. A store that is
-neither (like `memory://`) subclasses only `StoreConformance`: a capability a
-store does not have is left out, never skipped.
+the `jobfsm.stores` entry-point group), and 16 processes submitting at once to a
+queue of capacity 5 (exactly 5 accepted). `DroppableStoreConformance` checks
+`drop_schema()` (define `store_after_drop()`; `UrlStore` reopens the URL).
+`PersistentStoreConformance` adds that a committed transition survives closing
+and reopening the store. A store that is neither (like `memory://`) subclasses
+only `StoreConformance`: a capability a store does not have is left out, never
+skipped.
 
 Sizes are class attributes (`concurrent_jobs`, `concurrent_threads`,
 `concurrent_processes`, `claim_batch`) so the same checks can run bigger. The
@@ -57,24 +65,27 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from ..clock import FakeClock
 from ..engine import Engine
-from ..errors import BadInput, LeaseLost, VersionConflict
+from ..errors import BadInput, IllegalTransition, LeaseLost, QueueFull, VersionConflict
 from ..inputs import KindPolicy
 from ..lifecycle.core import decide, replay, same_except_heartbeats
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
-from ..ports import PruneRequest, ScanRequest, Store
+from ..ports import Capacity, ClaimRequest, PruneRequest, ScanRequest, SchemaDroppable, Store
 from ..records import Decision, Job, Owner
 from ..recovery import sweep
 from ..registry import open_store
 
 TTL = 30.0
+#: the states a job waits in (the sources of `lease`): what a queue capacity counts
+WAITING_STATES = tuple(src for (src, event) in lifecycle().table if event == "lease")
 MAX_ATTEMPTS = 3
 #: bound on how long a child claimer process may run before the test fails.
 CHILD_TIMEOUT = 120.0
@@ -200,6 +211,18 @@ def table_rows() -> list[tuple[str, str, str]]:
     ]
 
 
+E = TypeVar("E", bound=BaseException)
+
+
+def _raised(kind: type[E], call: Callable[[], object], what: str) -> E:
+    """The `kind` exception `call` raises; AssertionError(`what`) if it raises none."""
+    try:
+        call()
+    except kind as err:
+        return err
+    raise AssertionError(what)
+
+
 # --- child claimer (python -m fsm.testing.conformance claim URL NAME BATCH) ----------
 
 
@@ -216,6 +239,31 @@ def _child_claim(url: str, name: str, batch: int) -> None:
             empty = 0 if jobs else empty + 1
             got.extend([j.id, j.fence, str(j.owner)] for j in jobs)
         print(json.dumps(got))
+    finally:
+        store.close()
+
+
+def _child_submit(url: str, capacity: int, go: str) -> None:
+    """Print "ready", wait for the file `go`, submit one job to a queue of `capacity`;
+    print "accepted" or "full"."""
+    store = open_store(url)
+    try:
+        policy = attrs.evolve(
+            conformance_policy(), limits=Limits(queue_capacity={"default": capacity})
+        )
+        engine = Engine(store, policy=policy)
+        print("ready", flush=True)
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while not os.path.exists(go):  # bounded by CHILD_TIMEOUT
+            if time.monotonic() > deadline:
+                sys.exit("the go file never appeared")
+            time.sleep(0.0005)
+        try:
+            engine.submit("conformance", {"pid": os.getpid()})
+        except QueueFull:
+            print("full", flush=True)
+        else:
+            print("accepted", flush=True)
     finally:
         store.close()
 
@@ -456,6 +504,21 @@ class StoreConformance:
         assert self.store.get(a.id) is not None
         assert self.store.get(a.id).state == "queued"  # type: ignore[union-attr]
 
+    def test_claim_by_kinds_leases_only_those_kinds_and_leaves_the_rest_untouched(
+        self,
+    ) -> None:
+        engine, _ = self.engine()
+        mine = engine.submit("conformance", 1)
+        other = engine.submit("unsafe", 2)
+        by_id = engine.claim(owner(), ids=[mine.id, other.id], limit=10, kinds=["conformance"])
+        assert [j.id for j in by_id] == [mine.id]
+        assert engine.claim(owner(), limit=10, kinds=[]) == []
+        assert engine.claim(owner(), limit=10, kinds=["conformance"]) == []
+        untouched = self.store.get(other.id)
+        assert untouched is not None
+        assert (untouched.state, untouched.fence, untouched.version) == ("queued", 0, 1)
+        assert [j.id for j in engine.claim(owner(), limit=10, kinds=["unsafe"])] == [other.id]
+
     def _assert_leased_once(self, grants: Sequence[tuple[str, int, str]], ids: set[str]) -> None:
         by_fence: dict[tuple[str, int], set[str]] = {}
         for job_id, fence, who in grants:
@@ -690,6 +753,145 @@ class StoreConformance:
             raise AssertionError("a payload that is not JSON was accepted")
         assert self.store.counts() == {}
 
+    # --- capacity, values a store cannot hold, refused leases, repeated rejections -----
+
+    def _capacity(self, **limits: int) -> Capacity:
+        return Capacity(limits, WAITING_STATES)
+
+    def _submitted(self, engine: Engine, n: int, **opts: Any) -> list[Decision]:
+        now = engine.clock.now()
+        return [engine._submit_decision(now, "conformance", i, **opts) for i in range(n)]
+
+    def test_insert_with_a_capacity_refuses_a_batch_that_would_overshoot_and_writes_none(
+        self,
+    ) -> None:
+        engine, _ = self.engine()
+        cap = self._capacity(default=3)
+        assert len(self.store.insert(self._submitted(engine, 2), cap)) == 2
+        full = _raised(
+            QueueFull,
+            lambda: self.store.insert(self._submitted(engine, 2), cap),
+            "an insert past the queue's capacity was accepted",
+        )
+        assert (full.queue, full.capacity) == ("default", 3)
+        assert self.store.counts() == {("default", "queued"): 2}, "a refused batch wrote jobs"
+        other = self.store.insert(self._submitted(engine, 4, queue="other"), cap)
+        assert len(other) == 4, "a queue without a limit is unbounded"
+        assert len(self.store.insert(self._submitted(engine, 1), cap)) == 1
+        (leased,) = engine.claim(owner(), limit=1)
+        assert len(self.store.insert(self._submitted(engine, 1), cap)) == 1, (
+            "a leased job is not waiting: it must not count against the capacity"
+        )
+        assert self.store.get(leased.id) == leased
+        try:
+            self.store.insert(self._submitted(engine, 1, idempotency_key="cap-key"), cap)
+        except QueueFull:
+            pass
+        else:
+            raise AssertionError("a new job in a full queue was accepted")
+
+    def test_submit_to_a_capped_queue_never_counts_the_whole_store(self) -> None:
+        engine, _ = self.engine()
+        engine.policy = attrs.evolve(engine.policy, limits=Limits(queue_capacity={"default": 2}))
+
+        def counts() -> dict[tuple[str, str], int]:
+            raise AssertionError("the capacity check counted every job of the store")
+
+        store: Any = self.store
+        store.counts = counts  # the store's own count, by queue and state, must not be used
+        try:
+            engine.submit_many([("conformance", i, {}) for i in range(2)])
+            _raised(QueueFull, lambda: engine.submit("conformance", 3), "a third job fit in 2")
+        finally:
+            del store.counts
+
+    def test_a_duplicate_key_in_a_full_queue_returns_the_stored_job(self) -> None:
+        engine, _ = self.engine()
+        cap = self._capacity(default=1)
+        (first,) = self.store.insert(self._submitted(engine, 1, idempotency_key="k"), cap)
+        (again,) = self.store.insert(self._submitted(engine, 1, idempotency_key="k"), cap)
+        assert again == first, "a repeat of a stored key adds no job, so it is never refused"
+
+    def test_a_non_finite_time_or_a_64_bit_overflow_is_refused_and_stores_nothing(self) -> None:
+        engine, clock = self.engine()
+        (good,) = self._submitted(engine, 1)
+        changes: list[tuple[str, dict[str, Any]]] = [
+            ("deadline", {"deadline": float("nan")}),
+            ("run_after", {"run_after": float("inf")}),
+            ("priority", {"priority": 2**63}),
+        ]
+        for field, change in changes:
+            bad = attrs.evolve(good, job=attrs.evolve(good.job, **change))
+
+            def insert(bad: Decision = bad) -> object:
+                return self.store.insert([bad])
+
+            err = _raised(BadInput, insert, f"a job with {change} was stored")
+            assert field in str(err), f"the error does not name {field}: {err}"
+        assert self.store.counts() == {}
+        job = reach(engine, clock, "queued")
+        cancel = decide(job, "cancel", clock.now(), engine.policy, **_OPERATOR)
+        bad = attrs.evolve(cancel, job=attrs.evolve(cancel.job, finished_at=float("nan")))
+        err = _raised(
+            BadInput, lambda: self.store.apply([bad]), "a record with a NaN time was written"
+        )
+        assert "finished_at" in str(err)
+        assert self.store.get(job.id) == job
+        assert len(self.store.history(job.id)) == 1
+
+    def test_a_job_the_core_refuses_to_lease_is_skipped_and_the_jobs_behind_it_are_leased(
+        self,
+    ) -> None:
+        engine, clock = self.engine()
+        bad, *good = engine.submit_many([("conformance", i, {"priority": i}) for i in range(4)])
+        now = clock.now()
+
+        def lease(job: Job) -> Decision:
+            if job.id == bad.id:
+                raise IllegalTransition(job.id, job.state, "lease", "refused by the test")
+            return decide(job, "lease", now, engine.policy, owner=owner(), lease_until=now + TTL)
+
+        def claim(limit: int) -> list[Job]:
+            return self.store.claim(
+                ClaimRequest(
+                    owner=owner(),
+                    queues=("default",),
+                    now=now,
+                    limit=limit,
+                    lease_until=now + TTL,
+                    states=WAITING_STATES,
+                    decide=lease,
+                )
+            )
+
+        assert [j.id for j in claim(1)] == [good[0].id], "the refused job blocked the claim"
+        assert [j.id for j in claim(5)] == [good[1].id, good[2].id]
+        assert claim(5) == []
+        assert self.store.get(bad.id) == bad, "the refused job was changed"
+        assert [e.event for e in self.store.history(bad.id)] == ["submit"]
+
+    def test_a_repeated_rejected_report_is_recorded_once(self) -> None:
+        engine, clock = self.engine()
+        first = reach(engine, clock, "leased")
+        clock.advance(_LATE)
+        sweep(engine)
+        (second,) = engine.claim(owner("b"), ids=[first.id])
+        for _ in range(3):
+            for event in ("start", "release"):
+
+                def report(event: str = event) -> object:
+                    return engine.transition(first.id, event, fence=first.fence)
+
+                _raised(LeaseLost, report, "a report with a stale fence was accepted")
+        rejected = [
+            (e.event, e.fence) for e in self.store.history(first.id) if e.outcome == "rejected"
+        ]
+        assert rejected == [("start", first.fence), ("release", first.fence)]
+        (entry,) = [e for e in self.store.history(first.id) if e.event == "start"][-1:]
+        self.store.record([entry, entry])
+        assert len(self.store.history(first.id)) == len(rejected) + 4  # submit lease expire lease
+        assert self.store.get(first.id) == second
+
 
 class UrlStore:
     """The store factories for a store opened by URL: a subclass sets `self.url`.
@@ -707,6 +909,9 @@ class UrlStore:
         return self.url
 
     def reopen_store(self) -> Store:
+        return open_store(self.url)
+
+    def store_after_drop(self) -> Store:
         return open_store(self.url)
 
 
@@ -755,6 +960,77 @@ class SharedStoreConformance(StoreConformance):
         assert len({g[2] for g in grants}) >= 1
         assert self.store.counts() == {("default", "leased"): self.concurrent_jobs}
 
+    capacity_submitters: int = 16
+    capacity_limit: int = 5
+
+    def test_capacity_holds_when_many_processes_submit_at_once(self) -> None:
+        """16 processes submit one job each, at once, to a queue of capacity 5."""
+        url = self.store_url()
+        self.store.counts()  # the schema exists before the children open it
+        go = os.path.join(
+            os.environ.get("TMPDIR", "/tmp"), f"jobfsm-go-{os.getpid()}-{time.monotonic_ns()}"
+        )
+        args = [sys.executable, "-m", "fsm.testing.conformance", "submit", url]
+        children = [
+            subprocess.Popen(
+                [*args, str(self.capacity_limit), go],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(self.capacity_submitters)
+        ]
+        answers: list[str] = []
+        try:
+            for child in children:
+                assert child.stdout is not None
+                line = child.stdout.readline().strip()  # each child opened its store
+                assert line == "ready", f"submitter failed: {child.stderr.read()[-2000:]}"  # type: ignore[union-attr]
+            with open(go, "w"):
+                pass
+            for child in children:
+                out, err = child.communicate(timeout=CHILD_TIMEOUT)
+                assert child.returncode == 0, f"submitter failed: {err[-2000:]}"
+                answers.append(out.strip())
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+            if os.path.exists(go):
+                os.remove(go)
+        counts = self.store.counts()
+        waiting = sum(counts.get(("default", s), 0) for s in WAITING_STATES)
+        assert sorted(answers) == sorted(
+            ["accepted"] * self.capacity_limit
+            + ["full"] * (self.capacity_submitters - self.capacity_limit)
+        ), f"answers {answers}, {waiting} jobs waiting"
+        assert waiting == self.capacity_limit
+
+
+class DroppableStoreConformance(StoreConformance):
+    """For stores with `drop_schema()`: it removes every job and audit entry it holds."""
+
+    def store_after_drop(self) -> Store:
+        """A store on the same data after `drop_schema()` (reopened, or the same object)."""
+        raise NotImplementedError("define store_after_drop() for the drop_schema check")
+
+    def test_drop_schema_removes_every_job_and_audit_entry(self) -> None:
+        engine, clock = self.engine()
+        running = reach(engine, clock, "running")
+        done = reach(engine, clock, "succeeded", idempotency_key="dropped")
+        assert isinstance(self.store, SchemaDroppable)
+        self.store.drop_schema()
+        after = self.store_after_drop()
+        if after is not self.store:
+            self._opened.append(after)
+        assert after.counts() == {}
+        for job in (running, done):
+            assert after.get(job.id) is None
+            assert after.history(job.id) == []
+        again, _ = self.engine(after)
+        assert again.submit("conformance", 1, idempotency_key="dropped").id != done.id
+
 
 class PersistentStoreConformance(StoreConformance):
     """For stores whose committed data outlives the store object (files, servers)."""
@@ -776,7 +1052,13 @@ class PersistentStoreConformance(StoreConformance):
         ]  # fmt: skip
 
 
-if __name__ == "__main__":  # the child claimer of the cross-process lease test
-    if len(sys.argv) != 5 or sys.argv[1] != "claim":
-        sys.exit("usage: python -m fsm.testing.conformance claim URL NAME BATCH")
-    _child_claim(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+if __name__ == "__main__":  # the children of the cross-process tests
+    if len(sys.argv) == 5 and sys.argv[1] == "claim":
+        _child_claim(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "submit":
+        _child_submit(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        sys.exit(
+            "usage: python -m fsm.testing.conformance claim URL NAME BATCH\n"
+            "       python -m fsm.testing.conformance submit URL CAPACITY GO_FILE"
+        )

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from ..errors import TransientStoreError, VersionConflict
-from ..ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest, Store
+from ..ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest, Store
 from ..records import AuditEntry, Decision, Job
 
 #: store methods a fault can be armed on (reads fail only "before")
@@ -68,9 +68,9 @@ class FaultyStore:
                 f"injected fault: {method} committed, then the reply was lost"
             )
 
-    def insert(self, decisions: Sequence[Decision]) -> list[Job]:
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
         when = self._before("insert")
-        out = self.inner.insert(decisions)
+        out = self.inner.insert(decisions, capacity)
         self._after("insert", when)
         return out
 

@@ -116,11 +116,14 @@ class Claims:
         owner = s.identity.owner
         with s.identity.claiming():
             jobs: list[Job] = []
+            # only kinds this worker has handlers for: another kind waits for a worker
+            # that knows it (a rolling deploy), instead of failing here
+            kinds = tuple(s.handlers)
             if ids:
-                jobs += s.engine.claim(owner, s.queues, limit=len(ids), ids=ids)
+                jobs += s.engine.claim(owner, s.queues, limit=len(ids), ids=ids, kinds=kinds)
             left = free - len(jobs)
             if any_due and left > 0:
-                jobs += s.engine.claim(owner, s.queues, limit=left)
+                jobs += s.engine.claim(owner, s.queues, limit=left, kinds=kinds)
             for job in jobs:
                 s.identity.hold(job.id, job.fence)
         return jobs

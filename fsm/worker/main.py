@@ -68,7 +68,10 @@ class Worker:
         shutdown_grace: float | None = None,
         report_batch: int = DEFAULT_REPORT_BATCH,
         install_signals: bool = True,
+        tracer_provider: Any = None,
     ) -> None:
+        """`tracer_provider`: where attempt spans go (default: OpenTelemetry's global one,
+        when opentelemetry-api is installed)."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         for name, value in (("poll_interval", poll_interval), ("cancel_grace", cancel_grace)):
@@ -94,7 +97,7 @@ class Worker:
             self._shared.liveness = engine.store.liveness
         self._leases = Leases(self._shared, cancel_grace)
         self._claims = Claims(self._shared, self._leases.regain_liveness)
-        self._reporter = Reporter(self._shared, report_batch)
+        self._reporter = Reporter(self._shared, report_batch, tracer_provider)
         self._sweeper = Sweeper(self._shared)
         for kind, fn in (handlers or {}).items():
             spec = fn if isinstance(fn, HandlerSpec) else Handlers({kind: fn})[kind]

@@ -18,6 +18,7 @@ from .. import jsonio
 from ..errors import LeaseLost, PayloadError
 from ..ports import Outcome
 from ..records import Job
+from ..telemetry import tracing
 from .runs import Run
 from .state import Shared
 
@@ -30,9 +31,14 @@ BATCH_WINDOW = 0.02  # longest wait to gather reports into one batch
 class Reporter:
     """Turns outcomes into reports; runs on its own thread until the worker is done."""
 
-    def __init__(self, shared: Shared, batch: int = DEFAULT_REPORT_BATCH) -> None:
+    def __init__(
+        self, shared: Shared, batch: int = DEFAULT_REPORT_BATCH, tracer_provider: Any = None
+    ) -> None:
         self.s = shared
         self.batch = max(1, batch)
+        #: attempts become OpenTelemetry spans when opentelemetry-api is installed
+        self.traced = tracing.available()
+        self.tracer_provider = tracer_provider
 
     def loop(self) -> None:
         s = self.s
@@ -110,6 +116,14 @@ class Reporter:
         for run, outcome in batch:
             if metrics is not None:
                 metrics.attempt_seconds(run.job.kind, outcome.status, outcome.seconds)
+            if self.traced:
+                tracing.record_attempt(
+                    run.job,
+                    outcome.status,
+                    outcome.error,
+                    outcome.seconds,
+                    provider=self.tracer_provider,
+                )
             if not s.runs.start_reporting(run):
                 log.info(
                     "job %s: %s result discarded (%s)",
@@ -137,6 +151,8 @@ class Reporter:
         for run, result in zip(runs, results, strict=True):
             if isinstance(result, LeaseLost):
                 log.info("job %s: report discarded: %s", run.job.id, result)
+                if metrics is not None:
+                    metrics.lease_lost(run.job.kind)
             elif not isinstance(result, Job):
                 log.warning("job %s: report failed: %s", run.job.id, result)
             s.runs.finish(run)

@@ -8,6 +8,8 @@ from ._cli import ok, ok_json, one_line_error, run_cli
 
 
 def test_unknown_job_id_is_named(sqlite_url: str) -> None:
+    ok("migrate", sqlite_url)
+
     line = one_line_error(run_cli("inspect", "NOSUCHJOB", "--store", sqlite_url))
 
     assert "no job with id 'NOSUCHJOB'" in line
@@ -36,6 +38,8 @@ def test_illegal_operator_action_names_the_state_and_the_event(sqlite_url: str) 
 
 
 def test_payload_that_is_not_json_is_refused_and_nothing_is_stored(sqlite_url: str) -> None:
+    ok("migrate", sqlite_url)
+
     line = one_line_error(run_cli("submit", "k", "--payload", "{oops", "--store", sqlite_url))
 
     assert "--payload is not valid JSON" in line

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import fsm.aio
@@ -195,3 +196,24 @@ def test_the_async_engine_writes_what_the_engine_writes(store_url: str, tmp_path
     finally:
         reference.store.close()
         subject.store.close()
+
+
+def test_drop_schema_removes_what_waiting_added(pg_url: str) -> None:
+    # given: a schema in which a wait made the final-state trigger and its function
+    store = open_store(f"{pg_url}?schema=waited")
+    engine = Engine(store)
+    job = engine.submit("k", 1)
+    with pytest.raises(WaitTimeout):
+        engine.wait(job.id, timeout=0.1)
+
+    # when: the store drops its schema
+    store.drop_schema()  # type: ignore[attr-defined]
+
+    # then: nothing of it is left, the trigger's function included
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'waited'").fetchone()
+        functions = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'jobfsm_notify_final'"
+        ).fetchone()
+    assert row == (0,)
+    assert functions == (0,)

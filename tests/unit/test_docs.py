@@ -9,7 +9,15 @@ from fsm.cli import docgen
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-MY_PAGES = ("index.md", "getting-started.md", "concepts.md", "embedding.md", "operations.md")
+MY_PAGES = (
+    "index.md",
+    "getting-started.md",
+    "concepts.md",
+    "embedding.md",
+    "operations.md",
+    "troubleshooting.md",
+    "security.md",
+)
 
 
 def test_generated_docs_match_the_spec_and_the_cli() -> None:
@@ -62,3 +70,39 @@ def test_links_between_my_pages_resolve() -> None:
                 missing.append(f"{page} -> {target}")
 
     assert not missing, f"broken links: {missing}"
+
+
+def test_no_doc_or_source_cites_a_document_outside_the_repository() -> None:
+    """The docs stand alone: no citation of a design document users do not have."""
+    pattern = re.compile(r"\bDESIGN\b|/work/shared|STYLE\.md")
+    found = []
+    files = [ROOT / "README.md"]
+    for folder, suffixes in (
+        ("docs", ("*.md",)),
+        ("specs", ("*.md", "*.toml")),
+        ("fsm", ("*.py",)),
+        ("adapters", ("*.py",)),
+        ("examples", ("*.py",)),
+    ):
+        for suffix in suffixes:
+            files += sorted((ROOT / folder).rglob(suffix))
+    for path in files:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+
+    assert not found, "citations of documents outside the repository:\n" + "\n".join(found)
+
+
+def test_docs_end_without_internal_notes() -> None:
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        assert "worked around here" not in text, page.name
+        assert "Known issue in shared code" not in text, page.name
+
+
+def test_index_links_troubleshooting_and_security() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+
+    assert "(troubleshooting.md)" in index
+    assert "(security.md)" in index

@@ -125,3 +125,20 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     # then exactly that cycle is reported
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_every_subpackage_is_reachable_as_an_attribute_of_its_package() -> None:
+    # `fsm.lifecycle` once named a function re-exported by fsm/__init__.py, so
+    # `import fsm.lifecycle.spec as s` failed: no public name may shadow a subpackage
+    import importlib
+
+    for name, path in _modules().items():
+        if path.name != "__init__.py":
+            continue
+        parent, _, child = name.rpartition(".")
+        if not parent:
+            continue
+        importlib.import_module(name)
+        assert getattr(importlib.import_module(parent), child) is importlib.import_module(name), (
+            f"{parent}.{child} is not the module {name}"
+        )

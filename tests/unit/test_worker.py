@@ -137,18 +137,24 @@ def test_handler_outcomes_map_to_reports(running: Callable[[Worker], Worker]) ->
     assert metrics.attempts[("ok", "succeeded")] == 1
 
 
-def test_an_unknown_kind_fails_at_once_and_permanently(
+def test_a_kind_without_a_handler_here_waits_for_a_worker_that_has_one(
     running: Callable[[Worker], Worker],
 ) -> None:
+    # given an old worker that does not know the kind "mystery" (a rolling deploy)
     engine = _engine()
-    worker = _worker(engine, handlers={"known": lambda ctx: None})
+    old = _worker(engine, handlers={"known": lambda ctx: None})
     job = engine.submit("mystery", {}, max_attempts=10)
-    running(worker)
-
-    wait_for(lambda: _state(engine, job) == "failed", what="unknown kind to fail")
-    failed = engine.get(job.id)
-    assert failed.attempt == 1
-    assert "no handler for kind 'mystery'" in (failed.last_error or "")
+    known = engine.submit("known", {})
+    running(old)
+    # then it runs what it knows and leaves the new kind queued, untouched
+    wait_for(lambda: _state(engine, known) == "succeeded", what="the known job")
+    time.sleep(0.3)
+    waiting = engine.get(job.id)
+    assert (waiting.state, waiting.attempt, waiting.fence) == ("queued", 0, 0)
+    # when a worker that has the handler comes up, it runs the job
+    running(_worker(engine, handlers={"mystery": lambda ctx: "solved"}))
+    wait_for(lambda: _state(engine, job) == "succeeded", what="the new worker to run it")
+    assert engine.get(job.id).result == "solved"
 
 
 def test_registering_a_handler_sets_the_kind_defaults_for_submit() -> None:

@@ -75,15 +75,16 @@ def test_a_batch_whose_decisions_change_different_columns_is_applied_whole(
         engine.store.close()
 
 
-def test_a_batch_with_a_float_json_cannot_carry_is_still_written_exactly(pg_url: str) -> None:
+def test_a_batch_with_a_non_finite_time_is_bad_input_and_changes_nothing(pg_url: str) -> None:
     engine, jobs = _leased(pg_url, 2)
     try:
-        decisions = [
-            attrs.evolve(d, job=attrs.evolve(d.job, deadline=math.inf))
-            for d in _starts(engine, jobs)
-        ]
-        assert engine.store.apply(decisions) == [d.job for d in decisions]
-        assert [engine.get(j.id).deadline for j in jobs] == [math.inf, math.inf]
+        decisions = _starts(engine, jobs)
+        decisions[1] = attrs.evolve(
+            decisions[1], job=attrs.evolve(decisions[1].job, deadline=math.inf)
+        )
+        with pytest.raises(BadInput, match="deadline"):
+            engine.store.apply(decisions)
+        assert [engine.get(j.id) for j in jobs] == jobs
     finally:
         engine.store.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fsm.testing.conformance import (
+    DroppableStoreConformance,
     PersistentStoreConformance,
     SharedStoreConformance,
     UrlStore,
@@ -13,7 +14,9 @@ from fsm.testing.conformance import (
 pytestmark = pytest.mark.postgres
 
 
-class TestPostgresConformance(UrlStore, SharedStoreConformance, PersistentStoreConformance):
+class TestPostgresConformance(
+    UrlStore, SharedStoreConformance, PersistentStoreConformance, DroppableStoreConformance
+):
     @pytest.fixture(autouse=True)
     def _schema(self, pg_schema_url: str) -> None:
         # a fresh schema per test (one database per module); a small pool keeps the

@@ -15,13 +15,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import pika
 import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitDelivery
 from fsm import Engine, LeaseLost, Owner
-from fsm.records import Job
+from fsm.records import Decision, Job
 
 RABBITMQCTL_TIMEOUT = 120.0
 
@@ -241,3 +242,35 @@ class DriverLoop:
 @pytest.fixture
 def memory_engine() -> Engine:
     return Engine(MemoryStore())
+
+
+def stored_job(engine: Engine, **changes: Any) -> Job:
+    """A queued job written straight into the store, bypassing submit's checks: the rows an
+    older version or another submitter may have left (an over-long correlation id, ...)."""
+    now = engine.clock.now()
+    job = Job(
+        id=uuid.uuid4().hex,
+        kind="noop",
+        queue="default",
+        payload_json="null",
+        state="queued",
+        created_at=now,
+        updated_at=now,
+        run_after=now,
+    )
+    job = attrs.evolve(job, **changes)
+    engine.store.insert([Decision(job=job, entry=None, event="submit", previous=None)])
+    return job
+
+
+def delete_broker_names(rabbit_url: str, prefix: str, queues: tuple[str, ...]) -> None:
+    """Delete queues `<prefix><queue>` and the dead-letter pair of a prefix the fixture
+    does not know (a test that needs a second prefix)."""
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    try:
+        channel = conn.channel()
+        for queue in (*queues, "dead-letter"):
+            channel.queue_delete(f"{prefix}{queue}")
+        channel.exchange_delete(f"{prefix}dead-letter")
+    finally:
+        conn.close()

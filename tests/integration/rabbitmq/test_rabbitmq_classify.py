@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from pika import exceptions as pika_errors
+from pika.adapters.utils import connection_workflow as workflow
 
 from adapters.rabbitmq import classify
 from adapters.rabbitmq.classify import ConsumerCancelled, ConsumptionEnded
@@ -37,6 +40,37 @@ ACK_TIMEOUT_TEXT = (
         ),
         (pika_errors.ConnectionClosedByBroker(530, "NOT_ALLOWED"), False, "closed-530"),
         (TypeError("a bug"), False, "unexpected"),
+        # connection set-up: handshake timeouts and DNS are transient, another protocol fatal
+        (
+            workflow.AMQPConnectorStackTimeout("Timeout during AMQP handshake"),
+            True,
+            "handshake-timeout",
+        ),
+        (socket.gaierror(-2, "Name or service not known"), True, "dns"),
+        (TimeoutError("timed out"), True, "connection-lost"),
+        (OSError(113, "No route to host"), True, "connection-lost"),
+        (
+            pika_errors.AMQPConnectionError(
+                workflow.AMQPConnectorSocketConnectError(ConnectionRefusedError(111, "refused"))
+            ),
+            True,
+            "connection-lost",
+        ),
+        (
+            workflow.AMQPConnectorAMQPHandshakeError(pika_errors.StreamLostError("EOF")),
+            True,
+            "stream-lost",
+        ),
+        (
+            pika_errors.IncompatibleProtocolError("StreamLostError: ('Transport indicated EOF',)"),
+            False,
+            "incompatible-protocol",
+        ),
+        (
+            workflow.AMQPConnectorAMQPHandshakeError(pika_errors.IncompatibleProtocolError("x")),
+            False,
+            "incompatible-protocol",
+        ),
     ],
 )
 def test_failures_are_classified_as_the_contract_says(

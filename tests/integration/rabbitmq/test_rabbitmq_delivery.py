@@ -146,7 +146,7 @@ def test_poison_messages_are_dead_lettered_with_reason_and_consumption_continues
         dead = drain_queue(rabbit_url, f"{prefix}dead-letter")
         reasons = [props.headers[REASON_HEADER] for props, _ in dead]
         assert len(reasons) == 3
-        assert any("not JSON" in r for r in reasons)
+        assert any("not UTF-8" in r for r in reasons)
         assert any("no valid job_id" in r for r in reasons)
         assert "unknown job 'NO-SUCH-JOB'" in reasons
         assert delivery.ready

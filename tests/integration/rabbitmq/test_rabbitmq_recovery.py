@@ -4,13 +4,19 @@ timeouts, a stopped broker, missing queues, bad credentials, stale delivery tags
 from __future__ import annotations
 
 import logging
+import math
+import random
+import socket
 import time
 
 import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import DeliveryFailed, RabbitConfig, RabbitDelivery
+from adapters.rabbitmq.consumer import Consumer, recovery_delay
 from fsm import Engine
+from fsm.errors import BadInput
+from fsm.observe import MetricsBase
 
 from .helpers import (
     DriverLoop,
@@ -97,7 +103,7 @@ def test_broker_stopped_longer_than_the_budget_fails_within_attempts_times_inter
             # then the delivery gives up loudly within 2 x 1 s plus a bound, and is not ready
             assert elapsed < 2 * 1.0 + 10.0
             assert not delivery.ready
-            with pytest.raises(DeliveryFailed, match="recovery budget spent: 2 attempts"):
+            with pytest.raises(DeliveryFailed, match=r"recovery budget spent: \d+ attempts"):
                 delivery.check()
             with pytest.raises(DeliveryFailed):
                 delivery.poll(4, 0.1)
@@ -281,15 +287,31 @@ def test_close_interrupts_the_wait_between_recovery_attempts(prefix: str) -> Non
         ("recovery_attempts", True),
         ("recovery_attempts", -1),
         ("recovery_attempts", 1.5),
+        ("recovery_attempts", 10**9),
         ("recovery_interval", False),
         ("recovery_interval", -0.1),
+        ("recovery_interval", math.inf),
+        ("recovery_interval", math.nan),
+        ("recovery_interval", 1e12),
         ("prefetch", 0),
+        ("prefetch", 70_000),
         ("max_hold", 0),
+        ("max_hold", math.inf),
+        ("idle_check", math.nan),
+        ("connect_timeout", math.inf),
+        ("heartbeat", 0),
+        ("heartbeat", 70_000),
+        ("repair_interval", -math.inf),
+        ("dead_letter_ttl", 0),
+        ("dead_letter_max_length", 0),
+        ("publish_batch", 0),
         ("queue_type", "stream"),
     ],
 )
-def test_bad_recovery_options_are_rejected_naming_the_option(option: str, value: object) -> None:
-    with pytest.raises(ValueError, match=option.split("_", maxsplit=1)[0]):
+def test_bad_options_are_refused_with_bad_input_naming_the_option(
+    option: str, value: object
+) -> None:
+    with pytest.raises(BadInput, match=option):
         RabbitConfig(**{option: value})  # type: ignore[arg-type]
 
 
@@ -327,5 +349,187 @@ def test_recovery_budget_is_reset_once_every_subscription_is_restored(
         # then each loss found a fresh budget: still healthy
         delivery.check()
         assert delivery.consumer.stats["recoveries"] == 3
+    finally:
+        delivery.close()
+
+
+def test_a_handshake_timeout_is_transient_and_retried_until_the_budget_is_spent(
+    prefix: str,
+) -> None:
+    # given a TCP port that accepts connections but never speaks AMQP back
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    delivery = RabbitDelivery(
+        f"amqp://guest:guest@127.0.0.1:{port}/%2F",
+        prefix=prefix,
+        connect_timeout=0.3,
+        recovery_attempts=3,
+        recovery_interval=0.2,
+    )
+    try:
+        # when the delivery starts, then the first timeout does not end it at once
+        delivery.start(["default"])
+        wait_until(lambda: delivery.consumer.failure is not None, 20, "the budget to be spent")
+    finally:
+        delivery.close()
+        silent.close()
+    # and it gave up only once its attempts were spent, naming the cause
+    assert delivery.consumer.stats["recovery_attempts"] >= 3
+    assert delivery.consumer.stats["failure:handshake-timeout"] >= 4
+    with pytest.raises(DeliveryFailed, match=r"budget spent.*handshake-timeout"):
+        delivery.check()
+
+
+def test_a_dns_failure_is_transient_and_retried_until_the_budget_is_spent(prefix: str) -> None:
+    # given a broker host name that does not resolve
+    delivery = RabbitDelivery(
+        "amqp://guest:guest@no-such-broker.invalid:5672/%2F",
+        prefix=prefix,
+        recovery_attempts=2,
+        recovery_interval=0.2,
+    )
+    try:
+        # when the delivery starts, then it retries within its budget, then fails naming DNS
+        delivery.start(["default"])
+        wait_until(lambda: delivery.consumer.failure is not None, 20, "the budget to be spent")
+    finally:
+        delivery.close()
+    assert delivery.consumer.stats["recovery_attempts"] >= 2
+    with pytest.raises(DeliveryFailed, match=r"budget spent.*\(dns\)"):
+        delivery.check()
+
+
+def test_a_url_pointing_at_another_service_fails_at_once_as_incompatible(prefix: str) -> None:
+    # given a URL pointing at PostgreSQL's port instead of RabbitMQ's
+    delivery = RabbitDelivery("amqp://guest:guest@127.0.0.1:5432/%2F", prefix=prefix)
+    # when it starts, then it fails at once, without any recovery attempt
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match="incompatible-protocol"):
+        delivery.start(["default"])
+    assert time.monotonic() - started < 5.0
+    assert delivery.consumer.stats["recovery_attempts"] == 0
+    assert not delivery.ready
+    delivery.close()
+
+
+def test_an_io_thread_that_dies_on_a_bug_flags_the_delivery_and_the_worker(
+    prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a bug in the failure handling of the I/O thread, and a lost connection
+    def bug(self: Consumer, verdict: object) -> None:
+        raise RuntimeError("a bug in failure handling")
+
+    monkeypatch.setattr(Consumer, "_log_failure", bug)
+    caplog.set_level(logging.ERROR, logger="adapters.rabbitmq")
+    delivery = RabbitDelivery(
+        "amqp://guest:guest@127.0.0.1:1/%2F", prefix=prefix, connect_timeout=0.5
+    )
+    # when the delivery starts, then it fails at once instead of staying alive doing nothing
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match="I/O thread stopped on an unexpected error"):
+        delivery.start(["default"])
+    assert time.monotonic() - started < 2.0
+    assert not delivery.ready
+    with pytest.raises(DeliveryFailed, match="RuntimeError: a bug in failure handling"):
+        delivery.check()
+    assert any("I/O thread" in r.getMessage() for r in caplog.records)
+    delivery.close()
+
+
+def test_an_io_thread_that_ends_without_a_stop_request_flags_the_delivery(
+    rabbit_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given an I/O thread whose loop returns although nobody asked it to stop
+    monkeypatch.setattr(Consumer, "_loop", lambda self: None)
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix)
+    # when the delivery starts, then the ended thread is seen: not ready, check() raises
+    with pytest.raises(DeliveryFailed, match="I/O thread ended although nobody stopped it"):
+        delivery.start(["default"])
+    assert not delivery.ready
+    with pytest.raises(DeliveryFailed):
+        delivery.check()
+    delivery.close()
+
+
+def test_recovery_waits_grow_from_about_one_second_to_the_interval_with_jitter() -> None:
+    rng = random.Random(7)
+    waits = [recovery_delay(n, 60.0, rng) for n in range(1, 30)]
+    # the first attempt is immediate; then from 0.5-1 s, growing, capped at the interval
+    assert waits[0] == 0.0
+    assert 0.5 <= waits[1] <= 1.0
+    assert all(w <= 60.0 for w in waits)
+    assert max(waits[-5:]) >= 30.0
+    # jittered: two workers do not share one schedule
+    other = [recovery_delay(n, 60.0, random.Random(8)) for n in range(1, 30)]
+    assert waits[1:] != other[1:]
+    # an interval under 1 s caps every wait
+    assert all(recovery_delay(n, 0.2, rng) <= 0.2 for n in range(1, 10))
+
+
+def test_consumption_resumes_within_seconds_of_the_broker_returning(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a consuming delivery with the default recovery budget (5 x 60 s)
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    engine.publisher = delivery
+    delivery.start(["default"])
+    delivery.poll(4, 0.1)
+    wait_until(lambda: delivery.ready, 10, "readiness")
+    try:
+        # when the broker stops for 10 s and comes back
+        with broker_app_stopped() as start_again:
+            stopped = time.monotonic()
+            wait_until(lambda: not delivery.ready, 30, "readiness to drop")
+            time.sleep(max(0.0, 10.0 - (time.monotonic() - stopped)))
+            start_again()
+            back = time.monotonic()
+        resumed_after = wait_until(lambda: delivery.ready, 60, "readiness to return")
+        print(
+            f"broker down {back - stopped:.1f} s (stop_app to start_app + await_startup); "
+            f"consumer ready {resumed_after:.1f} s after the broker was back"
+        )
+        # then the consumer is back within a few seconds, not after the full interval
+        assert resumed_after < 15.0
+        job = engine.submit("noop")
+        got: list[str] = []
+        wait_until(
+            lambda: got.extend(w.job_id for w in delivery.poll(4, 0.2) if w.job_id) or got,
+            10,
+            "a wake-up after the restart",
+        )
+        assert got == [job.id]
+    finally:
+        delivery.close()
+
+
+def test_a_reconnect_is_counted_as_a_delivery_recovery_in_the_engines_metrics(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery whose engine counts delivery recoveries
+    class Recoveries(MetricsBase):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, str]] = []
+
+        def delivery_recovery(self, delivery: str, reason: str) -> None:
+            self.seen.append((delivery, reason))
+
+    metrics = Recoveries()
+    engine = Engine(MemoryStore(), metrics=metrics)
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    delivery.start(["default"])
+    try:
+        wait_until(lambda: delivery.poll(1, 0.1) == [] and delivery.ready, 10, "connected")
+        # when the broker closes its connections and the consumer reconnects
+        rabbitmqctl("close_all_connections", "test")
+        wait_until(
+            lambda: delivery.poll(1, 0.1) == [] and delivery.consumer.generation == 2,
+            30,
+            "recovery",
+        )
+        # then the recovery was reported once, with its reason
+        wait_until(lambda: metrics.seen, 5, "the metric")
+        assert [d for d, _ in metrics.seen] == ["rabbitmq"]
+        assert "reconnected after" in metrics.seen[0][1]
     finally:
         delivery.close()

@@ -7,13 +7,16 @@ from pathlib import Path
 import pytest
 
 from fsm.testing.conformance import (
+    DroppableStoreConformance,
     PersistentStoreConformance,
     SharedStoreConformance,
     UrlStore,
 )
 
 
-class TestSqliteConformance(UrlStore, SharedStoreConformance, PersistentStoreConformance):
+class TestSqliteConformance(
+    UrlStore, SharedStoreConformance, PersistentStoreConformance, DroppableStoreConformance
+):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:
         # a generous busy timeout: CI machines are loaded, and the concurrency

@@ -1,0 +1,62 @@
+"""The job-list statement shared by the SQL stores' `JobBrowser` implementations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsm.dashboard.ports import ListRequest
+
+from ._rows import JOB_COLUMNS
+
+_JOB_COLS = ", ".join(JOB_COLUMNS)
+#: ids sort below this character (they are ASCII letters and digits): the upper bound
+#: of an id-prefix range
+_ID_END = "\x7f"
+
+
+def list_sql(request: ListRequest, mark: str = "?", table: str = "jobs") -> tuple[str, list[Any]]:
+    """The statement and parameters of one page (`limit + 1` rows), for SQLite and
+    PostgreSQL alike (`mark` is the parameter placeholder, `table` the jobs table).
+
+    A text search is a UNION of three lookups that each have an index of their
+    own (id range, idempotency key, correlation id); each is cut to the page size
+    before they are merged, so no lookup walks the whole table.
+    """
+    order = "ASC" if request.oldest_first else "DESC"
+    where: list[str] = []
+    params: list[Any] = []
+    for column, wanted in (
+        ("state", request.states),
+        ("kind", request.kinds),
+        ("queue", request.queues),
+    ):
+        if wanted is not None:
+            where.append(f"{column} IN ({', '.join(mark for _ in wanted)})" if wanted else "0 = 1")
+            params.extend(wanted)
+    if request.after is not None:
+        where.append(f"id {'>' if request.oldest_first else '<'} {mark}")
+        params.append(request.after)
+    limit = request.limit + 1
+    if request.text is None:
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = f"SELECT {_JOB_COLS} FROM {table}{clause} ORDER BY id {order} LIMIT {mark}"
+        return sql, [*params, limit]
+    parts: list[str] = []
+    all_params: list[Any] = []
+    lookups: list[tuple[str, list[Any]]] = [
+        (f"idempotency_key = {mark}", [request.text]),
+        (f"correlation_id = {mark}", [request.text]),
+    ]
+    prefix = request.id_prefix
+    if prefix is not None:
+        lookups.insert(0, (f"id >= {mark} AND id < {mark}", [prefix, prefix + _ID_END]))
+    for cond, cond_params in lookups:
+        clause = " AND ".join([cond, *where])
+        parts.append(
+            f"SELECT * FROM (SELECT {_JOB_COLS} FROM {table} WHERE {clause} "
+            f"ORDER BY id {order} LIMIT {mark}) AS hit"
+        )
+        all_params += [*cond_params, *params, limit]
+    # UNION (not ALL): a job found by two lookups is listed once
+    sql = f"SELECT * FROM ({' UNION '.join(parts)}) AS hits ORDER BY id {order} LIMIT {mark}"
+    return sql, [*all_params, limit]

@@ -1,0 +1,206 @@
+"""Insert for the PostgreSQL store: one statement per batch, COPY for large keyless
+batches, and the capacity-checked transaction (a mixin of PostgresStore)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from adapters._rows import check_storable
+from fsm.errors import QueueFull, TransientStoreError
+from fsm.ports import Capacity
+from fsm.records import Decision, Job
+
+from . import _schema
+from ._base import Conn, Connected, _audit_arrays, _job, _job_arrays, _rollback
+
+log = logging.getLogger(__name__)
+
+#: batches of at least this many jobs without idempotency keys are written with COPY
+COPY_MIN = 200
+#: how many times insert re-tries a duplicate key whose job vanished (pruned) meanwhile.
+INSERT_ROUNDS = 3
+
+
+class Inserts(Connected):
+    """`insert` of the Store port; needs `channel` (the LISTEN channel) from the store."""
+
+    channel: str
+
+    def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
+        if not decisions:
+            return []
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
+            capacity = None
+        out: dict[int, Job] = {}
+        pending = list(enumerate(decisions))
+        for _ in range(INSERT_ROUNDS):
+            if not pending:
+                break
+            batch = [d for _, d in pending]
+            inserted = self._insert_once(batch, capacity)
+            missing = [(i, d) for i, d in pending if d.job.id not in inserted]
+            for i, d in pending:
+                if d.job.id in inserted:
+                    out[i] = d.job
+            if not missing:
+                break
+            found = self._existing([d for _, d in missing])
+            pending = []
+            for i, d in missing:
+                key = d.job.idempotency_key
+                job = found.get(("key", key)) if key is not None else None
+                job = job or found.get(("id", d.job.id))
+                if job is None:
+                    pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
+                else:
+                    out[i] = job
+        if len(out) != len(decisions):
+            raise TransientStoreError(
+                f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
+                f"vanishing in {INSERT_ROUNDS} rounds; retry"
+            )
+        return [out[i] for i in range(len(decisions))]
+
+    def _insert_once(
+        self, decisions: Sequence[Decision], capacity: Capacity | None = None
+    ) -> set[str]:
+        if capacity is not None:
+            return self._insert_capped(decisions, capacity)
+
+        def body(conn: Conn) -> set[str]:
+            entries = [d.entry for d in decisions if d.entry is not None]
+            params = [
+                *_job_arrays(d.job for d in decisions),
+                *_audit_arrays(entries),
+                self.channel,
+            ]
+            return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
+
+        def reconcile() -> set[str]:
+            return self._reconcile_insert(decisions)
+
+        if len(decisions) >= COPY_MIN and all(d.job.idempotency_key is None for d in decisions):
+            copied = self._copy_insert(decisions)
+            if copied is not None:
+                return copied
+        return self._write("insert", body, reconcile)
+
+    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity) -> set[str]:
+        """Insert and check the queues' capacities in one transaction, atomically.
+
+        The transaction takes a lock per capped queue (a transaction advisory lock,
+        class CAPACITY_CLASS, in sorted order), inserts, then counts the queue's
+        waiting jobs (at most limit + 1 rows of the partial index jobs_due). Two
+        submitters to one queue are serialized by the lock, so the second counts
+        the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
+        """
+        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
+        entries = [d.entry for d in decisions if d.entry is not None]
+        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
+        count = self.sql.waiting(tuple(capacity.states))
+        queue_of = {d.job.id: d.job.queue for d in decisions}
+        lost: psycopg.Error | None = None
+        with self.connection("insert") as conn:
+            try:
+                with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
+                    conn.execute("BEGIN")
+                    for queue in queues:
+                        key = _schema.key32(f"{self.schema}\x00{queue}")
+                        conn.execute(
+                            "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
+                        )
+                    inserted = conn.execute(self.sql.insert, params)
+                    counted = [
+                        (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
+                    ]
+                ids = {r[0] for r in inserted.fetchall()}
+                added = {queue_of[i] for i in ids}
+                for queue, cursor in counted:
+                    row = cursor.fetchone()
+                    limit = capacity.limits[queue]
+                    if queue in added and row is not None and row[0] > limit:
+                        raise QueueFull(queue, limit)
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as err:
+                if not conn.broken:
+                    _rollback(conn)
+                    raise
+                lost = err
+            else:
+                return ids
+        self._purge()
+        log.warning("connection lost while committing an insert (%s); reconciling", lost)
+        return self._reconcile_insert(decisions)
+
+    def _copy_insert(self, decisions: Sequence[Decision]) -> set[str] | None:
+        """A large batch without idempotency keys: COPY the rows in one transaction.
+
+        Returns None (nothing written) if one of the ids is already stored (a batch
+        inserted again): the caller then takes the ON CONFLICT path.
+        """
+        ids = {d.job.id for d in decisions}
+        lost: psycopg.Error | None = None
+        with self.connection("insert") as conn:
+            try:
+                conn.execute("BEGIN")
+                with conn.cursor() as cur:
+                    with cur.copy(self.sql.copy_jobs) as copy:
+                        for row in zip(*_job_arrays(d.job for d in decisions), strict=True):
+                            copy.write_row(row)
+                    entries = [d.entry for d in decisions if d.entry is not None]
+                    with cur.copy(self.sql.copy_events) as copy:
+                        for row in zip(*_audit_arrays(entries), strict=True):
+                            copy.write_row(row)
+                queues = sorted({d.job.queue for d in decisions})
+                conn.execute(self.sql.notify, (self.channel, queues))
+            except pgerrors.UniqueViolation:
+                _rollback(conn)
+                return None
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as err:
+                if not conn.broken:
+                    _rollback(conn)
+                    raise
+                lost = err
+            else:
+                return ids
+        self._purge()
+        log.warning("connection lost while committing an insert (%s); reconciling", lost)
+        return self._reconcile_insert(decisions)
+
+    def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
+        """After a lost commit: the ids whose rows show the decided job, or Transient."""
+        ids = [d.job.id for d in decisions]
+        with self.connection("insert (reconcile)") as conn:
+            rows = conn.execute(self.sql.get_many, (ids,)).fetchall()
+        stored = {_job(r).id: _job(r) for r in rows}
+        mine = {d.job.id for d in decisions if stored.get(d.job.id) == d.job}
+        if not mine:
+            raise self._unknown(f"insert of {len(ids)} jobs")
+        return mine
+
+    def _existing(self, decisions: Sequence[Decision]) -> dict[tuple[str, str | None], Job]:
+        keys = [d.job.idempotency_key for d in decisions if d.job.idempotency_key is not None]
+        ids = [d.job.id for d in decisions]
+        with self.connection("insert (existing keys)") as conn:
+            rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
+        found: dict[tuple[str, str | None], Job] = {}
+        for row in rows:
+            job = _job(row)
+            found[("id", job.id)] = job
+            if job.idempotency_key is not None:
+                found[("key", job.idempotency_key)] = job
+        return found

@@ -1,0 +1,335 @@
+"""A fault model for the RabbitMQ delivery, run against a real broker.
+
+`AmqpFaultModel` drives one `RabbitDelivery` (with an engine) through a list of faults
+while a small worker loop polls, claims, settles and runs jobs, and checks the delivery's
+promises:
+
+- no wake-up is acked before its lease commits: every delivery an ack covers (one by one,
+  or all up to a tag with `multiple`) was settled by the worker after its claim returned;
+- no job is lost: once the faults stop, every submitted job succeeds (lost wake-ups are
+  republished by the repair sweep);
+- no job runs twice: each job's handler ran exactly once, under one fence.
+
+Faults: `submit` (a few new jobs), `duplicate` (wake-ups published again for jobs that
+exist, finished or not), `reorder` (a batch of wake-ups in shuffled order), `close_connections`
+(the broker closes every connection: `rabbitmqctl close_all_connections`),
+`close_channel` (the consumer's channel closes under it), `slow_store` (the next claims
+take 0.3 s: an ack sent before the lease would reach the broker first), `late_settle`
+(the worker settles the first wake-up of its next batches one round after the others, as
+a worker whose claims finish out of order does), `pause` (time passes).
+
+The model watches the consumer through its I/O-thread hooks (`_open`, `_on_message`),
+so it lives beside the adapter; `fsm` imports none of it.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from fsm.engine import Engine
+from fsm.ports import Wakeup
+from fsm.records import Job, Owner
+
+from .consumer import Consumer, Token
+from .delivery import RabbitDelivery
+
+FAULTS = (
+    "submit",
+    "duplicate",
+    "reorder",
+    "close_connections",
+    "close_channel",
+    "slow_store",
+    "late_settle",
+    "pause",
+)
+#: how long a claim takes under the `slow_store` fault, and for how many claims
+SLOW_CLAIM = 0.3
+SLOW_CLAIMS = 3
+#: bound of one rabbitmqctl call
+RABBITMQCTL_TIMEOUT = 60.0
+
+
+@attrs.define
+class FaultReport:
+    """What a run did and what it found; `violations` is empty when every promise held."""
+
+    faults: Counter[str] = attrs.field(factory=Counter)
+    jobs: int = 0
+    runs: Counter[str] = attrs.field(factory=Counter)
+    acked: int = 0
+    redelivered: int = 0
+    violations: list[str] = attrs.field(factory=list)
+
+    def check(self) -> None:
+        if self.violations:
+            raise AssertionError("RabbitMQ fault model: " + "; ".join(self.violations[:10]))
+
+
+class _AckAudit:
+    """Records deliveries, settles and acks of one consumer, keyed by (generation, tag)."""
+
+    def __init__(self, consumer: Consumer, report: FaultReport) -> None:
+        self._consumer = consumer
+        self._report = report
+        self._lock = threading.Lock()
+        self._unacked: set[tuple[int, int]] = set()
+        self._settled: set[tuple[int, int]] = set()
+        original_open = consumer._open
+        original_on_message = consumer._on_message
+        original_dead_letter = consumer._dead_letter
+
+        def dead_letter(token: Any, body: bytes, reason: str) -> None:
+            self.settled(token.generation, token.tag)  # poison: its ack needs no lease
+            original_dead_letter(token, body, reason)
+
+        def on_message(channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            with self._lock:
+                self._unacked.add((consumer.generation, method.delivery_tag))
+                if method.redelivered:
+                    self._report.redelivered += 1
+            original_on_message(channel, method, properties, body)
+
+        def open_() -> None:
+            original_open()
+            channel = consumer._channel
+            generation = consumer.generation
+            basic_ack, basic_nack = channel.basic_ack, channel.basic_nack
+
+            def audited_ack(delivery_tag: int = 0, multiple: bool = False) -> None:
+                self._on_ack(generation, delivery_tag, multiple)
+                basic_ack(delivery_tag, multiple=multiple)
+
+            def audited_nack(
+                delivery_tag: int = 0, multiple: bool = False, requeue: bool = True
+            ) -> None:
+                with self._lock:  # given back (or dead-lettered): no longer ours to ack
+                    self._unacked.discard((generation, delivery_tag))
+                basic_nack(delivery_tag, multiple=multiple, requeue=requeue)
+
+            channel.basic_ack = audited_ack
+            channel.basic_nack = audited_nack
+
+        # Instance attributes: `_subscribe` looks `_on_message` up when it subscribes.
+        consumer._on_message = on_message  # type: ignore[method-assign, assignment]
+        consumer._open = open_  # type: ignore[method-assign]
+        consumer._dead_letter = dead_letter  # type: ignore[method-assign]
+
+    def settled(self, generation: int, tag: int) -> None:
+        with self._lock:
+            self._settled.add((generation, tag))
+
+    def _on_ack(self, generation: int, tag: int, multiple: bool) -> None:
+        with self._lock:
+            covered = {
+                key
+                for key in self._unacked
+                if key[0] == generation and (key[1] <= tag if multiple else key[1] == tag)
+            }
+            for key in sorted(covered - self._settled):
+                self._report.violations.append(
+                    f"delivery tag {key[1]} of channel generation {key[0]} was acked "
+                    f"(ack of tag {tag}, multiple={multiple}) before its lease was settled"
+                )
+            self._unacked -= covered
+            self._report.acked += len(covered)
+
+
+class AmqpFaultModel:
+    """One delivery, one engine, one worker loop, and the faults applied between them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        delivery: RabbitDelivery,
+        *,
+        queue: str = "default",
+        seed: int = 0,
+        rabbitmqctl: Callable[..., None] | None = None,
+    ) -> None:
+        if delivery.engine is not engine:
+            raise ValueError("the fault model needs RabbitDelivery(engine=engine)")
+        self.engine = engine
+        self.delivery = delivery
+        self.queue = queue
+        self.report = FaultReport()
+        self._rng = random.Random(seed)
+        self._rabbitmqctl = rabbitmqctl or _rabbitmqctl
+        self._audit = _AckAudit(delivery.consumer, self.report)
+        self._owner = Owner("fault-model", 1, uuid.uuid4().hex)
+        self._jobs: list[Job] = []
+        self._fences: dict[str, set[int]] = {}
+        self._slow_claims = 0
+        self._late_settles = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="fault-model-worker", daemon=True)
+
+    # --- running -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.engine.publisher = self.delivery
+        self.delivery.start([self.queue])
+        self._thread.start()
+
+    def run(self, faults: Sequence[str], *, settle_timeout: float = 60.0) -> FaultReport:
+        """Apply `faults` in order, then wait for every job to finish, and check."""
+        self.start()
+        try:
+            for fault in faults:
+                self.apply(fault)
+            self._finish(settle_timeout)
+        finally:
+            self._stop.set()
+            self.delivery.wake()
+            self._thread.join(30)
+            self.delivery.close()
+        if self._error is not None:
+            self.report.violations.append(f"the worker loop failed: {self._error!r}")
+        return self.report
+
+    def apply(self, fault: str) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"unknown RabbitMQ fault {fault!r}; known: {FAULTS}")
+        self.report.faults[fault] += 1
+        getattr(self, f"_fault_{fault}")()
+
+    # --- the faults --------------------------------------------------------------------
+
+    def _fault_submit(self) -> None:
+        jobs = self.engine.submit_many(
+            [("noop", {"n": len(self._jobs) + i}, {"queue": self.queue}) for i in range(3)]
+        )
+        with self._lock:
+            self._jobs.extend(jobs)
+
+    def _known(self, count: int) -> list[Job]:
+        with self._lock:
+            jobs = list(self._jobs)
+        return [self._rng.choice(jobs) for _ in range(count)] if jobs else []
+
+    def _fault_duplicate(self) -> None:
+        for job in self._known(3):
+            self.delivery.publish([job], wait=False)
+
+    def _fault_reorder(self) -> None:
+        jobs = self._known(5)
+        self._rng.shuffle(jobs)
+        self.delivery.publish(jobs, wait=False)
+
+    def _fault_close_connections(self) -> None:
+        self._rabbitmqctl("close_all_connections", "jobfsm fault model")
+        self._wait_ready(30)
+
+    def _fault_close_channel(self) -> None:
+        consumer = self.delivery.consumer
+        conn, channel = consumer._conn, consumer._channel
+        if conn is None or channel is None:
+            return
+        try:
+            conn.add_callback_threadsafe(lambda: channel.is_open and channel.close())
+        except Exception:  # the connection is already gone: a fault of its own
+            return
+        self._wait_ready(30)
+
+    def _fault_slow_store(self) -> None:
+        self._slow_claims = SLOW_CLAIMS
+        time.sleep(SLOW_CLAIM * SLOW_CLAIMS)
+
+    def _fault_late_settle(self) -> None:
+        self._late_settles = 2
+
+    def _fault_pause(self) -> None:
+        time.sleep(0.3)
+
+    # --- the worker --------------------------------------------------------------------
+
+    def _work(self) -> None:
+        held: list[Wakeup] = []
+        try:
+            while not self._stop.is_set():
+                wakeups = self.delivery.poll(8, 0.2)
+                late, held = held, []
+                if self._late_settles > 0 and len(wakeups) >= 2:
+                    self._late_settles -= 1
+                    held, wakeups = wakeups[:1], wakeups[1:]
+                for batch in (wakeups, late):
+                    if batch:
+                        self._handle(batch)
+            if held:
+                self._handle(held)
+        except BaseException as err:  # reported as a violation by run()
+            self._error = err
+
+    def _handle(self, wakeups: list[Wakeup]) -> None:
+        """Claim the wake-ups' jobs, settle them (the lease is durable), run what was leased."""
+        ids = list(dict.fromkeys(w.job_id for w in wakeups if w.job_id is not None))
+        if self._slow_claims > 0:
+            self._slow_claims -= 1
+            time.sleep(SLOW_CLAIM)
+        leased = self.engine.claim(self._owner, [self.queue], len(ids), ids=ids)
+        leased_ids = {job.id for job in leased}
+        for wakeup in wakeups:
+            token = wakeup.token
+            assert isinstance(token, Token)  # handed out by this model's delivery
+            self._audit.settled(token.generation, token.tag)
+            self.delivery.settle(wakeup, claimed=wakeup.job_id in leased_ids)
+        for job in leased:
+            running = self.engine.start(job.id, job.fence)
+            self.report.runs[job.id] += 1
+            self._fences.setdefault(job.id, set()).add(running.fence)
+            self.engine.succeed(job.id, running.fence)
+
+    # --- checks ------------------------------------------------------------------------
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.delivery.ready:
+            if self.delivery.consumer.failure is not None:
+                return
+            time.sleep(0.05)
+
+    def _finish(self, timeout: float) -> None:
+        with self._lock:
+            jobs = list(self._jobs)
+        self.report.jobs = len(jobs)
+        deadline = time.monotonic() + timeout
+        pending = [j.id for j in jobs]
+        while pending and time.monotonic() < deadline and self._error is None:
+            pending = [i for i in pending if self.engine.get(i).state != "succeeded"]
+            if pending:
+                time.sleep(0.1)
+        for job_id in pending:
+            state = self.engine.get(job_id).state
+            self.report.violations.append(f"job {job_id} was lost: still {state} after {timeout} s")
+        for job in jobs:
+            runs = self.report.runs[job.id]
+            if runs > 1:
+                fences = sorted(self._fences.get(job.id, ()))
+                self.report.violations.append(f"job {job.id} ran {runs} times (fences {fences})")
+        failure = self.delivery.consumer.failure
+        if failure is not None:
+            self.report.violations.append(f"the delivery failed for good: {failure}")
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(
+        ["rabbitmqctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=RABBITMQCTL_TIMEOUT,
+        check=True,
+    )
+
+
+__all__ = ["FAULTS", "AmqpFaultModel", "FaultReport"]

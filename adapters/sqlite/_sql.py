@@ -1,0 +1,147 @@
+"""SQL text and row helpers of the SQLite store, and its error translation.
+
+Everything here is prepared outside a write transaction: the store enters
+`BEGIN IMMEDIATE` with its statements and parameters ready.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from fsm.errors import SchemaError, StoreError, TransientStoreError
+from fsm.records import AuditEntry, Decision, Job, Owner
+
+from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
+from .schema import in_list
+
+_JOB_COLS = ", ".join(JOB_COLUMNS)
+_JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
+_AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
+_AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
+_DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
+#: rows per multi-row statement: 29 bound values a row stays under SQLite's
+#: default limit of 32766 variables.
+_CHUNK = 500
+_TRANSIENT = ("locked", "busy")
+#: how many times one claim looks again past jobs the core refused to lease
+CLAIM_ROUNDS = 4
+#: the file mode of a database file jobfsm creates (its -wal and -shm files follow it)
+FILE_MODE = 0o600
+_SCHEMA = ("no such table", "no such column", "has no column")
+
+
+_OWNER_AT = JOB_COLUMNS.index("owner")
+_VERSION_AT = JOB_COLUMNS.index("version")
+
+
+@functools.lru_cache(maxsize=1024)
+def _owner_text(owner: Owner) -> str | None:
+    return owner_to_text(owner)
+
+
+def _job(row: Sequence[Any]) -> Job:
+    """A Job from a row selected as `_JOB_COLS` (the `_rows` mapping, positionally)."""
+    return job_from_values(row)
+
+
+def _job_values(job: Job) -> list[Any]:
+    """The row of `job` in `JOB_COLUMNS` order (as `_rows.job_to_row` maps it)."""
+    values = [getattr(job, c) for c in JOB_COLUMNS]
+    if job.owner is not None:
+        values[_OWNER_AT] = _owner_text(job.owner)
+    return values
+
+
+@functools.lru_cache(maxsize=256)  # bounded: a transition changes one of a few column sets
+def _update_sql(columns: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{c} = ?" for c in columns)
+    return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
+
+
+def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
+    """The compare-and-set writing `d.job` over `d.previous` (made before BEGIN).
+
+    Only the columns the decision changed are set: every write bumps `version`,
+    so a row at `d.previous.version` holds exactly `d.previous`, and setting the
+    changed columns leaves the row equal to `d.job`. (Setting every column would
+    rewrite every index entry of the row, unchanged or not.)
+    """
+    assert d.previous is not None
+    new, old = _job_values(d.job), _job_values(d.previous)
+    changed = [i for i in range(1, len(new)) if new[i] != old[i] or i == _VERSION_AT]
+    columns = tuple(JOB_COLUMNS[i] for i in changed)
+    values = [new[i] for i in changed]
+    return _update_sql(columns), [*values, d.job.id, d.previous.version]
+
+
+def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
+    """Write `d.job` over `d.previous` if the stored version is still the previous one."""
+    sql, params = _cas_statement(d)
+    return conn.execute(sql, params).rowcount == 1
+
+
+def _audit_values(entry: AuditEntry) -> list[Any]:
+    return [getattr(entry, c) for c in AUDIT_COLUMNS]
+
+
+_AUDIT_INSERT = f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})"
+#: record(): an entry of an existing job; a rejected one unless its (event, fence) is there
+_AT = {c: f"?{i}" for i, c in enumerate(AUDIT_COLUMNS, start=1)}
+_RECORD = (
+    f"INSERT INTO job_events ({_AUDIT_COLS}) SELECT {', '.join(_AT.values())} "
+    f"WHERE EXISTS (SELECT 1 FROM jobs WHERE id = {_AT['job_id']})"
+)
+_RECORD_REJECTED = (
+    f"{_RECORD} AND NOT EXISTS (SELECT 1 FROM job_events WHERE job_id = {_AT['job_id']} "
+    f"AND outcome = 'rejected' AND event = {_AT['event']} AND fence = {_AT['fence']})"
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _waiting_sql(states: tuple[str, ...]) -> str:
+    """Count a queue's waiting jobs (`states`), stopping after `?` rows (index only)."""
+    return (
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_queue_state "
+        f"WHERE queue = ? AND state IN {in_list(states)} LIMIT ?)"
+    )
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only, before SQLite opens it.
+
+    SQLite gives the -wal and -shm files the mode of the database file, so the
+    three stay private (0600). An existing file, or a symlink, is left as it is.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError:
+        return  # it exists, or SQLite reports why it cannot open it (missing directory, ...)
+    os.close(fd)
+
+
+@contextmanager
+def _translated(path: str, what: str) -> Iterator[None]:
+    """Translate sqlite3 errors into the jobfsm store errors, naming the file and call."""
+    try:
+        yield
+    except sqlite3.OperationalError as err:
+        text = str(err).lower()
+        if any(word in text for word in _TRANSIENT):
+            raise TransientStoreError(
+                f"SQLite store {path}: {what}: {err} (another connection holds the write "
+                "lock, perhaps a writer stopped inside its transaction; nothing was written, "
+                "retry later)"
+            ) from err
+        if any(word in text for word in _SCHEMA):
+            raise SchemaError(
+                f"SQLite store {path}: {what}: {err} (run `jobfsm migrate` or reopen the store)"
+            ) from err
+        raise StoreError(f"SQLite store {path}: {what}: {err}") from err
+    except sqlite3.Error as err:
+        raise StoreError(f"SQLite store {path}: {what}: {err}") from err

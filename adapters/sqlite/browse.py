@@ -1,0 +1,60 @@
+"""`JobBrowser` for SQLite: the dashboard's filtered, keyset-paged job list and the
+transition counts of a recent window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fsm.dashboard.ports import JobPage, ListRequest, TransitionCount, page_of
+
+from .._browse import list_sql
+from .._rows import job_from_values
+
+#: rows the binary search for a window's first audit row may probe (log2 of 2**40 rows)
+_PROBES = 40
+
+
+class SqliteBrowse:
+    """Mixed into SqliteStore (it reads through the store's own `_read`)."""
+
+    def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError  # provided by SqliteStore
+
+    def list_jobs(self, request: ListRequest) -> JobPage:
+        sql, params = list_sql(request)
+        rows = self._read("list jobs", sql, params)
+        return page_of([job_from_values(r) for r in rows], request)
+
+    def _first_seq_at(self, since: float) -> int:
+        """The first audit row (by seq, the write order) written at or after `since`.
+
+        Rows are appended in time order, so a binary search over seq finds the
+        window's start in a few indexed probes instead of a scan of the trail.
+        Entries are stamped by their writers' clocks: one written just after a
+        later-stamped one (clock skew between processes) may fall outside.
+        """
+        (top,) = self._read("audit window", "SELECT COALESCE(MAX(seq), 0) FROM job_events")[0]
+        lo, hi = 1, int(top) + 1
+        for _ in range(_PROBES):
+            if lo >= hi:
+                break
+            mid = (lo + hi) // 2
+            row = self._read(
+                "audit window", "SELECT seq, at FROM job_events WHERE seq >= ? LIMIT 1", (mid,)
+            )
+            if not row or row[0][1] >= since:
+                hi = mid
+            else:
+                lo = int(row[0][0]) + 1
+        return lo
+
+    def recent_transitions(self, since: float) -> list[TransitionCount]:
+        start = self._first_seq_at(since)
+        rows = self._read(
+            "recent transitions",
+            "SELECT from_state, event, to_state, outcome, COUNT(*) FROM job_events "
+            "WHERE seq >= ? AND at >= ? GROUP BY from_state, event, to_state, outcome",
+            (start, since),
+        )
+        return [TransitionCount(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]

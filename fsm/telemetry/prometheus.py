@@ -1,0 +1,169 @@
+"""A Prometheus exporter for `fsm.observe.Metrics`, plus job counts read from the store.
+
+    metrics = PrometheusMetrics()                 # registers on its own registry
+    engine = Engine(store, metrics=metrics)
+    metrics.watch_store(engine.counts)            # jobfsm_jobs{queue,state}
+    metrics.serve(9108)                           # or mount metrics.asgi_app()
+
+Needs `pip install 'jobfsm[metrics]'` (prometheus_client); without it,
+constructing the exporter raises MissingExtra naming the extra.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobFSMError
+from ..observe import MetricsBase
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+
+#: seconds a store count stays cached: a scrape every few seconds costs one
+#: GROUP BY per interval, however many scrapers there are
+COUNTS_TTL = 5.0
+#: attempt duration buckets (seconds): sub-millisecond handlers up to the 30 min default timeout
+ATTEMPT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 120, 600, 1800)
+
+
+class MissingExtra(JobFSMError):
+    """An optional dependency is not installed; the message names the extra."""
+
+
+def _client() -> Any:
+    try:
+        import prometheus_client
+    except ImportError as err:
+        raise MissingExtra(
+            "Prometheus metrics need prometheus_client: pip install 'jobfsm[metrics]'"
+        ) from err
+    return prometheus_client
+
+
+class _StoreCounts:
+    """A custom collector: jobs per (queue, state), read through `counts` at most every TTL."""
+
+    def __init__(self, counts: Callable[[], dict[tuple[str, str], int]], ttl: float) -> None:
+        self._counts = counts
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._cached: dict[tuple[str, str], int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self._lock:
+            if time.monotonic() - self._at >= self._ttl:
+                self._cached = dict(self._counts())
+                self._at = time.monotonic()
+            counts = self._cached
+        family = GaugeMetricFamily(
+            "jobfsm_jobs", "Jobs in the store by queue and state", labels=["queue", "state"]
+        )
+        for (queue, state), n in sorted(counts.items()):
+            family.add_metric([queue, state], n)
+        yield family
+
+
+class PrometheusMetrics(MetricsBase):
+    """`fsm.observe.Metrics` as Prometheus counters and histograms (thread-safe)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        pc = _client()
+        self.registry: CollectorRegistry = registry or pc.CollectorRegistry()
+        r = self.registry
+        self._transitions = pc.Counter(
+            "jobfsm_transitions",
+            "Applied transitions by kind, event and from/to state",
+            ["kind", "event", "from_state", "to_state"],
+            registry=r,
+        )
+        self._attempts = pc.Histogram(
+            "jobfsm_attempt_seconds",
+            "Attempt durations by kind and outcome",
+            ["kind", "outcome"],
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self._renewed = pc.Counter(
+            "jobfsm_lease_renewals", "Leases extended by heartbeats", registry=r
+        )
+        self._renew_lost = pc.Counter(
+            "jobfsm_lease_renewals_lost",
+            "Heartbeat renewals that found the lease moved",
+            registry=r,
+        )
+        self._lost = pc.Counter(
+            "jobfsm_leases_lost", "Leases a worker found taken from it", ["kind"], registry=r
+        )
+        self._recoveries = pc.Counter(
+            "jobfsm_recoveries",
+            "Jobs the recovery sweep took back, by verdict and new state",
+            ["verdict", "to_state"],
+            registry=r,
+        )
+        self._rejected = pc.Counter(
+            "jobfsm_rejected_reports",
+            "Stale reports (old fence) rejected and recorded",
+            ["kind", "event"],
+            registry=r,
+        )
+        self._delivery = pc.Counter(
+            "jobfsm_delivery_recoveries",
+            "Delivery reconnections and wake-up repairs",
+            ["delivery", "reason"],
+            registry=r,
+        )
+
+    # --- Metrics ------------------------------------------------------------------------
+
+    def transition(self, kind: str, event: str, from_state: str | None, to_state: str) -> None:
+        self._transitions.labels(kind, event, from_state or "none", to_state).inc()
+
+    def attempt_seconds(self, kind: str, outcome: str, seconds: float) -> None:
+        self._attempts.labels(kind, outcome).observe(seconds)
+
+    def lease_renewals(self, renewed: int, lost: int) -> None:
+        self._renewed.inc(renewed)
+        self._renew_lost.inc(lost)
+
+    def lease_lost(self, kind: str) -> None:
+        self._lost.labels(kind).inc()
+
+    def recovery(self, verdict: str, to_state: str) -> None:
+        self._recoveries.labels(verdict, to_state).inc()
+
+    def rejected_report(self, kind: str, event: str) -> None:
+        self._rejected.labels(kind, event).inc()
+
+    def delivery_recovery(self, delivery: str, reason: str) -> None:
+        self._delivery.labels(delivery, reason).inc()
+
+    # --- store gauges and serving -------------------------------------------------------
+
+    def watch_store(
+        self, counts: Callable[[], dict[tuple[str, str], int]], ttl: float = COUNTS_TTL
+    ) -> None:
+        """Export `jobfsm_jobs{queue,state}` from `counts` (e.g. `engine.counts`), cached."""
+        self.registry.register(_StoreCounts(counts, ttl))
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type (for a /metrics endpoint)."""
+        pc = _client()
+        return pc.generate_latest(self.registry), pc.CONTENT_TYPE_LATEST
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Callable[[], None]:
+        """Serve /metrics over HTTP in a daemon thread; returns a function that stops it."""
+        server, thread = _client().start_http_server(port, addr=addr, registry=self.registry)
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5.0)
+
+        return stop

@@ -1,0 +1,112 @@
+"""The lower bounds in pyproject.toml are true: jobfsm works with every dependency at its
+lowest allowed version.
+
+A fresh virtualenv gets each runtime dependency and each extra's (postgres, rabbitmq,
+testing) pinned to its lower bound, jobfsm itself without dependencies, and then runs the
+CLI: submit, list, status, a worker run, the fault suite, and the psycopg API the LISTEN
+code needs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ._cli import ROOT
+
+STEP_TIMEOUT = 240
+_BOUND = re.compile(r"^([A-Za-z0-9_.-]+(?:\[[A-Za-z0-9_,-]+\])?)>=([0-9][0-9A-Za-z.]*)$")
+
+
+def lowest_pins() -> list[str]:
+    """`name[extras]==low` for the runtime dependencies and the postgres, rabbitmq and
+    testing extras (the dev and bench sets are tools, not what the code needs)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    specs = [*project["dependencies"], *extras["postgres"], *extras["rabbitmq"]]
+    specs += extras["testing"]
+    pins = []
+    for spec in specs:
+        m = _BOUND.match(spec.replace(" ", ""))
+        assert m, f"{spec!r}: every dependency needs a plain lower bound (name>=version)"
+        pins.append(f"{m[1]}=={m[2]}")
+    return pins
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False
+    )
+    assert done.returncode == 0, f"{cmd} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.timeout(4 * STEP_TIMEOUT)
+def test_jobfsm_works_with_every_dependency_at_its_lower_bound(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.pop("JOBFSM_STORE", None)
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    py = str(venv / "bin" / "python")
+    jobfsm = str(venv / "bin" / "jobfsm")
+    _run([py, "-m", "pip", "install", "-q", *lowest_pins()], tmp_path, env)
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT)], tmp_path, env)
+    store = f"sqlite:///{tmp_path / 'jobs.db'}"
+    (tmp_path / "lowapp.py").write_text("handlers = {'k': lambda ctx: {'ok': True}}\n")
+
+    _run([jobfsm, "submit", "k", "--payload", '{"n": 1}', "--store", store], tmp_path, env)
+    worker = subprocess.Popen(
+        [jobfsm, "worker", "--app", "lowapp", "--store", store, "--poll-interval", "0.1"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _run([py, "-c", _WAIT_SUCCEEDED, store], tmp_path, env)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    listed = _run([jobfsm, "list", "--store", store], tmp_path, env)
+    status = _run([jobfsm, "status", "--store", store], tmp_path, env)
+    faults = _run(
+        [jobfsm, "faults", "--store", "memory://", "--examples", "3", "--steps", "5"],
+        tmp_path,
+        env,
+    )
+    notifies = _run(
+        [
+            py,
+            "-c",
+            "import inspect, psycopg; print(inspect.signature(psycopg.Connection.notifies))",
+        ],
+        tmp_path,
+        env,
+    )
+
+    assert worker.returncode == 0
+    assert "succeeded" in listed
+    assert "succeeded" in status
+    assert "ok: every invariant held" in faults
+    assert "timeout" in notifies
+    assert "stop_after" in notifies
+
+
+_WAIT_SUCCEEDED = """
+import sys, time
+from fsm import Engine
+from fsm.ports import ScanRequest
+from fsm.registry import open_store
+store = open_store(sys.argv[1])
+until = time.monotonic() + 60
+while not Engine(store).scan(ScanRequest(states=("succeeded",), limit=1)):
+    assert time.monotonic() < until, "the job did not succeed within 60 s"
+    time.sleep(0.1)
+store.close()
+"""

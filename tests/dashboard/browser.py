@@ -1,0 +1,111 @@
+"""A real headless Chromium (Debian's /usr/bin/chromium) driven by Playwright, and a
+`jobfsm dashboard` process to point it at. Playwright never downloads a browser here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import need_program
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("JOBFSM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+#: seconds the dashboard process may take to accept connections
+START_TIMEOUT = 30.0
+#: where screenshots go when JOBFSM_SCREENSHOTS=1 (docs/dashboard.md shows them)
+IMAGES = ROOT / "docs" / "images"
+
+
+def need_chromium() -> str:
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        need_program("chromium", "apt-get install -y chromium")
+    return CHROMIUM if Path(CHROMIUM).exists() else str(shutil.which("chromium"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def dashboard_process(store: str, *args: str, log: Path) -> Iterator[str]:
+    """`jobfsm dashboard --store STORE ARGS` on a free port; yields its base URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "fsm.cli", "dashboard", "--store", store, "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*argv, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"dashboard exited: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"dashboard not up in {START_TIMEOUT}s") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def browser(profile: Path) -> Iterator[Any]:
+    """A Playwright browser context on Chromium with an empty profile directory."""
+    executable = need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    profile.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=executable,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def screenshot(page: Any, name: str, tmp: Path) -> Path:
+    """Save a full-page PNG (into docs/images/ when JOBFSM_SCREENSHOTS=1); return its path."""
+    folder = IMAGES if os.environ.get("JOBFSM_SCREENSHOTS") == "1" else tmp
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"dashboard-{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return path

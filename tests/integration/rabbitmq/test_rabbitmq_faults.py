@@ -1,0 +1,98 @@
+"""The RabbitMQ fault model against the real broker: faults drawn by hypothesis (connection
+and channel closes, duplicate and reordered wake-ups), and proof that the model has teeth:
+an adapter that acks before the lease, or acks below unsettled deliveries, is caught."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.memory import MemoryStore
+from adapters.rabbitmq import RabbitDelivery
+from adapters.rabbitmq.consumer import Consumer, Token
+from adapters.rabbitmq.testing import FAULTS, AmqpFaultModel
+from fsm import Engine
+
+from .helpers import TEST_QUEUES, delete_broker_names
+
+OPTIONS = {"repair_interval": 0.5, "repair_after": 1.0, "recovery_interval": 0.5}
+
+
+@pytest.fixture
+def fresh(rabbit_url: str) -> Iterator[list[str]]:
+    """Prefixes made by one test (one per hypothesis example), deleted after."""
+    made: list[str] = []
+    yield made
+    for prefix in made:
+        delete_broker_names(rabbit_url, prefix, TEST_QUEUES)
+
+
+def _model(rabbit_url: str, made: list[str], seed: int = 0) -> AmqpFaultModel:
+    prefix = f"jobfsm.f{uuid.uuid4().hex[:10]}."
+    made.append(prefix)
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **OPTIONS)
+    return AmqpFaultModel(engine, delivery, seed=seed)
+
+
+@settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    faults=st.lists(st.sampled_from(FAULTS), min_size=4, max_size=10).map(
+        lambda f: ["submit", *f, "submit", "duplicate"]
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_no_wakeup_is_acked_before_its_lease_and_no_job_is_lost_or_run_twice(
+    faults: list[str], seed: int, rabbit_url: str, fresh: list[str]
+) -> None:
+    report = _model(rabbit_url, fresh, seed).run(faults)
+    report.check()
+    assert report.jobs >= 6
+    assert sum(report.runs.values()) == report.jobs
+
+
+def test_a_run_with_every_fault_holds_every_promise(rabbit_url: str, fresh: list[str]) -> None:
+    faults = ["submit", *FAULTS, "submit", "close_connections", "duplicate", "reorder"]
+    report = _model(rabbit_url, fresh).run(faults)
+    report.check()
+    assert set(report.faults) == set(FAULTS)
+    assert report.acked >= report.jobs
+
+
+def test_the_model_catches_an_ack_before_the_lease(
+    rabbit_url: str, fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a broken adapter that acks each wake-up as it hands it out
+    take = Consumer.take
+
+    def acking_take(self: Consumer, capacity: int, timeout: float) -> list:
+        items = take(self, capacity, timeout)
+        for item in items:
+            self.ack(item.token)
+        return items
+
+    monkeypatch.setattr(Consumer, "take", acking_take)
+    # when the model runs, then it reports the early acks
+    report = _model(rabbit_url, fresh).run(["submit", "slow_store", "submit", "slow_store"])
+    assert any("before its lease was settled" in v for v in report.violations)
+
+
+def test_the_model_catches_a_multiple_ack_below_unsettled_deliveries(
+    rabbit_url: str, fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a broken adapter whose batched ack covers every delivery up to the newest tag
+    def greedy_ack(self: Consumer, tokens: list[Token]) -> None:
+        tags = [t.tag for t in tokens if t.generation == self.generation]
+        if tags:
+            self._channel.basic_ack(max(tags), multiple=True)
+
+    monkeypatch.setattr(Consumer, "_ack", greedy_ack)
+    # when a worker settles wake-ups out of order
+    faults = ["late_settle", "submit", "pause", "late_settle", "submit", "pause", "submit"]
+    report = _model(rabbit_url, fresh).run(faults)
+    # then the acks of unsettled deliveries are reported
+    assert any("before its lease was settled" in v for v in report.violations)
