@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from fsm.errors import BadStoreURL, QueueFull, VersionConflict
+from fsm.lifecycle.core import erased_data_json
 from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 from fsm.secrets import redact_url
@@ -97,6 +98,17 @@ class MemoryStore(MemoryBrowse):
         if d.entry is not None:
             self._audit[d.job.id].append(d.entry)
         return d.job
+
+    def erase(self, decision: Decision) -> Job | VersionConflict:
+        check_storable([decision.job], [decision.entry])
+        with self._lock:
+            written = self._write(decision)
+            if isinstance(written, Job):
+                self._audit[written.id] = [
+                    attrs.evolve(e, data_json=erased_data_json(e.data_json))
+                    for e in self._audit[written.id]
+                ]
+            return written
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.kinds is not None and not request.kinds:

@@ -31,6 +31,7 @@ from .ports import (
     ClaimRequest,
     Clock,
     Delivery,
+    Erasable,
     PruneRequest,
     RenewRequest,
     ScanRequest,
@@ -383,6 +384,31 @@ class Engine:
             reason=reason,
             result_json=self._result_json(job_id, result),
         )
+
+    def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
+        """Blank a finished job's payload and result, in its record and in every audit
+        entry of its trail; the erase itself is audited with actor and reason."""
+        store = self.store
+        if not isinstance(store, Erasable):
+            raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
+        for _ in range(self.policy.limits.cas_retries):
+            job = self.get(job_id)
+            decision = decide(
+                job,
+                "erase",
+                self.clock.now(),
+                self.policy,
+                spec=self.spec,
+                actor=actor,
+                reason=reason,
+            )
+            written = store.erase(decision)
+            if isinstance(written, VersionConflict):
+                continue
+            if decision.entry is not None:
+                self._observe(written, decision.entry)
+            return written
+        raise VersionConflict(job_id, -1, None)
 
     # --- recovery --------------------------------------------------------------------
 

@@ -231,6 +231,17 @@ class SchemaDroppable(Protocol):
 
 
 @runtime_checkable
+class Erasable(Protocol):
+    """A store that can erase a finished job's payload and result everywhere."""
+
+    def erase(self, decision: Decision) -> Job | VersionConflict:
+        """Apply an `erase` decision like `apply` (compare-and-set on the version, its
+        audit entry appended) and, in the same transaction, rewrite the data of every
+        earlier audit entry of the job with `fsm.lifecycle.core.erased_data_json`."""
+        ...
+
+
+@runtime_checkable
 class WaitsForJobs(Protocol):
     """A store that can tell a waiting worker that jobs arrived (LISTEN/NOTIFY)."""
 

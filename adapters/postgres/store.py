@@ -28,6 +28,7 @@ from adapters._rows import (
     owner_to_text,
 )
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
+from fsm.lifecycle.core import erased_data_json
 from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
@@ -221,6 +222,37 @@ class PostgresStore(Inserts, PostgresBrowse):
 
         written = self._write("apply", body, reconcile)
         return self._outcomes(decisions, written)
+
+    def erase(self, decision: Decision) -> Job | VersionConflict:
+        if decision.previous is None:
+            raise BadInput(f"job {decision.job.id}: erase needs a decision on an existing job")
+        check_storable([decision.job], [decision.entry])
+        job_id = decision.job.id
+        events = self.sql.events
+
+        def body(conn: Conn) -> set[str]:
+            with conn.transaction():
+                statement, params = self._apply_statement([decision])
+                written = {r[0] for r in conn.execute(statement, params).fetchall()}
+                if job_id in written:
+                    rows = conn.execute(
+                        f"SELECT seq, data_json FROM {events} WHERE job_id = %s", (job_id,)
+                    ).fetchall()
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s",
+                            [(erased_data_json(text), job_id, seq) for seq, text in rows],
+                        )
+            return written
+
+        def reconcile() -> set[str]:
+            confirmed = self._confirmed([decision], "erase", None)
+            if not confirmed:
+                raise self._unknown("erase")
+            return confirmed
+
+        (outcome,) = self._outcomes([decision], self._write("erase", body, reconcile))
+        return outcome
 
     def _apply_statement(self, decisions: Sequence[Decision]) -> tuple[str, list[Any]]:
         """The apply statement and its parameters, setting only the changed columns.

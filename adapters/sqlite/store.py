@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fsm.errors import QueueFull, SchemaError, StoreError, TransientStoreError, VersionConflict
+from fsm.lifecycle.core import erased_data_json
 from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
@@ -377,6 +378,29 @@ class SqliteStore(SqliteBrowse):
                     conn.execute(_AUDIT_INSERT, entry)
                 out.append(d.job)
         return out
+
+    def erase(self, decision: Decision) -> Job | VersionConflict:
+        assert decision.previous is not None, "erase takes a decision on an existing job"
+        check_storable([decision.job], [decision.entry])
+        sql, params = _cas_statement(decision)
+        entry = None if decision.entry is None else _audit_values(decision.entry)
+        with self._write("erase") as conn:
+            if conn.execute(sql, params).rowcount != 1:
+                row = conn.execute(
+                    "SELECT version FROM jobs WHERE id = ?", (decision.job.id,)
+                ).fetchone()
+                actual = None if row is None else int(row[0])
+                return VersionConflict(decision.job.id, decision.previous.version, actual)
+            if entry is not None:
+                conn.execute(_AUDIT_INSERT, entry)
+            rows = conn.execute(
+                "SELECT seq, data_json FROM job_events WHERE job_id = ?", (decision.job.id,)
+            ).fetchall()
+            conn.executemany(
+                "UPDATE job_events SET data_json = ? WHERE seq = ?",
+                [(erased_data_json(text), seq) for seq, text in rows],
+            )
+        return decision.job
 
     def renew(self, request: RenewRequest) -> dict[str, str]:
         if not request.fences or not request.states:

@@ -504,6 +504,21 @@ def resolve(
 
 
 @cli.command()
+@click.argument("job_id", metavar="JOB")
+@actor_options
+@store_option
+def erase(*, job_id: str, actor: str, reason: str, store: str | None) -> None:
+    """Erase a finished job's payload and result, from its record and its whole audit trail.
+
+    The job keeps its state, its history of transitions and their errors; only the data
+    it carried is blanked. The erase is audited with actor and reason.
+    """
+    with engine_for(store) as engine:
+        engine.erase(job_id, actor=actor, reason=reason)
+    click.echo(f"job {job_id}: payload and result erased from the record and the audit trail")
+
+
+@cli.command()
 @click.option(
     "--batch",
     type=click.IntRange(1, SCAN_CAP),

@@ -19,7 +19,7 @@ import attrs
 from ..errors import BadInput, IllegalTransition, LeaseLost, OperatorError
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
-from .rules import EFFECTS, GUARDS, Step
+from .rules import EFFECTS, ERASED, GUARDS, Step
 from .spec import Lifecycle, lifecycle
 
 _CREATE_FIELDS = {
@@ -82,6 +82,16 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
         data_json=_data_json(data),
     )
     return Decision(job=job, entry=entry, event=lc.create_rule.event, previous=None)
+
+
+def erased_data_json(data_json: str) -> str:
+    """An audit entry's data with the payload and result it recorded blanked, as `erase`
+    blanks the job. Stores apply it to every earlier audit entry of a job they erase, so
+    the trail keeps no copy of what was erased and replaying it still gives the record."""
+    data = json.loads(data_json)
+    if not isinstance(data, dict) or not set(data) & set(ERASED):
+        return data_json
+    return _data_json({k: ERASED.get(k, v) for k, v in data.items()})
 
 
 def rejected_entry(job: Job, event: str, now: float, fence: int, error: str) -> AuditEntry:

@@ -214,6 +214,14 @@ def _enforce_kind_policy(s: Step) -> None:
     }
 
 
+#: what `erase` blanks: the payload (JSON null) and the result (none)
+ERASED = {"payload_json": "null", "result_json": None}
+
+
+def _erase_data(s: Step) -> None:
+    s.changes.update(ERASED)
+
+
 def _store_result(s: Step) -> None:
     if "result_json" in s.args:
         s.changes["result_json"] = s.args["result_json"]
@@ -290,6 +298,7 @@ EFFECTS: dict[str, Effect] = {
     "bump_attempt": _bump_attempt,
     "start_attempt": _start_attempt,
     "enforce_kind_policy": _enforce_kind_policy,
+    "erase_data": _erase_data,
     "store_result": _store_result,
     "drop_lease": _drop_lease,
     "finish": _finish,

@@ -78,7 +78,15 @@ from ..inputs import KindPolicy
 from ..lifecycle.core import decide, replay, same_except_heartbeats
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
-from ..ports import Capacity, ClaimRequest, PruneRequest, ScanRequest, SchemaDroppable, Store
+from ..ports import (
+    Capacity,
+    ClaimRequest,
+    Erasable,
+    PruneRequest,
+    ScanRequest,
+    SchemaDroppable,
+    Store,
+)
 from ..records import Decision, Job, Owner
 from ..recovery import sweep
 from ..registry import open_store
@@ -187,6 +195,10 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
     **{
         (state, "deadline", "failed"): Recipe(submit={"delay": 0.0}, advance=1000.0)
         for state in ("queued", "leased", "running", "retry_wait", "cancelling")
+    },
+    **{
+        (state, "erase", state): Recipe(args=lambda job: dict(_OPERATOR))
+        for state in ("succeeded", "failed", "cancelled")
     },
     ("failed", "requeue", "queued"): Recipe(args=lambda job: {**_OPERATOR, "attempts": 2}),
     ("cancelled", "requeue", "queued"): Recipe(args=lambda job: {**_OPERATOR, "attempts": 1}),
@@ -518,6 +530,47 @@ class StoreConformance:
         assert untouched is not None
         assert (untouched.state, untouched.fence, untouched.version) == ("queued", 0, 1)
         assert [j.id for j in engine.claim(owner(), limit=10, kinds=["unsafe"])] == [other.id]
+
+    def test_erase_blanks_payload_and_result_in_the_record_and_the_whole_trail(self) -> None:
+        engine, _clock = self.engine()
+        secret = "card-4242-4242"
+        job = engine.submit("conformance", {"card": secret})
+        (leased,) = engine.claim(owner(), limit=1)
+        engine.start(job.id, leased.fence)
+        engine.succeed(job.id, leased.fence, {"charged": secret})
+        if not isinstance(self.store, Erasable):
+            refused = _raised(
+                BadInput,
+                lambda: engine.erase(job.id, actor="ops", reason="GDPR request"),
+                "a store without erase must refuse it",
+            )
+            assert "cannot erase" in str(refused)
+            return
+        erased = engine.erase(job.id, actor="ops", reason="GDPR request")
+        trail = self.store.history(job.id)
+        assert (erased.state, erased.payload, erased.result) == ("succeeded", None, None)
+        assert self.store.get(job.id) == erased
+        assert not [e for e in trail if secret in e.data_json], "a copy was left in the trail"
+        assert (trail[-1].event, trail[-1].actor, trail[-1].reason) == (
+            "erase",
+            "ops",
+            "GDPR request",
+        )
+        rebuilt = replay(trail)
+        assert rebuilt is not None
+        assert same_except_heartbeats(rebuilt, erased)
+
+    def test_erase_refuses_an_unfinished_job_and_changes_nothing(self) -> None:
+        engine, clock = self.engine()
+        running = reach(engine, clock, "running")
+        if not isinstance(self.store, Erasable):
+            return
+        _raised(
+            IllegalTransition,
+            lambda: engine.erase(running.id, actor="ops", reason="too early"),
+            "erase of a running job must be illegal",
+        )
+        assert self.store.get(running.id) == running
 
     def _assert_leased_once(self, grants: Sequence[tuple[str, int, str]], ids: set[str]) -> None:
         by_fence: dict[tuple[str, int], set[str]] = {}

@@ -48,3 +48,23 @@ def test_recover_without_the_judge_leaves_unexpired_leases_alone(tmp_path: Path)
         assert engine.get(job.id).state == "leased"
     finally:
         engine.store.close()
+
+
+def test_erase_blanks_a_finished_jobs_payload_everywhere_from_the_cli(tmp_path: Path) -> None:
+    # given a finished job whose payload holds a secret, in a SQLite store
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    secret = "card-4242-4242"
+    engine = Engine(open_store(url), kinds={"k": KindPolicy()})
+    try:
+        job = engine.submit("k", {"card": secret})
+        (leased,) = engine.claim(Owner("h", 1, "i"), limit=1)
+        engine.start(job.id, leased.fence)
+        engine.succeed(job.id, leased.fence, {"charged": secret})
+        # when an operator erases it
+        ok("erase", job.id, "--actor", "ops", "--reason", "customer asked", "--store", url)
+        # then neither the record, the trail nor `inspect` shows the secret any more
+        assert engine.get(job.id).payload is None
+        assert all(secret not in e.data_json for e in engine.history(job.id))
+        assert secret not in ok("inspect", job.id, "--store", url)
+    finally:
+        engine.store.close()

@@ -1,4 +1,4 @@
-"""The spec agrees with a hand-written copy of DESIGN section 2, row by row.
+"""The spec agrees with a hand-written copy of the lifecycle table, row by row.
 
 The expected table below is written out by hand on purpose: if someone edits
 specs/job.toml, this test fails until the change is made here too, so the
@@ -50,6 +50,9 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("cancelled", "requeue"): {"queued"},
     ("investigate", "requeue"): {"queued"},
     ("investigate", "resolve"): {"succeeded", "failed"},
+    ("succeeded", "erase"): {"succeeded"},
+    ("failed", "erase"): {"failed"},
+    ("cancelled", "erase"): {"cancelled"},
 }
 
 STATES = {
@@ -80,9 +83,9 @@ def test_spec_table_matches_the_hand_written_table() -> None:
     assert compiled == EXPECTED
 
 
-def test_operator_events_are_exactly_requeue_and_resolve() -> None:
+def test_operator_events_are_exactly_requeue_resolve_and_erase() -> None:
     lc = lifecycle()
-    assert {e for e, spec in lc.events.items() if spec.operator} == {"requeue", "resolve"}
+    assert {e for e, spec in lc.events.items() if spec.operator} == {"requeue", "resolve", "erase"}
     assert {e for e, spec in lc.events.items() if not spec.audited} == {"heartbeat"}
 
 
