@@ -87,6 +87,10 @@ class AsyncEngine:
             self.engine.resolve, job_id, outcome=outcome, actor=actor, reason=reason, result=result
         )
 
+    async def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
+        """`Engine.erase`: blank a finished job's payload and result, audited."""
+        return await self._call(self.engine.erase, job_id, actor=actor, reason=reason)
+
     # --- waiting ---------------------------------------------------------------------
 
     async def wait(self, job_id: str, *, timeout: float) -> Job:

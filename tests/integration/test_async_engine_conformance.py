@@ -21,7 +21,7 @@ from fsm.lifecycle.core import decide
 from fsm.ports import Store
 from fsm.testing.conformance import RECIPES, conformance_policy, reach, table_rows
 
-OPERATOR_EVENTS = ("cancel", "requeue", "resolve")
+OPERATOR_EVENTS = ("cancel", "requeue", "resolve", "erase")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -35,6 +35,8 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
 async def _apply(aengine: AsyncEngine, job_id: str, event: str, args: dict[str, Any]) -> None:
     if event == "cancel":
         await aengine.cancel(job_id, actor=args["actor"], reason=args["reason"])
+    elif event == "erase":
+        await aengine.erase(job_id, actor=args["actor"], reason=args["reason"])
     elif event == "requeue":
         await aengine.requeue(
             job_id, actor=args["actor"], reason=args["reason"], attempts=args["attempts"]
