@@ -24,10 +24,10 @@ async def nap(ctx: Context) -> dict[str, Any]:
     """Awaits `first` seconds on attempt 1 and `then` seconds afterwards."""
     mark(ctx, "started")
     p = ctx.payload
+    seconds = float(p.get("first", 0)) if ctx.attempt == 1 else float(p.get("then", 0))
+    ctx.progress(step="waiting", seconds=seconds)
     try:
-        await asyncio.sleep(
-            float(p.get("first", 0)) if ctx.attempt == 1 else float(p.get("then", 0))
-        )
+        await asyncio.sleep(seconds)
     except asyncio.CancelledError:
         mark(ctx, "cancelled")  # the task is cancelled: clean up, then let it through
         raise

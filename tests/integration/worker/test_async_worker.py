@@ -93,9 +93,11 @@ def test_an_operator_cancel_cancels_the_running_task(
     # when: an operator cancels it
     engine.cancel(job.id, actor="ops", reason="not needed")
 
-    # then: the handler sees CancelledError at its await and the job is cancelled
+    # then: the handler sees CancelledError at its await and the job is cancelled,
+    # its latest progress kept as the partial result
     done = engine.wait(job.id, timeout=10)
     assert done.state == "cancelled"
+    assert done.result == {"step": "waiting", "seconds": 60}
     assert markers(marks, job.id, "cancelled", 1)
     assert not markers(marks, job.id, "done", 1)
 
