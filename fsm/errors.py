@@ -133,7 +133,11 @@ class MissingExtra(JobFSMError, ImportError):
 
     def __init__(self, what: str, extra: str) -> None:
         self.extra = extra
-        super().__init__(f"{what} needs an optional dependency: pip install 'jobfsm[{extra}]'")
+        super().__init__(
+            f"{what} needs the '{extra}' extra: pip install -e '.[{extra}]' in a checkout, "
+            f"or the wheel as './jobfsm-<version>-py3-none-any.whl[{extra}]' (jobfsm is not "
+            "published on a package index: see docs/getting-started.md)"
+        )
 
 
 # --- outcomes a handler raises -------------------------------------------------

@@ -81,6 +81,17 @@ def log_transition(job: Job, entry: AuditEntry) -> None:
         )
         return
     if logger.isEnabledFor(logging.INFO):
+        if entry.error:
+            logger.info(
+                "job %s %s: %s -> %s: %s",
+                job.id,
+                entry.event,
+                entry.from_state,
+                entry.to_state,
+                first_line(entry.error),
+                extra={"jobfsm": _extra(job, entry)},
+            )
+            return
         logger.info(
             "job %s %s: %s -> %s",
             job.id,
@@ -89,6 +100,12 @@ def log_transition(job: Job, entry: AuditEntry) -> None:
             entry.to_state,
             extra={"jobfsm": _extra(job, entry)},
         )
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    """The first line of an error, at most `limit` characters (tracebacks follow it)."""
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _extra(job: Job, entry: AuditEntry) -> dict[str, object]:
@@ -104,4 +121,5 @@ def _extra(job: Job, entry: AuditEntry) -> dict[str, object]:
         "actor": entry.actor,
         "correlation_id": entry.correlation_id,
         "outcome": entry.outcome,
+        "error": None if entry.error is None else first_line(entry.error),
     }

@@ -27,6 +27,8 @@ from .publisher import Publisher
 log = logging.getLogger(__name__)
 
 WAITING = ("queued", "retry_wait")
+#: seconds between two warnings that jobs arrive without wake-ups
+MISSING_WARN_EVERY = 300.0
 
 
 def _announced_at_submit(job: Job) -> bool:
@@ -51,6 +53,10 @@ class Repairer:
         self._lost: deque[str] = deque() if lost is None else lost
         self._recent: dict[str, float] = {}  # job id -> monotonic time of republish
         self.republished = 0
+        #: jobs found due past `repair_after` that were never leased after their submit:
+        #: their wake-up never came (usually a submitter without a RabbitMQ publisher)
+        self.unannounced = 0
+        self._warned_at: float | None = None
 
     def stale(self, jobs: Sequence[Job], now: float) -> list[Job]:
         after = self._config.repair_after
@@ -80,6 +86,7 @@ class Repairer:
             for j in self.stale(jobs, now)
             if j.id not in self._recent and j.id not in lost_ids and not skipped.blocked(j.id)
         ]
+        self._warn_unannounced([j for j in stale if _announced_at_submit(j)], tick)
         if not stale and not known_lost:
             return 0
         by_queue: dict[str, list[Job]] = {}
@@ -99,6 +106,25 @@ class Repairer:
         self.republished += len(chosen)
         log.info("repair sweep republished %d lost or missing wake-ups", len(chosen))
         return len(chosen)
+
+    def _warn_unannounced(self, jobs: Sequence[Job], tick: float) -> None:
+        """Say (at most every MISSING_WARN_EVERY s) that jobs arrive without wake-ups."""
+        if not jobs:
+            return
+        self.unannounced += len(jobs)
+        if self._warned_at is not None and tick - self._warned_at < MISSING_WARN_EVERY:
+            return
+        self._warned_at = tick
+        queues = ", ".join(sorted({j.queue for j in jobs}))
+        log.warning(
+            "%d job(s) of queue(s) %s arrived without a RabbitMQ wake-up and waited %.0f s "
+            "for this repair sweep: the processes that submit them publish none. Give their "
+            "Engine a publisher (Engine(store, publisher=RabbitDelivery(url))) so workers "
+            "hear of jobs at once (docs/rabbitmq.md, 'Submitters and workers')",
+            len(jobs),
+            queues,
+            self._config.repair_after,
+        )
 
     def _known_lost(self, queues: Sequence[str], now: float) -> list[Job]:
         """Waiting, due jobs of `queues` whose wake-up failed to publish (at most a batch)."""

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..errors import BadInput
+from ..errors import MissingExtra
 from ..registry import open_store, store_url
 from . import cli
 from ._common import redact, store_option
@@ -53,17 +53,17 @@ def dashboard(
 
         from ..dashboard.app import create_app
     except ImportError as err:
-        raise BadInput(f"the dashboard needs {err.name}: pip install 'jobfsm[web]'") from err
+        raise MissingExtra(f"the dashboard (it needs {err.name})", "web") from err
     from ..engine import Engine
 
     token = token or os.environ.get(TOKEN_ENV) or None
     metrics = None
-    from ..telemetry.prometheus import MissingExtra, PrometheusMetrics
+    from ..telemetry.prometheus import PrometheusMetrics
 
     try:
         metrics = PrometheusMetrics()
     except MissingExtra:
-        click.echo("no /metrics: pip install 'jobfsm[metrics]' to serve it", err=True)
+        click.echo("no /metrics: install the 'metrics' extra to serve it", err=True)
     target = store_url(store)
     the_store = open_store(target)
     try:

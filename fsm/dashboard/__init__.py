@@ -1,12 +1,14 @@
 """The operator dashboard (`jobfsm dashboard`, or mounted in an application).
 
-Needs `pip install 'jobfsm[web]'`. `fsm.dashboard.ports` (the JobBrowser store
+Needs the `web` extra. `fsm.dashboard.ports` (the JobBrowser store
 capability) imports no web library; `create_app` imports Starlette when called.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingExtra
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -21,7 +23,5 @@ def create_app(engine: Engine, **options: Any) -> Starlette:
     try:
         from .app import create_app as make
     except ImportError as err:
-        from ..telemetry.prometheus import MissingExtra
-
-        raise MissingExtra(f"the dashboard needs {err.name}: pip install 'jobfsm[web]'") from err
+        raise MissingExtra(f"the dashboard (it needs {err.name})", "web") from err
     return make(engine, **options)

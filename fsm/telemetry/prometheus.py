@@ -5,7 +5,7 @@
     metrics.watch_store(engine.counts)            # jobfsm_jobs{queue,state}
     metrics.serve(9108)                           # or mount metrics.asgi_app()
 
-Needs `pip install 'jobfsm[metrics]'` (prometheus_client); without it,
+Needs the `metrics` extra (prometheus_client); without it,
 constructing the exporter raises MissingExtra naming the extra.
 """
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobFSMError
+from ..errors import MissingExtra
 from ..observe import MetricsBase
 
 if TYPE_CHECKING:
@@ -30,17 +30,11 @@ COUNTS_TTL = 5.0
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 120, 600, 1800)
 
 
-class MissingExtra(JobFSMError):
-    """An optional dependency is not installed; the message names the extra."""
-
-
 def _client() -> Any:
     try:
         import prometheus_client
     except ImportError as err:
-        raise MissingExtra(
-            "Prometheus metrics need prometheus_client: pip install 'jobfsm[metrics]'"
-        ) from err
+        raise MissingExtra("Prometheus metrics (prometheus_client)", "metrics") from err
     return prometheus_client
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobFSMError
+from ..errors import MissingExtra
 from ..records import Job
 
 if TYPE_CHECKING:
@@ -37,17 +37,15 @@ TRACER_NAME = "jobfsm"
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
-class MissingTracing(JobFSMError):
-    """opentelemetry-api is not installed: pip install 'jobfsm[tracing]'."""
+class MissingTracing(MissingExtra):
+    """opentelemetry-api is not installed (the `tracing` extra)."""
 
 
 def _trace() -> Any:
     try:
         from opentelemetry import trace
     except ImportError as err:
-        raise MissingTracing(
-            "OpenTelemetry spans need opentelemetry-api: pip install 'jobfsm[tracing]'"
-        ) from err
+        raise MissingTracing("OpenTelemetry spans (opentelemetry-api)", "tracing") from err
     return trace
 
 

@@ -183,6 +183,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
     ("leased", "release", "queued"): Recipe(args=_fenced()),
     ("leased", "expire", "queued"): Recipe(advance=_LATE),
     ("running", "expire", "retry_wait"): Recipe(advance=_LATE),
+    ("running", "expire", "failed"): Recipe(advance=_LATE),
     ("running", "expire", "investigate"): Recipe(
         submit={"retry_safe": False}, args=lambda job: {"verdict": "dead", "reason": "pid gone"}
     ),
@@ -339,6 +340,8 @@ class StoreConformance:
             submit = dict(recipe.submit)
             if event == "deadline":
                 submit["deadline"] = clock.now() + 500.0
+            elif (event, dest) == ("expire", "failed"):  # its deadline passes while it runs
+                submit["deadline"] = clock.now() + _LATE / 2
             job = reach(engine, clock, source, **submit)
             clock.advance(recipe.advance)
             before = self.store.get(job.id)

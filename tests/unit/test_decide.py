@@ -328,3 +328,13 @@ def test_error_text_is_bounded_and_nul_free_and_replays_identically() -> None:
 def test_operator_text_with_nul_or_over_the_bound_is_refused(reason: str) -> None:
     with pytest.raises(OperatorError, match="printable"):
         decide(job_in("failed"), "requeue", NOW, policy(), actor="ops", reason=reason, attempts=1)
+
+
+def test_a_lost_run_past_its_deadline_fails_instead_of_waiting_to_retry() -> None:
+    # given a retry-safe running job whose deadline passed while it ran, its owner dead
+    job = attrs.evolve(job_in("running", retry_safe=True), deadline=NOW - 1.0)
+    # when it expires
+    d = decide(job, "expire", NOW, policy(), verdict="dead", reason="pid gone")
+    # then it fails (a retry could never be leased), counting the lost run as a recovery
+    assert (d.job.state, d.job.recoveries) == ("failed", job.recoveries + 1)
+    assert d.job.finished_at == NOW

@@ -344,3 +344,16 @@ def test_metrics_count_transitions(engine: Engine) -> None:
     metrics = engine.metrics
     assert isinstance(metrics, CountingMetrics)
     assert metrics.transitions[("email", "succeed", "running", "succeeded")] == 1
+
+
+def test_a_transition_log_line_carries_the_kind_and_the_errors_first_line(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = run_to_running(engine)
+    fence = engine.get(job_id).fence
+    with caplog.at_level("INFO", logger="fsm.transitions"):
+        engine.fail(job_id, fence, "ValueError: bad row 7\nTraceback (most recent call last):\n...")
+    (record,) = [r for r in caplog.records if "fail" in r.getMessage()]
+    assert record.getMessage().endswith("running -> retry_wait: ValueError: bad row 7")
+    assert record.jobfsm["kind"] == "email"  # type: ignore[attr-defined]
+    assert record.jobfsm["error"] == "ValueError: bad row 7"  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "ambiguous"): {"investigate"},
     ("leased", "release"): {"queued"},
     ("leased", "expire"): {"queued"},
-    ("running", "expire"): {"retry_wait", "investigate"},
+    ("running", "expire"): {"retry_wait", "failed", "investigate"},
     ("cancelling", "expire"): {"cancelled"},
     ("queued", "cancel"): {"cancelled"},
     ("retry_wait", "cancel"): {"cancelled"},

@@ -92,7 +92,7 @@ def test_without_psycopg_the_registry_names_the_extra_to_install() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert "pip install 'jobfsm[postgres]'" in out.stdout
+    assert "pip install -e '.[postgres]'" in out.stdout
 
 
 # --- migrations ------------------------------------------------------------------------

@@ -55,23 +55,23 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_a_bad_rabbitmq_option_is_a_usage_error_naming_it(
-    extra: tuple[str, ...], named: str, rabbit_url: str
+    extra: tuple[str, ...], named: str, rabbit_url: str, sqlite_url: str
 ) -> None:
-    proc = _run(*_worker_args("memory://", rabbit_url, *extra))
+    proc = _run(*_worker_args(sqlite_url, rabbit_url, *extra))
     assert proc.returncode == 2
     assert named in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_rabbitmq_options_without_a_rabbitmq_delivery_are_refused() -> None:
-    proc = _run(*_worker_args("memory://", "poll", "--rabbitmq-prefetch", "3"))
+def test_rabbitmq_options_without_a_rabbitmq_delivery_are_refused(sqlite_url: str) -> None:
+    proc = _run(*_worker_args(sqlite_url, "poll", "--rabbitmq-prefetch", "3"))
     assert proc.returncode == 2
     assert "--rabbitmq-prefetch: only with a RabbitMQ delivery" in proc.stderr
 
 
-def test_a_worker_pointed_at_a_non_amqp_port_exits_non_zero_at_once() -> None:
+def test_a_worker_pointed_at_a_non_amqp_port_exits_non_zero_at_once(sqlite_url: str) -> None:
     started = time.monotonic()
-    proc = _run(*_worker_args("memory://", "amqp://guest:guest@127.0.0.1:5432/%2F"))
+    proc = _run(*_worker_args(sqlite_url, "amqp://guest:guest@127.0.0.1:5432/%2F"))
     assert proc.returncode == 2
     assert "incompatible-protocol" in proc.stderr
     assert time.monotonic() - started < 30.0

@@ -4,6 +4,7 @@ mandatory publishing, repair sweeps and stale delivery tags."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -424,3 +425,32 @@ def test_settling_many_at_once_never_acks_a_delivery_still_held(
     delivery.close()
     ((_props, body),) = drain_queue(rabbit_url, f"{prefix}default")
     assert json.loads(body)["job_id"] == held.job_id
+
+
+def test_a_worker_warns_when_jobs_arrive_without_a_wakeup(
+    rabbit_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given jobs submitted by an engine with no RabbitMQ publisher (a forgotten setup)
+    from fsm import FakeClock
+
+    clock = FakeClock(time.time())
+    engine = Engine(MemoryStore(), clock=clock)
+    jobs = [engine.submit("noop") for _ in range(3)]
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, repair_after=10.0)
+    try:
+        # when the worker's repair sweep finds them due past repair_after
+        clock.advance(11.0)
+        with caplog.at_level(logging.WARNING, logger="adapters.rabbitmq.repair"):
+            delivery.repair(["default"])
+            delivery.repair(["default"])  # a second sweep does not warn again
+        # then it says once, naming the queue, that they came without a wake-up
+        warnings = [
+            r.getMessage() for r in caplog.records if "without a RabbitMQ" in r.getMessage()
+        ]
+        assert len(warnings) == 1
+        assert "3 job(s) of queue(s) default" in warnings[0]
+        assert delivery.repairer is not None
+        assert delivery.repairer.unannounced >= len(jobs)
+    finally:
+        delivery.close()
+        drain_queue(rabbit_url, f"{prefix}default")

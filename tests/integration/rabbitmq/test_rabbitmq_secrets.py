@@ -98,7 +98,7 @@ def test_connection_failures_and_reprs_never_show_the_password(
 
 
 def test_the_worker_command_accepts_an_upper_case_url_and_never_prints_its_password(
-    tmp_path: object,
+    sqlite_url: str,
 ) -> None:
     def worker(url: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -110,7 +110,7 @@ def test_the_worker_command_accepts_an_upper_case_url_and_never_prints_its_passw
                 "--app",
                 "tests.integration.worker.app:handlers",
                 "--store",
-                "memory://",
+                sqlite_url,
                 "--delivery",
                 url,
             ],
