@@ -148,6 +148,13 @@ class FinalStates:
         conn.execute("SELECT pg_advisory_lock(%s)", (TRIGGER_LOCK,))
         try:
             conn.execute(_trigger_sql(self._schema, self.channel))
+        except psycopg.errors.InsufficientPrivilege as err:
+            log.warning(
+                "cannot make the final-state trigger (%s): waits re-read their jobs every "
+                "second instead of waking on NOTIFY; let a role that owns the jobs table "
+                "wait once to make it",
+                str(err).strip(),
+            )
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (TRIGGER_LOCK,))
 

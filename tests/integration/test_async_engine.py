@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -217,3 +218,34 @@ def test_drop_schema_removes_what_waiting_added(pg_url: str) -> None:
         ).fetchone()
     assert row == (0,)
     assert functions == (0,)
+
+
+def test_a_role_that_cannot_make_the_trigger_still_waits_by_re_reading(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: the schema made by its owner, and a role that may read and write jobs
+    # but not make triggers on their table
+    owner = Engine(open_store(pg_url))
+    role = f"waiter_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO {role}")
+        conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    user_url = pg_url.replace("postgres@", f"{role}@", 1) + "?migrate=false"
+    waiter = Engine(open_store(user_url))
+    try:
+        job = owner.submit("k", 1)
+        run_to_end(owner, job, after=0.3)
+
+        # when: that role waits
+        done = waiter.wait(job.id, timeout=20)
+
+        # then: it gets the finished job (by its once-a-second re-read), and says why
+        assert done.state == "succeeded"
+        assert "cannot make the final-state trigger" in caplog.text
+    finally:
+        waiter.store.close()
+        owner.store.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
