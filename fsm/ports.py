@@ -6,7 +6,7 @@ Ports speak of jobs, not queries. A store carries out decisions made by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -251,6 +251,20 @@ class WaitsForJobs(Protocol):
 
 
 @runtime_checkable
+class WatchesJobs(Protocol):
+    """A store that can say when a job may have reached a final state (LISTEN/NOTIFY).
+
+    `Engine.wait` uses it instead of polling; a store without it is polled.
+    """
+
+    def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call `changed()`, from any thread, whenever job `job_id` may have reached a
+        final state, until the returned function is called. Once `watch` returns, no
+        change is missed: a read after it sees the state, or `changed` is called."""
+        ...
+
+
+@runtime_checkable
 class Wakeable(Protocol):
     """A delivery whose waiting `poll` can be cut short from another thread."""
 
@@ -326,7 +340,8 @@ class Attempt:
     import path ("module:qualname") for executors that run it in another process,
     which rebuild the job from `job_json` (never a pickled object). Left out,
     `job_json` is made from `job` when first read, so an executor that runs
-    attempts in this process never pays for the JSON.
+    attempts in this process never pays for the JSON. `arun` is set for an `async
+    def` handler: an executor with an event loop awaits it there.
     """
 
     job: Job
@@ -336,6 +351,11 @@ class Attempt:
     cancelled: CancelToken = attrs.field(repr=False)
     #: most bytes of the result's JSON (the store's payload limit), on every executor
     result_limit: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, kw_only=True)
+    #: for an `async def` handler: the attempt as a coroutine, for executors with an event
+    #: loop (`run` still works anywhere: it runs the coroutine on a loop of its own)
+    arun: Callable[[], Awaitable[Outcome]] | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
     _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
 
     @property

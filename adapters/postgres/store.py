@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -47,6 +47,7 @@ from ._url import CHANNEL_PREFIX, Settings
 from .browse import PostgresBrowse
 from .listen import Listener
 from .liveness import PostgresLiveness
+from .waiting import FinalStates, drop_trigger
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class PostgresStore(Inserts, PostgresBrowse):
         super().__init__(settings)
         self.channel = f"{CHANNEL_PREFIX}{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
+        self._finals = FinalStates(self.connect, self.schema, f"{self.channel}_final")
         self.liveness = PostgresLiveness(self)
         self._unclaimable = Unclaimable(log)
 
@@ -464,14 +466,20 @@ class PostgresStore(Inserts, PostgresBrowse):
         """
         return self._listener.wait(queues, timeout)
 
+    def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""
+        return self._finals.watch(job_id, changed)
+
     def drop_schema(self) -> None:
         """Remove everything jobfsm created: its tables (with their indexes and
         sequences), then the schema unless it is `public` or holds anything else.
         Closes the store. Call it when no other process uses the schema."""
         self.liveness.close()
         self._listener.close()
+        self._finals.close()
         with self.connect() as conn:
             try:
+                drop_trigger(conn, self.schema)
                 _schema.drop(conn, self.schema)
             except psycopg.Error as err:
                 raise self._translate(err, "drop schema") from err
@@ -483,6 +491,7 @@ class PostgresStore(Inserts, PostgresBrowse):
         self._closed = True
         self.liveness.close()
         self._listener.close()
+        self._finals.close()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:
