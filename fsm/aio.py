@@ -8,7 +8,7 @@ pool, `pool_max`); `max_threads` bounds how many calls wait for it at once.
 
 `wait` holds no thread while it waits: on a store that `WatchesJobs` (PostgreSQL,
 LISTEN/NOTIFY) the store's listener wakes it; on any other store it re-reads
-with growing pauses (`fsm.engine.WAIT_POLL_FIRST` .. `WAIT_POLL_MAX`).
+with growing pauses (`fsm.waiting.WAIT_POLL_FIRST` .. `WAIT_POLL_MAX`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .engine import WAIT_POLL_FIRST, WAIT_POLL_MAX, WAIT_RECHECK, Engine, wait_timeout
+from .engine import Engine
 from .errors import BadInput, WaitTimeout
 from .ports import WatchesJobs
 from .records import AuditEntry, Job
+from .waiting import WAIT_POLL_FIRST, WAIT_POLL_MAX, WAIT_RECHECK, wait_timeout
 
 T = TypeVar("T")
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import jsonio
+from . import jsonio, waiting
 from .clock import SystemClock
 from .errors import (
     BadInput,
@@ -20,9 +18,8 @@ from .errors import (
     StoreError,
     UnknownKind,
     VersionConflict,
-    WaitTimeout,
 )
-from .inputs import KindPolicy, check_name, seconds, submit_options
+from .inputs import KindPolicy, check_name, submit_options
 from .lifecycle.core import decide
 from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
@@ -37,28 +34,11 @@ from .ports import (
     RenewRequest,
     ScanRequest,
     Store,
-    WatchesJobs,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
 from .telemetry import tracing
 
 log = logging.getLogger(__name__)
-
-#: `wait`: the longest timeout accepted (seconds)
-MAX_WAIT = 24 * 3600.0
-#: `wait` on a watching store: a re-read at least this often, in case a wake-up was lost
-WAIT_RECHECK = 1.0
-#: `wait` on any other store: the first and the longest pause between reads (doubling)
-WAIT_POLL_FIRST = 0.01
-WAIT_POLL_MAX = 0.25
-
-
-def wait_timeout(timeout: float) -> float:
-    """A `wait` timeout, checked (`fsm.inputs.seconds`): at most MAX_WAIT seconds."""
-    limit = seconds("wait timeout", timeout)
-    if limit > MAX_WAIT:
-        raise BadInput(f"wait timeout must be at most {MAX_WAIT} seconds; got {timeout!r}")
-    return limit
 
 
 class Engine:
@@ -181,37 +161,9 @@ class Engine:
         return self.spec.terminal | self.spec.parked
 
     def wait(self, job_id: str, *, timeout: float) -> Job:
-        """Block until the job is in a final state and return it; WaitTimeout after `timeout`.
-
-        A store that `WatchesJobs` (PostgreSQL: LISTEN/NOTIFY) wakes the wait when the
-        job finishes, with a re-read every WAIT_RECHECK seconds as a safety net; any
-        other store is polled, from WAIT_POLL_FIRST up to WAIT_POLL_MAX seconds apart.
-        `timeout` is at most MAX_WAIT seconds.
-        """
-        limit = wait_timeout(timeout)
-        deadline = time.monotonic() + limit
-        changed = threading.Event()
-        unwatch = (
-            self.store.watch(job_id, changed.set) if isinstance(self.store, WatchesJobs) else None
-        )
-        pause = WAIT_POLL_FIRST
-        try:
-            while True:
-                job = self.get(job_id)
-                left = deadline - time.monotonic()
-                if job.state in self.final_states:
-                    return job
-                if left <= 0:
-                    raise WaitTimeout(job_id, job.state, limit)
-                if unwatch is not None:
-                    changed.wait(min(left, WAIT_RECHECK))
-                    changed.clear()
-                else:
-                    time.sleep(min(left, pause))
-                    pause = min(WAIT_POLL_MAX, pause * 2)
-        finally:
-            if unwatch is not None:
-                unwatch()
+        """Block until the job is in a final state and return it; WaitTimeout after
+        `timeout` seconds (at most `fsm.waiting.MAX_WAIT`). See `fsm.waiting.wait`."""
+        return waiting.wait(self, job_id, timeout=timeout)
 
     def scan(self, request: ScanRequest) -> list[Job]:
         return self.store.scan(request)
