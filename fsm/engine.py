@@ -23,6 +23,7 @@ from .inputs import KindPolicy, check_name, submit_options
 from .lifecycle.core import decide
 from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
+from .pausing import QueuePauses
 from .policies import Policy
 from .ports import (
     Capacity,
@@ -31,6 +32,7 @@ from .ports import (
     Delivery,
     Erasable,
     PruneRequest,
+    QueuePause,
     RenewRequest,
     ScanRequest,
     Store,
@@ -71,6 +73,7 @@ class Engine:
         self._heartbeat_states = self._sources("heartbeat")
         self.tracer_provider = tracer_provider
         self._traced = tracing.available()
+        self._pauses = QueuePauses(store, self.clock)
 
     def _dests(self, event: str) -> frozenset[str]:
         return frozenset(
@@ -266,6 +269,9 @@ class Engine:
         only jobs of those kinds (a worker leases only what it has handlers for)."""
         if limit < 1:
             return []
+        queues = self._pauses.unpaused(queues)
+        if not queues:
+            return []
         now = self.clock.now()
         lease_until = now + self.policy.lease.ttl
 
@@ -382,6 +388,22 @@ class Engine:
             return written
         raise VersionConflict(job_id, -1, None)
 
+    # --- pausing queues (fsm.pausing) -------------------------------------------
+
+    def pause(self, queue: str, *, actor: str, reason: str) -> QueuePause:
+        """Stop every worker of this store from leasing jobs of `queue`."""
+        with self._operator_span("pause", queue, actor):
+            return self._pauses.pause(queue, actor=actor, reason=reason)
+
+    def resume(self, queue: str, *, actor: str, reason: str) -> bool:
+        """Let workers lease jobs of `queue` again; False if it was not paused."""
+        with self._operator_span("resume", queue, actor):
+            return self._pauses.resume(queue, actor=actor, reason=reason)
+
+    def paused(self) -> dict[str, QueuePause]:
+        """The paused queues (none on a store that cannot pause)."""
+        return self._pauses.paused()
+
     # --- recovery --------------------------------------------------------------------
 
     def expire(self, job_id: str, *, verdict: str | None = None, reason: str | None = None) -> Job:
@@ -393,20 +415,43 @@ class Engine:
             args["reason"] = reason
         return self.transition(job_id, "expire", **args)
 
-    def prune(self, *, limit: int = 1000, max_batches: int = 1000) -> int:
-        """Delete finished jobs past their retention, in bounded batches."""
+    def prune(
+        self,
+        *,
+        limit: int = 1000,
+        max_batches: int = 1000,
+        queue_retention: Mapping[str, Mapping[str, float | None]] | None = None,
+    ) -> int:
+        """Delete finished jobs past their retention, in bounded batches (at most
+        `max_batches` of `limit` per retention rule). A queue of `queue_retention` (or of
+        `policy.limits.queue_retention`) keeps its jobs by its own rule, for the states it
+        names, and by the default for the others."""
         now = self.clock.now()
-        cutoffs = {
-            state: now - keep
-            for state, keep in self.policy.limits.retention.items()
-            if keep is not None and state in self.spec.terminal
-        }
+        limits = self.policy.limits
+        overrides = dict(limits.queue_retention)
+        overrides.update(queue_retention or {})
+
+        def cutoffs(rule: Mapping[str, float | None]) -> dict[str, float]:
+            # only terminal states are ever pruned, whatever a rule names
+            return {
+                s: now - keep
+                for s, keep in rule.items()
+                if keep is not None and s in self.spec.terminal
+            }
+
+        default = cutoffs(limits.retention)
+        requests = [PruneRequest(cutoffs=default, limit=limit, other_than=tuple(overrides))]
+        for queue, rule in sorted(overrides.items()):
+            check_name("queue", queue)
+            merged = {**limits.retention, **rule}
+            requests.append(PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,)))
         total = 0
-        for _ in range(max_batches):
-            n = self.store.prune(PruneRequest(cutoffs=cutoffs, limit=limit))
-            total += n
-            if n < limit:
-                break
+        for request in requests:
+            for _ in range(max_batches):
+                n = self.store.prune(request)
+                total += n
+                if n < limit:
+                    break
         return total
 
     # --- batched reports and snapshot expiry (for workers) ----------------------------

@@ -74,10 +74,16 @@ class ScanRequest:
 
 @attrs.frozen
 class PruneRequest:
-    """Delete jobs in state s whose finished_at < cutoffs[s], with their audit trail."""
+    """Delete jobs in state s whose finished_at < cutoffs[s], with their audit trail.
+
+    `queues`: only jobs of these queues; `other_than`: no job of these queues (the
+    queues whose own retention is pruned by a request of their own).
+    """
 
     cutoffs: Mapping[str, float]
     limit: int = 1000
+    queues: tuple[str, ...] | None = None
+    other_than: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -239,6 +245,31 @@ class Erasable(Protocol):
         audit entry appended) and, in the same transaction, rewrite the data of every
         earlier audit entry of the job with `fsm.lifecycle.core.erased_data_json`."""
         ...
+
+
+@attrs.frozen
+class QueuePause:
+    """A queue an operator paused: workers lease none of its jobs until it is resumed."""
+
+    queue: str
+    actor: str
+    reason: str
+    at: float
+
+
+@runtime_checkable
+class PausesQueues(Protocol):
+    """A store that keeps which queues are paused (every worker of the store obeys)."""
+
+    def pause_queue(self, pause: QueuePause) -> None:
+        """Record the pause (a second pause of the queue replaces the first)."""
+        ...
+
+    def resume_queue(self, queue: str) -> bool:
+        """Forget the queue's pause; True if it was paused."""
+        ...
+
+    def paused_queues(self) -> dict[str, QueuePause]: ...
 
 
 @runtime_checkable
