@@ -333,6 +333,8 @@ class Outcome:
     error: str | None = None
     delay: float | None = None
     seconds: float = 0.0
+    #: an unexpected error's traceback, kept apart from its one-line `error`
+    traceback: str | None = None
 
     def to_json(self) -> str:
         import json
@@ -352,6 +354,7 @@ class Outcome:
             error=data.get("error"),
             delay=data.get("delay"),
             seconds=float(data.get("seconds") or 0.0),
+            traceback=data.get("traceback"),
         )
 
 

@@ -298,6 +298,10 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
         if "\n" in job.last_error.strip():
             click.echo("\nlast error in full:")
             click.echo(clean(job.last_error.rstrip(), keep="\n"))
+        traced = [e for e in trail if e.data.get("traceback")]
+        if traced:  # an unexpected error's traceback, kept in its audit entry
+            click.echo(f"\ntraceback of the last failure (attempt {traced[-1].attempt}):")
+            click.echo(clean(str(traced[-1].data["traceback"]).rstrip(), keep="\n"))
     rows = []
     for e in trail:
         rows.append(

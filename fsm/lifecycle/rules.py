@@ -249,6 +249,8 @@ def _record_error(s: Step) -> None:
     s.error = None if error is None else clean_text(str(error))
     if "error" in s.data and s.data["error"] is not None:
         s.data["error"] = s.error
+    if s.data.get("traceback") is not None:  # the audit entry keeps it; the record does not
+        s.data["traceback"] = clean_text(str(s.data["traceback"]))
     s.changes["last_error"] = s.error
 
 

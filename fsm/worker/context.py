@@ -75,13 +75,15 @@ class Context:
 Handler = Callable[[Context], Any]
 
 
-def _error_text(err: BaseException, *, trace: bool = True) -> str:
-    """The error as stored: its type and message, with the traceback's tail when the
-    error was unexpected (an expected outcome, Permanent or Ambiguous, needs none)."""
-    text = f"{type(err).__name__}: {err}"
-    if trace:
-        text += "\n" + "".join(traceback.format_exception(err)[-3:])
-    return clean_text(text)
+def _error_text(err: BaseException) -> str:
+    """The error as a one-line summary: its type and the first line of its message."""
+    message = str(err).strip().split("\n", 1)[0]
+    return clean_text(f"{type(err).__name__}: {message}" if message else type(err).__name__)
+
+
+def _trace(err: BaseException) -> str:
+    """An unexpected error's traceback (its tail), kept apart from the summary."""
+    return clean_text("".join(traceback.format_exception(err)[-3:]))
 
 
 def _retry_delay(err: Retry) -> float | None:
@@ -116,13 +118,13 @@ def _raised(err: Exception, ctx: Context, began: float) -> Outcome:
             seconds=took,
         )
     if isinstance(err, Permanent):
-        return Outcome(status="permanent", error=_error_text(err, trace=False), seconds=took)
+        return Outcome(status="permanent", error=_error_text(err), seconds=took)
     if isinstance(err, Ambiguous):
-        return Outcome(status="ambiguous", error=_error_text(err, trace=False), seconds=took)
+        return Outcome(status="ambiguous", error=_error_text(err), seconds=took)
     if isinstance(err, JobCancelled):
         return Outcome(status="cancelled", error=clean_text(str(err)), seconds=took)
     status = "cancelled" if ctx.cancelled.is_set() else "failed"
-    return Outcome(status=status, error=_error_text(err), seconds=took)
+    return Outcome(status=status, error=_error_text(err), traceback=_trace(err), seconds=took)
 
 
 def _returned(result: Any, ctx: Context, began: float, limit: int) -> Outcome:

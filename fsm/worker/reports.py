@@ -106,7 +106,10 @@ class Reporter:
         error = outcome.error or status
         if status == "cancelled":
             error = f"handler stopped without a cancel request: {error}"
-        return "fail", {"fence": fence, "error": error}
+        args: dict[str, Any] = {"fence": fence, "error": error}
+        if outcome.traceback:
+            args["traceback"] = outcome.traceback  # kept in the audit entry, not the record
+        return "fail", args
 
     def report(self, batch: list[tuple[Run, Outcome]]) -> None:
         s = self.s

@@ -622,3 +622,29 @@ def test_one_bad_report_fails_alone_and_good_jobs_run_once(
         job = engine.get(jobs[good].id)
         assert (job.state, job.attempt) == ("succeeded", 1)
     engine.store.close()
+
+
+def test_an_unexpected_error_is_stored_as_one_line_with_its_traceback_in_the_audit(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given handlers raising an unexpected error and an expected (Permanent) one
+    engine = _engine()
+
+    def boom(ctx: Context) -> None:
+        raise ValueError("missing row\nsecond line of the message")
+
+    def refuse(ctx: Context) -> None:
+        raise Permanent("card declined")
+
+    worker = _worker(engine, handlers={"boom": boom, "refuse": refuse})
+    crashed = engine.submit("boom", max_attempts=1)
+    declined = engine.submit("refuse")
+    running(worker)
+    wait_for(lambda: _state(engine, crashed) == _state(engine, declined) == "failed", what="fail")
+    # then the record keeps a one-line summary; the traceback is in the fail entry only
+    assert engine.get(crashed.id).last_error == "ValueError: missing row"
+    fail = next(e for e in engine.history(crashed.id) if e.event == "fail")
+    assert "raise ValueError" in fail.data["traceback"]
+    assert engine.get(declined.id).last_error == "Permanent: card declined"
+    refused = next(e for e in engine.history(declined.id) if e.event == "fail")
+    assert "traceback" not in refused.data  # an expected outcome carries none
