@@ -36,6 +36,7 @@ from benchmarks.harness import (
     write_jsonl,
 )
 from benchmarks.report import Report, fmt, splice
+from fsm.cli._common import progress_bar
 
 SUITES = {
     "throughput": "benchmarks.throughput",
@@ -100,23 +101,19 @@ def run_tasks(tasks: list[Task]) -> tuple[list[Measurement], list[str]]:
     rows: list[Measurement] = []
     failures: list[str] = []
     began = time.monotonic()
-    with click.progressbar(
-        tasks,
-        label="benchmarks",
-        file=sys.stderr,
-        show_pos=True,
-        item_show_func=lambda t: t.label if t is not None else "",
-    ) as bar:
-        for task in bar:
+    with progress_bar("benchmarks", len(tasks)) as bar:
+        for done, task in enumerate(tasks):
+            bar.update(done, description=task.label)
             try:
                 got = task.run()
             except Exception:
                 failures.append(task.label)
-                click.echo(f"\nFAILED {task.label}:\n{traceback.format_exc()}", err=True)
+                bar.print(f"FAILED {task.label}:\n{traceback.format_exc()}")
                 continue
             rows += got
             for m in got:
-                click.echo(f"\n  {m.label}: {fmt(m.median)} {m.unit}", err=True)
+                bar.print(f"  {m.label}: {fmt(m.median)} {m.unit}")
+        bar.update(len(tasks), description="benchmarks")
     click.echo(f"{len(tasks)} tasks in {time.monotonic() - began:.0f} s", err=True)
     return rows, failures
 

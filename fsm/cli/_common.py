@@ -278,6 +278,45 @@ def console(*, err: bool = False, width: int | None = None) -> Any:
     return Console(file=stream, width=width, highlight=False, markup=False, emoji=False)
 
 
+class Bar:
+    """What `progress_bar` yields: move it on, and print above it."""
+
+    def __init__(self, progress: Any, task: Any) -> None:
+        self._progress = progress
+        self._task = task
+
+    def update(self, completed: float, description: str | None = None) -> None:
+        if description is None:
+            self._progress.update(self._task, completed=completed)
+        else:
+            self._progress.update(self._task, completed=completed, description=description)
+
+    def print(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)
+
+
+@contextmanager
+def progress_bar(description: str, total: float) -> Iterator[Bar]:
+    """The one progress style of every long command (demo, faults, benchmarks): a rich
+    bar with a count and the time elapsed, on stderr."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console(err=True)) as progress:
+        yield Bar(progress, progress.add_task(description, total=total))
+
+
 #: columns a narrow terminal may cut short (with "…"); ids, states and counts never are
 SHRINKABLE = frozenset({"last error (first line)", "error", "reason", "actor", "fault"})
 #: the widest a shrinkable column is drawn (first_line already cuts errors at 60)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from . import cli
-from ._common import clean, console, log_options, print_table, redact, setup_logging
+from ._common import clean, log_options, print_table, progress_bar, redact, setup_logging
 
 PROFILES = ("dev", "ci", "thorough")
 
@@ -98,13 +98,6 @@ def faults(
     failing step sequence as a runnable program.
     """
     from hypothesis import settings
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
     from ..testing.faults import MODELS, SIZES, run_faults
     from ..testing.profiles import load_profile
@@ -128,12 +121,10 @@ def faults(
         total = settings.get_profile(chosen).max_examples
     # Rejected stale reports are logged as warnings by design; here they are the point.
     logging.getLogger("fsm.transitions").setLevel(logging.ERROR)
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=console(err=True)) as bar:
-        task = bar.add_task(f"faults {clean(redact(store))}", total=total)
+    with progress_bar(f"faults {clean(redact(store))}", total) as bar:
 
         def progress(stats: Any) -> None:
-            bar.update(task, completed=min(stats.examples, total))
+            bar.update(min(stats.examples, total))
 
         report = run_faults(
             store,

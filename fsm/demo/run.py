@@ -7,6 +7,7 @@ SIGKILL; crashes are injected at most every `crash_every` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from ..cli._common import redact
+from ..cli._common import print_table, progress_bar, redact
 from ..diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
 from ..engine import Engine
 from ..errors import IllegalTransition, JobNotFound, TransientStoreError
@@ -207,7 +208,9 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
     recovered = too_late = 0
     counts: Counter[str] = Counter()
     timed_out = False
+    stack = contextlib.ExitStack()
     try:
+        bar = stack.enter_context(progress_bar("jobs final", cfg.jobs)) if live else None
         while True:
             now = time.monotonic()
             elapsed = now - started
@@ -239,9 +242,9 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
                 continue
             active = sum(n for s, n in counts.items() if not lc.is_final(s))
             line = _progress_line(elapsed, counts, len(crashes), recovered)
-            if live:
-                sys.stdout.write("\r" + line + "\x1b[K")
-                sys.stdout.flush()
+            if bar is not None:
+                final = sum(n for s, n in counts.items() if lc.is_final(s))
+                bar.update(final, description=line)
             elif now - last_log >= LOG_EVERY:
                 echo(line)
                 last_log = now
@@ -256,8 +259,7 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
                     next_crash = now + cfg.crash_every * rng.uniform(0.7, 1.3)
             time.sleep(0.1)
     finally:
-        if live:
-            sys.stdout.write("\n")
+        stack.close()
         workers.stop()
     elapsed = time.monotonic() - started
     return _finish(
@@ -384,10 +386,7 @@ def _finish(
     (directory / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
 
     echo("")
-    echo("final states:")
-    for state in lc.states:
-        if states.get(state):
-            echo(f"  {state:<12} {states[state]:>5}")
+    print_table([[s, str(states[s])] for s in lc.states if states.get(s)], ["final state", "jobs"])
     echo(f"retries after transient errors: {retries}")
     echo(f"operator cancels: {cancels[0]} applied, {cancels[1]} too late (the job had finished)")
     echo(
