@@ -361,7 +361,7 @@ PATCHES: tuple[Patch, ...] = (
             ),
             (
                 "            old.records.clear()\n"
-                "            old.by_job.clear()\n"
+                "            old.by_run.clear()\n"
                 "            for record in records:\n"
                 "                record.abandoned = True",
                 "            for record in records:\n                record.abandoned = True",
@@ -427,7 +427,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "sqlite-apply-without-cas",
         "sqlite",
-        "adapters/sqlite/store.py",
+        "adapters/sqlite/_sql.py",
         (
             (
                 'return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"',
@@ -443,19 +443,20 @@ PATCHES: tuple[Patch, ...] = (
         "adapters/sqlite/store.py",
         (
             (
-                "                    continue\n"
-                "                if d.entry is not None:\n"
-                "                    self._append(conn, [d.entry])\n"
+                "                if entry is not None:\n"
+                "                    conn.execute(_AUDIT_INSERT, entry)\n"
                 "                out.append(d.job)\n"
                 "        return out\n",
-                "                    continue\n"
                 "                out.append(d.job)\n"
                 "        written = {j.id for j in out if isinstance(j, Job)}\n"
-                "        entries = [d.entry for d in decisions if d.entry and d.job.id in written]"
-                "\n"
+                "        entries = [\n"
+                "            e for d, (_, e) in zip(decisions, prepared, strict=True)\n"
+                "            if e is not None and d.job.id in written\n"
+                "        ]\n"
                 "        if entries:\n"
                 '            with self._write("apply audit") as conn:\n'
-                "                self._append(conn, entries)\n"
+                "                for entry in entries:\n"
+                "                    conn.execute(_AUDIT_INSERT, entry)\n"
                 "        return out\n",
             ),
         ),
