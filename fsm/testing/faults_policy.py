@@ -161,7 +161,12 @@ def _problems(
     if new.recoveries != expected_recoveries:
         bad("P3", f"recoveries went {job.recoveries} -> {new.recoveries}")
     if event == "expire" and job.state == "running":
-        if new.state not in ("retry_wait", "investigate"):
+        past_deadline = job.deadline is not None and now >= job.deadline
+        if new.state == "failed" and not (job.retry_safe and past_deadline):
+            bad(
+                "P4", "an expired running job failed, though not a retry-safe one past its deadline"
+            )
+        elif new.state not in ("retry_wait", "investigate", "failed"):
             bad("P4", f"an expired running job went to {new.state}")
         if new.state == "retry_wait":
             if not job.retry_safe:
@@ -170,6 +175,8 @@ def _problems(
                 bad("P4", "rerun past the recovery budget")
             if job.attempt >= job.max_attempts:
                 bad("P4", "rerun without attempts left")
+            if job.deadline is not None and now >= job.deadline:
+                bad("P4", "rerun past its deadline")
     if event == "expire" and args.get("verdict") != "dead":
         lapsed = job.lease_until is not None and now >= job.lease_until
         if not lapsed:
