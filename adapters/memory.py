@@ -11,7 +11,14 @@ import attrs
 
 from fsm.errors import BadStoreURL, QueueFull, VersionConflict
 from fsm.lifecycle.core import erased_data_json
-from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.ports import (
+    Capacity,
+    ClaimRequest,
+    PruneRequest,
+    QueuePause,
+    RenewRequest,
+    ScanRequest,
+)
 from fsm.records import AuditEntry, Decision, Job
 from fsm.secrets import redact_url
 
@@ -29,6 +36,7 @@ class MemoryStore(MemoryBrowse):
         self._jobs: dict[str, Job] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: dict[str, str] = {}
+        self._paused: dict[str, QueuePause] = {}
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
         self._unclaimable = Unclaimable(log)
@@ -226,6 +234,8 @@ class MemoryStore(MemoryBrowse):
                 if j.state in request.cutoffs
                 and j.finished_at is not None
                 and j.finished_at < request.cutoffs[j.state]
+                and (request.queues is None or j.queue in request.queues)
+                and j.queue not in request.other_than
             ][: request.limit]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
@@ -235,9 +245,22 @@ class MemoryStore(MemoryBrowse):
                     self._keys.pop(job.idempotency_key, None)
             return len(doomed)
 
+    def pause_queue(self, pause: QueuePause) -> None:
+        with self._lock:
+            self._paused[pause.queue] = pause
+
+    def resume_queue(self, queue: str) -> bool:
+        with self._lock:
+            return self._paused.pop(queue, None) is not None
+
+    def paused_queues(self) -> dict[str, QueuePause]:
+        with self._lock:
+            return dict(self._paused)
+
     def drop_schema(self) -> None:
         """Remove every job and audit entry (the memory store has no other schema)."""
         with self._lock:
+            self._paused.clear()
             self._jobs.clear()
             self._audit.clear()
             self._keys.clear()

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from .aio import AsyncEngine
 from .clock import FakeClock, SystemClock
 from .engine import Engine
 from .errors import (
@@ -28,6 +29,7 @@ from .errors import (
     TransientStoreError,
     UnknownKind,
     VersionConflict,
+    WaitTimeout,
 )
 from .inputs import KindPolicy
 from .lifecycle.core import decide, replay
@@ -45,6 +47,7 @@ from .worker.handlers import Handlers, HandlerSpec
 
 __all__ = [
     "Ambiguous",
+    "AsyncEngine",
     "AuditEntry",
     "Backoff",
     "BadInput",
@@ -95,6 +98,7 @@ __all__ = [
     "UnknownKind",
     "Verdict",
     "VersionConflict",
+    "WaitTimeout",
     "Worker",
     "check_spec",
     "decide",

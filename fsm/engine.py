@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import jsonio
+from . import jsonio, waiting
 from .clock import SystemClock
 from .errors import (
     BadInput,
@@ -22,6 +23,7 @@ from .inputs import KindPolicy, check_name, submit_options
 from .lifecycle.core import decide
 from .lifecycle.spec import Lifecycle, lifecycle
 from .observe import Metrics, log_transition
+from .pausing import QueuePauses
 from .policies import Policy
 from .ports import (
     Capacity,
@@ -30,11 +32,13 @@ from .ports import (
     Delivery,
     Erasable,
     PruneRequest,
+    QueuePause,
     RenewRequest,
     ScanRequest,
     Store,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
+from .telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,10 @@ class Engine:
         metrics: Metrics | None = None,
         publisher: Delivery | None = None,
         spec: Lifecycle | None = None,
+        tracer_provider: Any = None,
     ) -> None:
+        """`tracer_provider`: where operator actions' spans go (default: OpenTelemetry's
+        global one, when opentelemetry-api is installed)."""
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.policy = policy or Policy()
@@ -64,6 +71,9 @@ class Engine:
         self.spec = spec or lifecycle()
         self._lease_states = self._sources("lease")
         self._heartbeat_states = self._sources("heartbeat")
+        self.tracer_provider = tracer_provider
+        self._traced = tracing.available()
+        self._pauses = QueuePauses(store, self.clock)
 
     def _dests(self, event: str) -> frozenset[str]:
         return frozenset(
@@ -145,6 +155,18 @@ class Engine:
 
     def counts(self) -> dict[tuple[str, str], int]:
         return self.store.counts()
+
+    # --- waiting for an outcome ----------------------------------------------------
+
+    @property
+    def final_states(self) -> frozenset[str]:
+        """Where `wait` returns: terminal states, and parked ones (an operator decides)."""
+        return self.spec.terminal | self.spec.parked
+
+    def wait(self, job_id: str, *, timeout: float) -> Job:
+        """Block until the job is in a final state and return it; WaitTimeout after
+        `timeout` seconds (at most `fsm.waiting.MAX_WAIT`). See `fsm.waiting.wait`."""
+        return waiting.wait(self, job_id, timeout=timeout)
 
     def scan(self, request: ScanRequest) -> list[Job]:
         return self.store.scan(request)
@@ -247,6 +269,9 @@ class Engine:
         only jobs of those kinds (a worker leases only what it has handlers for)."""
         if limit < 1:
             return []
+        queues = self._pauses.unpaused(queues)
+        if not queues:
+            return []
         now = self.clock.now()
         lease_until = now + self.policy.lease.ttl
 
@@ -285,13 +310,22 @@ class Engine:
         self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
     ) -> Job:
         """Apply an operator event; repeating one that already took effect is a no-op."""
-        try:
-            return self.transition(job_id, event, **args)
-        except IllegalTransition:
-            job = self.get(job_id)
-            if settled(job):
-                return job
-            raise
+        with self._operator_span(event, job_id, args["actor"]):
+            try:
+                return self.transition(job_id, event, **args)
+            except IllegalTransition:
+                job = self.get(job_id)
+                if settled(job):
+                    return job
+                raise
+
+    def _operator_span(
+        self, event: str, job_id: str, actor: Any
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Every operator action, whichever surface asked for it, is one span (if traced)."""
+        if not self._traced:
+            return contextlib.nullcontext()
+        return tracing.operator_span(event, job_id, actor=str(actor), provider=self.tracer_provider)
 
     def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
         return self._operator(
@@ -331,6 +365,10 @@ class Engine:
         store = self.store
         if not isinstance(store, Erasable):
             raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
+        with self._operator_span("erase", job_id, actor):
+            return self._erase(store, job_id, actor=actor, reason=reason)
+
+    def _erase(self, store: Erasable, job_id: str, *, actor: str, reason: str) -> Job:
         for _ in range(self.policy.limits.cas_retries):
             job = self.get(job_id)
             decision = decide(
@@ -350,6 +388,22 @@ class Engine:
             return written
         raise VersionConflict(job_id, -1, None)
 
+    # --- pausing queues (fsm.pausing) -------------------------------------------
+
+    def pause(self, queue: str, *, actor: str, reason: str) -> QueuePause:
+        """Stop every worker of this store from leasing jobs of `queue`."""
+        with self._operator_span("pause", queue, actor):
+            return self._pauses.pause(queue, actor=actor, reason=reason)
+
+    def resume(self, queue: str, *, actor: str, reason: str) -> bool:
+        """Let workers lease jobs of `queue` again; False if it was not paused."""
+        with self._operator_span("resume", queue, actor):
+            return self._pauses.resume(queue, actor=actor, reason=reason)
+
+    def paused(self) -> dict[str, QueuePause]:
+        """The paused queues (none on a store that cannot pause)."""
+        return self._pauses.paused()
+
     # --- recovery --------------------------------------------------------------------
 
     def expire(self, job_id: str, *, verdict: str | None = None, reason: str | None = None) -> Job:
@@ -361,20 +415,43 @@ class Engine:
             args["reason"] = reason
         return self.transition(job_id, "expire", **args)
 
-    def prune(self, *, limit: int = 1000, max_batches: int = 1000) -> int:
-        """Delete finished jobs past their retention, in bounded batches."""
+    def prune(
+        self,
+        *,
+        limit: int = 1000,
+        max_batches: int = 1000,
+        queue_retention: Mapping[str, Mapping[str, float | None]] | None = None,
+    ) -> int:
+        """Delete finished jobs past their retention, in bounded batches (at most
+        `max_batches` of `limit` per retention rule). A queue of `queue_retention` (or of
+        `policy.limits.queue_retention`) keeps its jobs by its own rule, for the states it
+        names, and by the default for the others."""
         now = self.clock.now()
-        cutoffs = {
-            state: now - keep
-            for state, keep in self.policy.limits.retention.items()
-            if keep is not None and state in self.spec.terminal
-        }
+        limits = self.policy.limits
+        overrides = dict(limits.queue_retention)
+        overrides.update(queue_retention or {})
+
+        def cutoffs(rule: Mapping[str, float | None]) -> dict[str, float]:
+            # only terminal states are ever pruned, whatever a rule names
+            return {
+                s: now - keep
+                for s, keep in rule.items()
+                if keep is not None and s in self.spec.terminal
+            }
+
+        default = cutoffs(limits.retention)
+        requests = [PruneRequest(cutoffs=default, limit=limit, other_than=tuple(overrides))]
+        for queue, rule in sorted(overrides.items()):
+            check_name("queue", queue)
+            merged = {**limits.retention, **rule}
+            requests.append(PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,)))
         total = 0
-        for _ in range(max_batches):
-            n = self.store.prune(PruneRequest(cutoffs=cutoffs, limit=limit))
-            total += n
-            if n < limit:
-                break
+        for request in requests:
+            for _ in range(max_batches):
+                n = self.store.prune(request)
+                total += n
+                if n < limit:
+                    break
         return total
 
     # --- batched reports and snapshot expiry (for workers) ----------------------------

@@ -86,6 +86,16 @@ class SpecError(JobFSMError):
         super().__init__(f"{path}: {key}: {problem}")
 
 
+class WaitTimeout(JobFSMError, TimeoutError):
+    """`Engine.wait` gave up: the job did not reach a final state in time; nothing changed."""
+
+    def __init__(self, job_id: str, state: str, timeout: float) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.timeout = timeout
+        super().__init__(f"job {job_id}: still {state!r} after waiting {timeout}s")
+
+
 class QueueFull(JobFSMError):
     """The queue is at its configured capacity (backpressure, like an HTTP 429)."""
 

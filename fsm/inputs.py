@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from .errors import BadInput
+from .errors import BadInput, OperatorError
 
 #: kinds, queues and other identifiers (also used in broker queue names and SQL values)
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
@@ -79,6 +79,24 @@ def check_correlation_id(value: object) -> str:
         raise BadInput(
             f"correlation_id must be printable text of 1-{MAX_CORRELATION_BYTES} UTF-8 bytes; "
             f"got {value!r:.80}"
+        )
+    return value
+
+
+#: bound on an operator's actor and reason
+MAX_OPERATOR_TEXT = 1000
+
+
+def check_operator_text(what: str, key: str, value: object) -> str:
+    """An operator's actor or reason: non-empty printable text of at most 1000 chars.
+
+    `what` names the action (and job) in the error, an `OperatorError`.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise OperatorError(f"{what} needs a non-empty {key}")
+    if len(value) > MAX_OPERATOR_TEXT or not value.isprintable():
+        raise OperatorError(
+            f"{what}: {key} must be at most {MAX_OPERATOR_TEXT} printable characters"
         )
     return value
 

@@ -95,6 +95,9 @@ class Limits:
     #: queue name -> capacity (queued + retry_wait); absent means unbounded.
     queue_capacity: Mapping[str, int] = attrs.field(factory=dict)
     retention: Mapping[str, float | None] = attrs.field(factory=lambda: dict(DEFAULT_RETENTION))
+    #: queue name -> state -> seconds kept (None: until handled), over `retention` for
+    #: that queue's jobs: `{"audit-log": {"succeeded": 90 * 86400.0}}`
+    queue_retention: Mapping[str, Mapping[str, float | None]] = attrs.field(factory=dict)
     #: bounded retries of a compare-and-set that lost a race with another writer.
     cas_retries: int = attrs.field(default=8, validator=_positive_int)
 

@@ -6,7 +6,7 @@ Ports speak of jobs, not queries. A store carries out decisions made by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -74,10 +74,16 @@ class ScanRequest:
 
 @attrs.frozen
 class PruneRequest:
-    """Delete jobs in state s whose finished_at < cutoffs[s], with their audit trail."""
+    """Delete jobs in state s whose finished_at < cutoffs[s], with their audit trail.
+
+    `queues`: only jobs of these queues; `other_than`: no job of these queues (the
+    queues whose own retention is pruned by a request of their own).
+    """
 
     cutoffs: Mapping[str, float]
     limit: int = 1000
+    queues: tuple[str, ...] | None = None
+    other_than: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -241,12 +247,51 @@ class Erasable(Protocol):
         ...
 
 
+@attrs.frozen
+class QueuePause:
+    """A queue an operator paused: workers lease none of its jobs until it is resumed."""
+
+    queue: str
+    actor: str
+    reason: str
+    at: float
+
+
+@runtime_checkable
+class PausesQueues(Protocol):
+    """A store that keeps which queues are paused (every worker of the store obeys)."""
+
+    def pause_queue(self, pause: QueuePause) -> None:
+        """Record the pause (a second pause of the queue replaces the first)."""
+        ...
+
+    def resume_queue(self, queue: str) -> bool:
+        """Forget the queue's pause; True if it was paused."""
+        ...
+
+    def paused_queues(self) -> dict[str, QueuePause]: ...
+
+
 @runtime_checkable
 class WaitsForJobs(Protocol):
     """A store that can tell a waiting worker that jobs arrived (LISTEN/NOTIFY)."""
 
     def wait_for_jobs(self, queues: Sequence[str], timeout: float) -> bool:
         """Block at most `timeout` seconds; True if jobs of `queues` may have arrived."""
+        ...
+
+
+@runtime_checkable
+class WatchesJobs(Protocol):
+    """A store that can say when a job may have reached a final state (LISTEN/NOTIFY).
+
+    `Engine.wait` uses it instead of polling; a store without it is polled.
+    """
+
+    def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call `changed()`, from any thread, whenever job `job_id` may have reached a
+        final state, until the returned function is called. Once `watch` returns, no
+        change is missed: a read after it sees the state, or `changed` is called."""
         ...
 
 
@@ -326,7 +371,8 @@ class Attempt:
     import path ("module:qualname") for executors that run it in another process,
     which rebuild the job from `job_json` (never a pickled object). Left out,
     `job_json` is made from `job` when first read, so an executor that runs
-    attempts in this process never pays for the JSON.
+    attempts in this process never pays for the JSON. `arun` is set for an `async
+    def` handler: an executor with an event loop awaits it there.
     """
 
     job: Job
@@ -336,6 +382,11 @@ class Attempt:
     cancelled: CancelToken = attrs.field(repr=False)
     #: most bytes of the result's JSON (the store's payload limit), on every executor
     result_limit: int = attrs.field(default=DEFAULT_MAX_PAYLOAD_BYTES, kw_only=True)
+    #: for an `async def` handler: the attempt as a coroutine, for executors with an event
+    #: loop (`run` still works anywhere: it runs the coroutine on a loop of its own)
+    arun: Callable[[], Awaitable[Outcome]] | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
     _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
 
     @property

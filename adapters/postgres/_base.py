@@ -213,3 +213,17 @@ def _rollback(conn: Conn) -> None:
         conn.execute("ROLLBACK")
     except psycopg.Error:
         log.debug("ROLLBACK after an error failed", exc_info=True)
+
+
+def _commit(conn: Conn) -> psycopg.Error | None:
+    """COMMIT an explicit transaction. None: committed. The error: the connection broke
+    during COMMIT, so whether it committed is unknown (the caller reconciles). Any other
+    error rolls back and is raised."""
+    try:
+        conn.execute("COMMIT")
+    except psycopg.Error as err:
+        if not conn.broken:
+            _rollback(conn)
+            raise
+        return err
+    return None

@@ -15,7 +15,7 @@ from fsm.ports import Capacity
 from fsm.records import Decision, Job
 
 from . import _schema
-from ._base import Conn, Connected, _audit_arrays, _job, _job_arrays, _rollback
+from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
 
 log = logging.getLogger(__name__)
 
@@ -128,14 +128,8 @@ class Inserts(Connected):
             except BaseException:
                 _rollback(conn)
                 raise
-            try:
-                conn.execute("COMMIT")
-            except psycopg.Error as err:
-                if not conn.broken:
-                    _rollback(conn)
-                    raise
-                lost = err
-            else:
+            lost = _commit(conn)
+            if lost is None:
                 return ids
         self._purge()
         log.warning("connection lost while committing an insert (%s); reconciling", lost)
@@ -168,14 +162,8 @@ class Inserts(Connected):
             except BaseException:
                 _rollback(conn)
                 raise
-            try:
-                conn.execute("COMMIT")
-            except psycopg.Error as err:
-                if not conn.broken:
-                    _rollback(conn)
-                    raise
-                lost = err
-            else:
+            lost = _commit(conn)
+            if lost is None:
                 return ids
         self._purge()
         log.warning("connection lost while committing an insert (%s); reconciling", lost)

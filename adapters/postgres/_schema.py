@@ -23,7 +23,7 @@ LIVENESS_CLASS = 0x4A464C56
 #: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
 CAPACITY_CLASS = 0x4A464351
 #: every table jobfsm creates in its schema (drop_schema removes exactly these)
-TABLES = ("job_events", "jobs", "liveness", "schema_version")
+TABLES = ("job_events", "jobs", "liveness", "queue_pauses", "schema_version")
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
 # indexes that claim and the recovery sweep walk, so a table with millions of
@@ -119,10 +119,21 @@ CREATE INDEX jobs_correlation ON {s}.jobs (correlation_id);
 CREATE INDEX job_events_at ON {s}.job_events USING brin (at) WITH (autosummarize = on);
 """
 
+# Queues an operator paused (`jobfsm pause`): claims leave their jobs alone.
+_V3 = """
+CREATE TABLE {s}.queue_pauses (
+    queue  text PRIMARY KEY,
+    actor  text NOT NULL,
+    reason text NOT NULL,
+    at     double precision NOT NULL
+);
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
     (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
+    (3, "paused queues", _V3),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -337,12 +337,17 @@ class Statements:
             "ORDER BY seq LIMIT %(limit)s"
         )
 
-    def prune(self, states: tuple[str, ...]) -> str:
+    def prune(self, states: tuple[str, ...], only: bool = False, other_than: bool = False) -> str:
+        """`only`: the next parameter lists the queues pruned; `other_than`: the next one
+        lists queues left alone (they have a retention of their own)."""
         state_list(states)
         cutoffs = " OR ".join(f"(state = '{s}' AND finished_at < %s)" for s in states)
+        queues = ("AND queue = ANY(%s::text[]) " if only else "") + (
+            "AND NOT (queue = ANY(%s::text[])) " if other_than else ""
+        )
         return (
             f"WITH doomed AS (SELECT id FROM {self.jobs} WHERE finished_at IS NOT NULL "
-            f"AND ({cutoffs or 'false'}) ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
+            f"AND ({cutoffs or 'false'}) {queues}ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
             f"gone AS (DELETE FROM {self.jobs} AS j USING doomed WHERE j.id = doomed.id "
             "RETURNING j.id), "
             f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id) "

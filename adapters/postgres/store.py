@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -29,7 +29,7 @@ from adapters._rows import (
 )
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
-from fsm.ports import ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.ports import ClaimRequest, PruneRequest, QueuePause, RenewRequest, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 
 from . import _schema
@@ -47,6 +47,7 @@ from ._url import CHANNEL_PREFIX, Settings
 from .browse import PostgresBrowse
 from .listen import Listener
 from .liveness import PostgresLiveness
+from .waiting import FinalStates, drop_trigger
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class PostgresStore(Inserts, PostgresBrowse):
         super().__init__(settings)
         self.channel = f"{CHANNEL_PREFIX}{settings.schema}"
         self._listener = Listener(self.connect, self.channel)
+        self._finals = FinalStates(self.connect, self.schema, f"{self.channel}_final")
         self.liveness = PostgresLiveness(self)
         self._unclaimable = Unclaimable(log)
 
@@ -440,8 +442,15 @@ class PostgresStore(Inserts, PostgresBrowse):
         states = tuple(request.cutoffs)
         if not states or request.limit < 1:
             return 0
-        statement = self.sql.prune(states)
-        params = [*(request.cutoffs[s] for s in states), request.limit]
+        if request.queues is not None and not request.queues:
+            return 0
+        statement = self.sql.prune(states, request.queues is not None, bool(request.other_than))
+        params: list[Any] = [*(request.cutoffs[s] for s in states)]
+        if request.queues is not None:
+            params.append(list(request.queues))
+        if request.other_than:
+            params.append(list(request.other_than))
+        params.append(request.limit)
 
         def body(conn: Conn) -> int:
             row = conn.execute(statement, params).fetchone()
@@ -464,14 +473,40 @@ class PostgresStore(Inserts, PostgresBrowse):
         """
         return self._listener.wait(queues, timeout)
 
+    def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""
+        return self._finals.watch(job_id, changed)
+
+    def pause_queue(self, pause: QueuePause) -> None:
+        table = f"{_schema.quote(self.schema)}.queue_pauses"
+        with self.connection("pause queue") as conn:
+            conn.execute(
+                f"INSERT INTO {table} VALUES (%s, %s, %s, %s) ON CONFLICT (queue) DO UPDATE "
+                "SET actor = excluded.actor, reason = excluded.reason, at = excluded.at",
+                (pause.queue, pause.actor, pause.reason, pause.at),
+            )
+
+    def resume_queue(self, queue: str) -> bool:
+        table = f"{_schema.quote(self.schema)}.queue_pauses"
+        with self.connection("resume queue") as conn:
+            return conn.execute(f"DELETE FROM {table} WHERE queue = %s", (queue,)).rowcount > 0
+
+    def paused_queues(self) -> dict[str, QueuePause]:
+        table = f"{_schema.quote(self.schema)}.queue_pauses"
+        with self.connection("paused queues") as conn:
+            rows = conn.execute(f"SELECT queue, actor, reason, at FROM {table}").fetchall()
+        return {r[0]: QueuePause(*r) for r in rows}
+
     def drop_schema(self) -> None:
         """Remove everything jobfsm created: its tables (with their indexes and
         sequences), then the schema unless it is `public` or holds anything else.
         Closes the store. Call it when no other process uses the schema."""
         self.liveness.close()
         self._listener.close()
+        self._finals.close()
         with self.connect() as conn:
             try:
+                drop_trigger(conn, self.schema)
                 _schema.drop(conn, self.schema)
             except psycopg.Error as err:
                 raise self._translate(err, "drop schema") from err
@@ -483,6 +518,7 @@ class PostgresStore(Inserts, PostgresBrowse):
         self._closed = True
         self.liveness.close()
         self._listener.close()
+        self._finals.close()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:

@@ -114,8 +114,20 @@ _V1 = [
     "CREATE INDEX job_events_job ON job_events (job_id, seq)",
 ]
 
+# Queues an operator paused (`jobfsm pause`): claims leave their jobs alone.
+_V2 = [
+    """
+    CREATE TABLE queue_pauses (
+        queue  TEXT PRIMARY KEY,
+        actor  TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at     REAL NOT NULL
+    )
+    """,
+]
+
 #: (number, statements): applied in order, each exactly once.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)),)
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)), (2, tuple(_V2)))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 CREATE_VERSION_TABLE = """

@@ -14,7 +14,14 @@ from typing import Any
 
 from fsm.errors import QueueFull, SchemaError, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
-from fsm.ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest
+from fsm.ports import (
+    Capacity,
+    ClaimRequest,
+    PruneRequest,
+    QueuePause,
+    RenewRequest,
+    ScanRequest,
+)
 from fsm.records import AuditEntry, Decision, Job
 
 from .._rows import (
@@ -499,20 +506,39 @@ class SqliteStore(SqliteBrowse):
             in_list([state])  # validates the name
             ors.append("(state = ? AND finished_at IS NOT NULL AND finished_at < ?)")
             params += [state, cutoff]
+        where = f"({' OR '.join(ors)})"
+        if request.queues is not None:
+            if not request.queues:
+                return 0
+            where += f" AND queue IN ({', '.join('?' for _ in request.queues)})"
+            params += list(request.queues)
+        if request.other_than:
+            where += f" AND queue NOT IN ({', '.join('?' for _ in request.other_than)})"
+            params += list(request.other_than)
         params.append(request.limit)
         with self._write("prune") as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT id FROM jobs WHERE {' OR '.join(ors)} LIMIT ?", params
-                ).fetchall()
-            ]
+            ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE {where} LIMIT ?", params)]
             for start in range(0, len(ids), _CHUNK):
                 chunk = ids[start : start + _CHUNK]
                 marks = ", ".join("?" for _ in chunk)
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
         return len(ids)
+
+    def pause_queue(self, pause: QueuePause) -> None:
+        row = (pause.queue, pause.actor, pause.reason, pause.at)
+        with self._write("pause queue") as conn:
+            conn.execute("INSERT OR REPLACE INTO queue_pauses VALUES (?, ?, ?, ?)", row)
+
+    def resume_queue(self, queue: str) -> bool:
+        with self._write("resume queue") as conn:
+            gone = conn.execute("DELETE FROM queue_pauses WHERE queue = ?", (queue,)).rowcount
+        return bool(gone)
+
+    def paused_queues(self) -> dict[str, QueuePause]:
+        with _translated(self.path, "paused queues"):
+            rows = self._conn().execute("SELECT queue, actor, reason, at FROM queue_pauses")
+            return {r[0]: QueuePause(*r) for r in rows.fetchall()}
 
     def drop_schema(self) -> None:
         """Remove jobfsm's tables; then, if nothing else is left in the file, the file
@@ -521,7 +547,7 @@ class SqliteStore(SqliteBrowse):
         Call it when no other process uses the file (`jobfsm faults` cleans up so).
         """
         with self._write("drop schema") as conn:
-            for table in ("job_events", "jobs", "schema_version"):
+            for table in ("job_events", "jobs", "queue_pauses", "schema_version"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             left = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from ..errors import BadInput, JobFSMError
-from ..inputs import seconds
+from ..inputs import check_name, seconds
 from ..lifecycle.spec import lifecycle
 from ..ports import Migratable, ScanRequest
 from ..records import Job
@@ -136,6 +136,7 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
         expiring = engine.scan(
             ScanRequest(states=leased_states, lease_expired_at=now + expiring_within, limit=100)
         )
+        paused = engine.paused()
     oldest: dict[str, float] = {}
     for job in queued:
         oldest[job.queue] = min(oldest.get(job.queue, job.created_at), job.created_at)
@@ -145,6 +146,9 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
             {
                 "counts": {q: {s: n for (qq, s), n in counts.items() if qq == q} for q in queues},
                 "oldest_queued_age": {q: now - t for q, t in oldest.items()},
+                "paused": {
+                    q: {"actor": p.actor, "reason": p.reason, "at": p.at} for q, p in paused.items()
+                },
                 "expiring_leases": [
                     {
                         "id": j.id,
@@ -157,6 +161,11 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
             }
         )
         return
+    for q, p in sorted(paused.items()):
+        click.echo(
+            f"queue {clean(q)} paused {fmt_age(now - p.at)} ago by {clean(p.actor)}: "
+            f"{clean(p.reason)}"
+        )
     if not queues:
         click.echo("no jobs")
         return
@@ -504,6 +513,31 @@ def resolve(
 
 
 @cli.command()
+@click.argument("queue")
+@actor_options
+@store_option
+def pause(*, queue: str, actor: str, reason: str, store: str | None) -> None:
+    """Stop every worker from leasing jobs of QUEUE until `jobfsm resume`.
+
+    Workers see it within a second; running jobs finish; submits are still taken.
+    """
+    with engine_for(store, existing=True) as engine:
+        engine.pause(queue, actor=actor, reason=reason)
+    click.echo(f"queue {queue} paused: workers lease none of its jobs until it is resumed")
+
+
+@cli.command()
+@click.argument("queue")
+@actor_options
+@store_option
+def resume(*, queue: str, actor: str, reason: str, store: str | None) -> None:
+    """Let workers lease jobs of a paused QUEUE again."""
+    with engine_for(store, existing=True) as engine:
+        was = engine.resume(queue, actor=actor, reason=reason)
+    click.echo(f"queue {queue} resumed" if was else f"queue {queue} was not paused")
+
+
+@cli.command()
 @click.argument("job_id", metavar="JOB")
 @actor_options
 @store_option
@@ -529,16 +563,52 @@ def erase(*, job_id: str, actor: str, reason: str, store: str | None) -> None:
 @click.option(
     "--max-batches", type=click.IntRange(min=1), default=1000, show_default=True, help="Bound."
 )
+@click.option(
+    "--keep",
+    "keeps",
+    multiple=True,
+    metavar="QUEUE:STATE=DAYS",
+    help="A queue's own retention for a finished state, in days ('forever' keeps them); "
+    "repeat for more (e.g. --keep audit:succeeded=90 --keep audit:cancelled=forever).",
+)
 @store_option
-def prune(batch: int, max_batches: int, store: str | None) -> None:
+def prune(batch: int, max_batches: int, keeps: tuple[str, ...], store: str | None) -> None:
     """Delete finished jobs past their retention (succeeded and cancelled: 7 days).
 
-    Failed jobs and jobs in investigate are kept until an operator handles them.
-    Retention is the engine's policy (Limits.retention), the same for every queue.
+    Failed jobs and jobs in investigate are kept until an operator handles them. A
+    queue can keep its jobs longer or shorter with --keep; the others follow the
+    engine's policy (Limits.retention, and Limits.queue_retention when embedding).
     """
+    rules: dict[str, dict[str, float | None]] = {}
+    for keep in keeps:
+        queue, state, days = _parse_keep(keep)
+        rules.setdefault(queue, {})[state] = days
     with engine_for(store) as engine:
-        n = engine.prune(limit=batch, max_batches=max_batches)
+        n = engine.prune(limit=batch, max_batches=max_batches, queue_retention=rules)
     click.echo(f"pruned {n} job(s)")
+
+
+def _parse_keep(text: str) -> tuple[str, str, float | None]:
+    """QUEUE:STATE=DAYS -> (queue, state, seconds or None for 'forever')."""
+    head, eq, value = text.partition("=")
+    queue, colon, state = head.partition(":")
+    terminal = sorted(lifecycle().terminal)
+    if not eq or not colon or state not in terminal:
+        raise click.BadParameter(
+            f"{text!r}: expected QUEUE:STATE=DAYS with STATE one of {', '.join(terminal)}",
+            param_hint="'--keep'",
+        )
+    check_name("queue", queue)
+    if value == "forever":
+        return queue, state, None
+    return queue, state, seconds("--keep days", _float(value), positive=True) * 86400.0
+
+
+def _float(value: str) -> float | str:
+    try:
+        return float(value)
+    except ValueError:
+        return value  # refused by `seconds`, which names it
 
 
 @cli.command()

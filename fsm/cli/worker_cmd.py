@@ -116,7 +116,11 @@ def parse_queues(text: str) -> list[str]:
     "--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_CONCURRENCY, show_default=True
 )
 @click.option(
-    "--executor", type=click.Choice(["thread", "process"]), default="thread", show_default=True
+    "--executor",
+    type=click.Choice(["auto", "thread", "process", "asyncio"]),
+    default="auto",
+    show_default=True,
+    help="auto: asyncio when a handler is `async def`, else thread.",
 )
 @click.option(
     "--delivery",
@@ -276,7 +280,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         w = Worker(
             engine,
             handlers,
-            executor=executor,
+            executor=None if executor == "auto" else executor,
             delivery=chosen,
             queues=served,
             concurrency=concurrency,

@@ -31,7 +31,6 @@ from ..cli._common import fmt_age, fmt_time
 from ..engine import Engine
 from ..errors import BadInput, JobFSMError, JobNotFound
 from ..records import Job
-from ..telemetry import tracing
 from . import security, views
 from .ports import ListRequest
 
@@ -72,13 +71,10 @@ class Dashboard:
         engine: Engine,
         access: security.Access,
         metrics: Any = None,
-        tracer_provider: Any = None,
     ) -> None:
         self.engine = engine
         self.access = access
         self.metrics = metrics
-        self.tracer_provider = tracer_provider
-        self.traced = tracing.available()
         self.counts = views.CountsCache(engine.counts, now=engine.clock.now)
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -218,13 +214,7 @@ class Dashboard:
     async def _run(self, action: str, job_id: str, actor: str, call: Callable[[], Job]) -> Job:
         """Carry out an Engine action in a worker thread, in an operator span if traced."""
 
-        def run() -> Job:
-            if not self.traced:
-                return call()
-            with tracing.operator_span(action, job_id, actor=actor, provider=self.tracer_provider):
-                return call()
-
-        return await run_in_threadpool(run)
+        return await run_in_threadpool(call)  # the Engine traces operator actions
 
     async def act(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -324,13 +314,16 @@ def create_app(
     `token` (an operator logs in with it) unless `trust_local` is set: set it only
     when the app is reachable from this machine alone. `metrics`: a
     `fsm.telemetry.prometheus.PrometheusMetrics` to serve at /metrics. Operator
-    actions are traced (`fsm.telemetry.tracing.operator_span`) when opentelemetry-api
-    is installed, through `tracer_provider` or the global one.
+    actions are traced by the Engine (one span each, whichever surface asked) when
+    opentelemetry-api is installed, through `tracer_provider` (set on the engine) or
+    the global one.
     """
     if token is not None and len(token) < 8:
         raise BadInput("a dashboard token must be at least 8 characters")
     access = security.Access(read_only, token, trust_local)
-    d = Dashboard(engine, access, metrics, tracer_provider)
+    if tracer_provider is not None:
+        engine.tracer_provider = tracer_provider
+    d = Dashboard(engine, access, metrics)
     routes = [
         Route("/", d.overview, name="overview"),
         Route("/diagram", d.diagram, name="diagram"),

@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 
-from ..errors import BadInput, IllegalTransition, LeaseLost, OperatorError
+from ..errors import BadInput, IllegalTransition, LeaseLost
+from ..inputs import check_operator_text
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
 from .rules import EFFECTS, ERASED, GUARDS, Step
@@ -38,8 +39,6 @@ _CREATE_FIELDS = {
     "correlation_id",
 }
 _REQUIRED_CREATE = ("id", "kind", "payload_json")
-#: bound on an operator's actor and reason
-MAX_OPERATOR_TEXT = 1000
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str)
@@ -136,15 +135,7 @@ def decide(
         raise IllegalTransition(None, None, event, "needs an existing job")
     if ev.operator:
         for key in ("actor", "reason"):
-            value = args.get(key)
-            if not isinstance(value, str) or not value.strip():
-                raise OperatorError(
-                    f"job {job.id}: operator event {event!r} needs a non-empty {key}"
-                )
-            if len(value) > MAX_OPERATOR_TEXT or not value.isprintable():
-                raise OperatorError(
-                    f"job {job.id}: {key} must be at most {MAX_OPERATOR_TEXT} printable characters"
-                )
+            check_operator_text(f"job {job.id}: operator event {event!r}", key, args.get(key))
     if ev.fenced:
         fence = args.get("fence")
         if isinstance(fence, bool) or not isinstance(fence, int):

@@ -82,6 +82,7 @@ from ..ports import (
     Capacity,
     ClaimRequest,
     Erasable,
+    PausesQueues,
     PruneRequest,
     ScanRequest,
     SchemaDroppable,
@@ -575,6 +576,29 @@ class StoreConformance:
         )
         assert self.store.get(running.id) == running
 
+    def test_a_paused_queue_is_not_leased_until_it_is_resumed(self) -> None:
+        engine, clock = self.engine()
+        if not isinstance(self.store, PausesQueues):
+            refused = _raised(
+                BadInput,
+                lambda: engine.pause("default", actor="ops", reason="incident"),
+                "a store that cannot pause must say so",
+            )
+            assert "cannot pause" in str(refused)
+            return
+        job = engine.submit("conformance", 1)
+        other = engine.submit("conformance", 2, queue="other")
+        pause = engine.pause("default", actor="ops", reason="incident 42")
+        assert self.store.paused_queues() == {"default": pause}
+        clock.advance(1.0)
+        leased = engine.claim(owner(), queues=["default", "other"], limit=10)
+        assert [j.id for j in leased] == [other.id]
+        assert self.store.get(job.id).state == "queued"  # type: ignore[union-attr]
+        assert engine.resume("default", actor="ops", reason="fixed") is True
+        assert engine.resume("default", actor="ops", reason="again") is False
+        assert self.store.paused_queues() == {}
+        assert [j.id for j in engine.claim(owner(), limit=10)] == [job.id]
+
     def _assert_leased_once(self, grants: Sequence[tuple[str, int, str]], ids: set[str]) -> None:
         by_fence: dict[tuple[str, int], set[str]] = {}
         for job_id, fence, who in grants:
@@ -723,6 +747,32 @@ class StoreConformance:
         assert engine.prune() == 0
         for job in kept:
             assert self.store.get(job.id) == job
+
+    def test_prune_by_queue_keeps_each_queue_by_its_own_retention(self) -> None:
+        engine, clock = self.engine()
+        audit = reach(engine, clock, "succeeded", queue="audit")
+        mail = reach(engine, clock, "succeeded", queue="mail")
+        other = reach(engine, clock, "succeeded")
+        clock.advance(1000.0)
+        cutoff = clock.now() - 500.0
+        # the queues' own rules: "audit" is left alone, only "mail" is looked at
+        only_mail = PruneRequest(cutoffs={"succeeded": cutoff}, queues=("mail",))
+        rest = PruneRequest(cutoffs={"succeeded": cutoff}, other_than=("audit", "mail"))
+        assert self.store.prune(only_mail) == 1
+        assert self.store.prune(rest) == 1
+        assert [self.store.get(j.id) for j in (mail, other)] == [None, None]
+        assert self.store.get(audit.id) == audit
+        assert self.store.prune(PruneRequest(cutoffs={"succeeded": cutoff}, queues=())) == 0
+
+    def test_engine_prune_applies_per_queue_retention(self) -> None:
+        engine, clock = self.engine()
+        keep_long = reach(engine, clock, "succeeded", queue="audit")
+        short = reach(engine, clock, "succeeded")
+        clock.advance(8 * 86400.0)  # past the default 7 days
+        pruned = engine.prune(queue_retention={"audit": {"succeeded": 30 * 86400.0}})
+        assert pruned == 1
+        assert self.store.get(short.id) is None
+        assert self.store.get(keep_long.id) == keep_long
 
     def test_prune_deletes_at_most_limit_jobs_per_call(self) -> None:
         engine, clock = self.engine()

@@ -13,8 +13,8 @@ policy and the spec alone (never by calling `decide` again):
 - P3 recoveries: every expire of a running job counts one recovery, and nothing
   else changes the count;
 - P4 retry safety: an expired running job that is not retry-safe is never made
-  runnable again (it goes to investigate), and a rerun stays within the
-  recovery and attempt budgets;
+  runnable again (it goes to investigate), a retry-safe one past its deadline
+  fails, and a rerun stays within the recovery and attempt budgets;
 - P5 attempts: a start never takes the attempt past max_attempts, and only a
   start moves the attempt;
 - P6 fence and version: a lease bumps the fence by one, nothing else moves it;
@@ -162,12 +162,10 @@ def _problems(
         bad("P3", f"recoveries went {job.recoveries} -> {new.recoveries}")
     if event == "expire" and job.state == "running":
         past_deadline = job.deadline is not None and now >= job.deadline
-        if new.state == "failed" and not (job.retry_safe and past_deadline):
-            bad(
-                "P4", "an expired running job failed, though not a retry-safe one past its deadline"
-            )
-        elif new.state not in ("retry_wait", "investigate", "failed"):
+        if new.state not in ("retry_wait", "investigate", "failed"):
             bad("P4", f"an expired running job went to {new.state}")
+        if new.state == "failed" and not (job.retry_safe and past_deadline):
+            bad("P4", "an expired running job failed before its deadline (or was not retry-safe)")
         if new.state == "retry_wait":
             if not job.retry_safe:
                 bad("P4", "a job that is not retry-safe was made runnable again")

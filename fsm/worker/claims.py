@@ -17,7 +17,7 @@ from ..errors import IllegalTransition, JobFSMError, LeaseLost, StoreError
 from ..ports import Attempt, ExecutorFull, Outcome, Wakeup
 from ..records import Job
 from ..text import clean_text
-from .context import run_attempt
+from .context import run_attempt, run_attempt_async
 from .runs import Run
 from .state import Shared, backoff
 
@@ -198,6 +198,7 @@ class Claims:
             run=lambda: run_attempt(fn, ctx, limit),
             cancelled=run.cancelled,
             result_limit=limit,
+            arun=(lambda: run_attempt_async(fn, ctx, limit)) if run.spec.asynchronous else None,
         )
         s.executor.submit(attempt, lambda _a, outcome: s.outcomes.put((run, outcome)))
 

@@ -7,8 +7,10 @@ rebuilt from JSON and the handler is imported by name: nothing is pickled.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
+import inspect
 import logging
 import threading
 import time
@@ -94,38 +96,119 @@ def _retry_delay(err: Retry) -> float | None:
         return None
 
 
-def run_attempt(
-    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
-) -> Outcome:
-    """Run `handler(ctx)` and classify how it ended; never raises (but BaseException)."""
-    began = time.monotonic()
-
-    def done(status: str, **kw: Any) -> Outcome:
-        return Outcome(status=status, seconds=time.monotonic() - began, **kw)
-
+def _begin(ctx: Context) -> Outcome | None:
+    """Decode the payload before the handler runs: one that cannot be is this job's failure."""
     try:
-        ctx.payload  # noqa: B018 - decoded here, so a payload that cannot be is this job's failure
+        ctx.payload  # noqa: B018 - decoded here, on purpose
     except PayloadError as err:
-        return done("permanent", error=clean_text(str(err)))
-    try:
-        result = handler(ctx)
-    except Retry as err:
-        return done("retry", error=clean_text(f"Retry: {err}"), delay=_retry_delay(err))
-    except Permanent as err:
-        return done("permanent", error=_error_text(err, trace=False))
-    except Ambiguous as err:
-        return done("ambiguous", error=_error_text(err, trace=False))
-    except JobCancelled as err:
-        return done("cancelled", error=clean_text(str(err)))
-    except Exception as err:
-        if ctx.cancelled.is_set():
-            return done("cancelled", error=_error_text(err))
-        return done("failed", error=_error_text(err))
+        return Outcome(status="permanent", error=clean_text(str(err)))
+    return None
+
+
+def _raised(err: Exception, ctx: Context, began: float) -> Outcome:
+    """How a handler that raised `err` ended (the one classification, sync and async)."""
+    took = time.monotonic() - began
+    if isinstance(err, Retry):
+        return Outcome(
+            status="retry",
+            error=clean_text(f"Retry: {err}"),
+            delay=_retry_delay(err),
+            seconds=took,
+        )
+    if isinstance(err, Permanent):
+        return Outcome(status="permanent", error=_error_text(err, trace=False), seconds=took)
+    if isinstance(err, Ambiguous):
+        return Outcome(status="ambiguous", error=_error_text(err, trace=False), seconds=took)
+    if isinstance(err, JobCancelled):
+        return Outcome(status="cancelled", error=clean_text(str(err)), seconds=took)
+    status = "cancelled" if ctx.cancelled.is_set() else "failed"
+    return Outcome(status=status, error=_error_text(err), seconds=took)
+
+
+def _returned(result: Any, ctx: Context, began: float, limit: int) -> Outcome:
+    """How a handler that returned `result` ended: its JSON, or permanent if it has none."""
+    took = time.monotonic() - began
     try:
         result_json = jsonio.encode(result, what=f"result of job {ctx.job.id}", limit=limit)
     except PayloadError as err:
-        return done("permanent", error=str(err))
-    return done("succeeded", result_json=result_json)
+        return Outcome(status="permanent", error=str(err), seconds=took)
+    return Outcome(status="succeeded", result_json=result_json, seconds=took)
+
+
+def run_attempt(
+    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
+) -> Outcome:
+    """Run `handler(ctx)` and classify how it ended; never raises (but BaseException).
+
+    An `async def` handler given here (a thread or process executor) runs on an
+    event loop of its own for this one attempt (`run_attempt_in_new_loop`).
+    """
+    if is_async(handler):
+        return run_attempt_in_new_loop(handler, ctx, limit)
+    began = time.monotonic()
+    early = _begin(ctx)
+    if early is not None:
+        return early
+    try:
+        result = handler(ctx)
+    except Exception as err:
+        return _raised(err, ctx, began)
+    return _returned(result, ctx, began, limit)
+
+
+async def run_attempt_async(
+    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
+) -> Outcome:
+    """`run_attempt` for an `async def` handler, awaited on the caller's loop.
+
+    Cancelling the task that awaits this (a cancel request, a timeout) raises
+    `asyncio.CancelledError` in the handler at its next `await`; if it lets it
+    through, the attempt ends "cancelled" (the executor tells a timeout apart).
+    """
+    began = time.monotonic()
+    early = _begin(ctx)
+    if early is not None:
+        return early
+    try:
+        result = await handler(ctx)
+    except asyncio.CancelledError:
+        took = time.monotonic() - began
+        return Outcome(status="cancelled", error="handler task cancelled", seconds=took)
+    except Exception as err:
+        return _raised(err, ctx, began)
+    return _returned(result, ctx, began, limit)
+
+
+#: how often a loop made for one attempt looks at the attempt's cancel token
+CANCEL_POLL = 0.05
+
+
+def run_attempt_in_new_loop(
+    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
+) -> Outcome:
+    """Run an `async def` handler on a new event loop, for executors without one.
+
+    The cancel token (set on a cancel request, a timeout, a lost lease) cancels the
+    handler's task, looked at every CANCEL_POLL seconds, as the asyncio executor does.
+    """
+
+    async def main() -> Outcome:
+        task = asyncio.ensure_future(run_attempt_async(handler, ctx, limit))
+        while not task.done():
+            await asyncio.wait({task}, timeout=CANCEL_POLL)
+            if ctx.cancelled.is_set() and not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        return task.result()
+
+    return asyncio.run(main())
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """True for an `async def` handler (or a callable object whose `__call__` is one)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method, not callable()
+    )
 
 
 # --- crossing a process boundary as JSON ---------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ..inputs import KindPolicy, check_name
-from .context import Handler, handler_path
+from .context import Handler, handler_path, is_async
 
 
 @attrs.frozen
@@ -19,6 +19,11 @@ class HandlerSpec:
     fn: Handler = attrs.field(repr=False)
     target: str
     policy: KindPolicy
+    #: an `async def` handler: an executor with an event loop runs it (`adapters.asyncio_executor`)
+    asynchronous: bool = attrs.field(
+        kw_only=True,
+        default=attrs.Factory(lambda self: is_async(self.fn), takes_self=True),
+    )
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -28,6 +33,9 @@ class Handlers(Mapping[str, HandlerSpec]):
 
     @handlers.handler("email.send", retry_safe=False, timeout=30)
     def send(ctx): ...
+
+    @handlers.handler("http.fetch")
+    async def fetch(ctx): ...   # runs on the worker's event loop (docs/asyncio.md)
     """
 
     def __init__(self, items: Mapping[str, Handler | HandlerSpec] | None = None) -> None:

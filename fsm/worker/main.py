@@ -190,8 +190,10 @@ class Worker:
     def _open(self) -> None:
         s = self._shared
         ex = self._executor_ref
-        if ex is None or isinstance(ex, str):
-            ex = load_executor(ex or "thread")()
+        if ex is None:  # an event loop as soon as one handler is `async def`
+            ex = "asyncio" if any(h.asynchronous for h in self.handlers.values()) else "thread"
+        if isinstance(ex, str):
+            ex = load_executor(ex)()
         s.executor = ex
         ex.start(s.concurrency)
         dl = self._delivery_ref

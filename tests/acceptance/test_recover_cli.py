@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from fsm import Engine, KindPolicy, Owner, open_store
+from fsm import Engine, FakeClock, KindPolicy, Owner, open_store
 from fsm.owner import current
+from fsm.pausing import PAUSE_SEEN_WITHIN
 
-from ._cli import ok, ok_json
+from ._cli import ok, ok_json, run_cli
 
 
 def test_recover_takes_back_at_once_the_jobs_of_a_dead_process_on_this_host(
@@ -66,5 +68,59 @@ def test_erase_blanks_a_finished_jobs_payload_everywhere_from_the_cli(tmp_path: 
         assert engine.get(job.id).payload is None
         assert all(secret not in e.data_json for e in engine.history(job.id))
         assert secret not in ok("inspect", job.id, "--store", url)
+    finally:
+        engine.store.close()
+
+
+def test_prune_keeps_a_queue_by_its_own_retention(tmp_path: Path) -> None:
+    # given two finished jobs, 10 days old, of an ordinary queue and of an audit queue
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    ten_days_ago = time.time() - 10 * 86400
+    engine = Engine(open_store(url), clock=FakeClock(ten_days_ago), kinds={"k": KindPolicy()})
+    try:
+        ids = {}
+        for queue in ("default", "audit"):
+            job = engine.submit("k", {}, queue=queue)
+            (leased,) = engine.claim(Owner("h", 1, "i"), [queue], limit=1)
+            engine.start(job.id, leased.fence)
+            ids[queue] = engine.succeed(job.id, leased.fence).id
+        # when prune runs with the audit queue kept 90 days
+        out = ok("prune", "--keep", "audit:succeeded=90", "--store", url)
+        # then only the ordinary job (past the default 7 days) is gone
+        assert out.strip() == "pruned 1 job(s)"
+        assert engine.store.get(ids["default"]) is None
+        assert engine.store.get(ids["audit"]) is not None
+        bad = run_cli("prune", "--keep", "audit:running=1", "--store", url)
+        assert bad.returncode == 2
+        assert "STATE one of cancelled, failed, succeeded" in bad.stderr
+    finally:
+        engine.store.close()
+
+
+def test_pause_and_resume_a_queue_from_the_cli(tmp_path: Path) -> None:
+    # given a queued job in a SQLite store
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    engine = Engine(open_store(url), kinds={"k": KindPolicy(queue="mail")})
+    try:
+        job = engine.submit("k", {})
+        # when an operator pauses its queue
+        ok("pause", "mail", "--actor", "ada", "--reason", "provider outage", "--store", url)
+        # then status says so, and no worker leases it
+        assert "queue mail paused" in ok("status", "--store", url)
+        assert "provider outage" in ok("status", "--store", url)
+        worker_engine = Engine(open_store(url))
+        try:
+            assert worker_engine.claim(Owner("h", 1, "i"), ["mail"], limit=5) == []
+            # until it is resumed
+            out = ok("resume", "mail", "--actor", "ada", "--reason", "back", "--store", url)
+            assert out.strip() == "queue mail resumed"
+            time.sleep(PAUSE_SEEN_WITHIN)
+            (leased,) = worker_engine.claim(Owner("h", 1, "i"), ["mail"], limit=5)
+            assert leased.id == job.id
+        finally:
+            worker_engine.store.close()
+        assert (
+            run_cli("pause", "mail", "--actor", "", "--reason", "x", "--store", url).returncode == 2
+        )
     finally:
         engine.store.close()

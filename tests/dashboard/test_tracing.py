@@ -187,3 +187,20 @@ def test_a_workers_attempts_are_spans_in_the_submitters_trace(
         "succeeded",
     ]
     assert any(s.status.status_code is StatusCode.ERROR for s in attempts)
+
+
+def test_operator_actions_from_any_surface_are_one_span_each(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    engine = Engine(open_store("memory://"), tracer_provider=provider)
+    job = engine.submit("k")
+    # when the CLI, a script or the dashboard cancels it (all go through the Engine)
+    engine.cancel(job.id, actor="bob", reason="duplicate")
+    # then one span names the action, the job and the actor
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "jobfsm cancel"
+    assert (span.attributes["jobfsm.job.id"], span.attributes["jobfsm.operator.actor"]) == (
+        job.id,
+        "bob",
+    )

@@ -50,6 +50,8 @@ class Workers:
         shutdown_grace: float = 30.0,
         max_recoveries: int = 3,
         queues: str = "default",
+        app: str = APP,
+        cancel_grace: float | None = None,
     ) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -63,7 +65,7 @@ class Workers:
             "fsm.cli",
             "worker",
             "--app",
-            APP,
+            app,
             "--store",
             store_url,
             "--queues",
@@ -89,6 +91,8 @@ class Workers:
             "--ready-file",
             str(log.with_suffix(".ready")),
         ]
+        if cancel_grace is not None:
+            cmd += ["--cancel-grace", str(cancel_grace)]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         proc.log = log  # type: ignore[attr-defined]

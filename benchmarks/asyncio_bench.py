@@ -1,0 +1,206 @@
+"""I/O-bound jobs through one worker process on PostgreSQL: jobfsm's asyncio executor,
+procrastinate's async worker at the same concurrency, and jobfsm's thread executor.
+
+    python -m benchmarks.asyncio_bench --jobs 10000 --concurrency 200
+    python -m benchmarks.asyncio_bench --jobs 2000 --systems jobfsm-async,procrastinate
+
+Each job waits 0.05 s (`await asyncio.sleep(0.05)`; the thread executor's handler
+`time.sleep(0.05)`), so the floor is jobs * 0.05 / concurrency seconds. Every
+system gets a fresh database, one worker process started and warm (one round of
+`concurrency` jobs done) before the clock starts; the clock runs from the first
+enqueue (one batch: `submit_many`, `batch_defer`) until the system's own table
+counts every job succeeded (polled every 10 ms from another connection). CPU per
+job is the worker process's user + system time over the timed part
+(/proc/<pid>/stat), divided by the jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks._services import fresh_database
+from benchmarks.harness import REPO, version_of, wait_for
+from benchmarks.peers.procrastinate_app import DSN_ENV
+from benchmarks.peers.procrastinate_async_app import SLEEP
+from benchmarks.peers.procrastinate_async_app import make_app as make_procrastinate
+from fsm import Engine, open_store
+from fsm.worker.context import Context
+from fsm.worker.handlers import Handlers
+
+START_TIMEOUT = 90.0
+
+handlers = Handlers()
+
+
+@handlers.handler("io.async")
+async def io_async(ctx: Context) -> None:
+    await asyncio.sleep(SLEEP)
+
+
+@handlers.handler("io.thread")
+def io_thread(ctx: Context) -> None:
+    time.sleep(SLEEP)
+
+
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _count(url: str, sql: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *argv],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def _time(
+    url: str, proc: subprocess.Popen[bytes], jobs: int, done_sql: str, enqueue: Any
+) -> dict[str, float]:
+    def finished() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {proc.returncode}")
+        return _count(url, done_sql) >= jobs
+
+    cpu0 = _cpu(proc.pid)
+    began = time.perf_counter()
+    enqueue()
+    wait_for(finished, 60 + jobs * SLEEP, f"{jobs} jobs", step=0.01)
+    took = time.perf_counter() - began
+    cpu = _cpu(proc.pid) - cpu0
+    return {"jobs_per_s": jobs / took, "seconds": took, "cpu_ms_per_job": 1000 * cpu / jobs}
+
+
+def jobfsm_run(executor: str, jobs: int, concurrency: int, log: Path) -> dict[str, float]:
+    kind = "io.async" if executor == "asyncio" else "io.thread"
+    with fresh_database() as url:
+        engine = Engine(open_store(url))
+        try:
+            ready = log.with_suffix(f".{executor}.ready")
+            argv = [
+                "fsm.cli", "worker", "--app", "benchmarks.asyncio_bench:handlers",
+                "--store", url, "--executor", executor, "--concurrency", str(concurrency),
+                "--poll-interval", "0.05", "--log-level", "WARNING", "--ready-file", str(ready),
+            ]  # fmt: skip
+            proc = _start(argv, {}, log)
+            try:
+                wait_for(ready.exists, START_TIMEOUT, "the jobfsm worker")
+                engine.submit_many([(kind, None, {})] * concurrency)  # warm-up round
+                done = "SELECT count(*) FROM jobs WHERE state = 'succeeded'"
+                wait_for(lambda: _count(url, done) >= concurrency, START_TIMEOUT, "warm-up")
+                return _time(
+                    url,
+                    proc,
+                    jobs,
+                    f"SELECT count(*) - {concurrency} FROM jobs WHERE state = 'succeeded'",
+                    lambda: engine.submit_many([(kind, None, {})] * jobs),
+                )
+            finally:
+                _stop(proc)
+        finally:
+            engine.store.close()
+
+
+def procrastinate_run(jobs: int, concurrency: int, log: Path) -> dict[str, float]:
+    app_path = "benchmarks.peers.procrastinate_async_app.app"
+    with fresh_database() as url:
+        app = make_procrastinate(url).open()
+        try:
+            app.schema_manager.apply_schema()
+            argv = ["procrastinate", f"--app={app_path}", "worker", f"--concurrency={concurrency}"]
+            proc = _start(argv, {DSN_ENV: url}, log)
+            try:
+                task = app.tasks["io_async"]
+
+                def listening() -> bool:
+                    return (
+                        _count(
+                            url,
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND query LIKE 'LISTEN %%'",
+                        )
+                        >= 1
+                    )
+
+                wait_for(listening, START_TIMEOUT, "the procrastinate worker to LISTEN")
+                task.batch_defer(*({} for _ in range(concurrency)))
+                done = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                wait_for(lambda: _count(url, done) >= concurrency, START_TIMEOUT, "warm-up")
+                return _time(
+                    url,
+                    proc,
+                    jobs,
+                    f"SELECT count(*) - {concurrency} FROM procrastinate_jobs "
+                    "WHERE status = 'succeeded'",
+                    lambda: task.batch_defer(*({} for _ in range(jobs))),
+                )
+            finally:
+                _stop(proc)
+        finally:
+            app.close()
+
+
+SYSTEMS = ("jobfsm-async", "procrastinate", "jobfsm-thread")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--log", type=Path, default=REPO / "benchmarks" / "results" / "asyncio.log")
+    args = parser.parse_args(argv)
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    print(
+        f"{args.jobs} jobs of {SLEEP}s, concurrency {args.concurrency}, one worker process, "
+        f"PostgreSQL; procrastinate {version_of('procrastinate')}; "
+        f"floor {args.jobs * SLEEP / args.concurrency:.1f}s"
+    )
+    rates: dict[str, float] = {}
+    for system in args.systems.split(","):
+        if system == "procrastinate":
+            out = procrastinate_run(args.jobs, args.concurrency, args.log)
+        elif system in ("jobfsm-async", "jobfsm-thread"):
+            executor = "asyncio" if system == "jobfsm-async" else "thread"
+            out = jobfsm_run(executor, args.jobs, args.concurrency, args.log)
+        else:
+            raise SystemExit(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
+        rates[system] = out["jobs_per_s"]
+        print(
+            f"{system:15} {out['jobs_per_s']:8.0f} jobs/s  {out['seconds']:6.2f} s  "
+            f"{out['cpu_ms_per_job']:.2f} ms CPU/job",
+            flush=True,
+        )
+    if "jobfsm-async" in rates and "procrastinate" in rates:
+        print(
+            f"jobfsm async / procrastinate: {rates['jobfsm-async'] / rates['procrastinate']:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
