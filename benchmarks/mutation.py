@@ -23,6 +23,9 @@ included), the fault model that caught it and the promise it named. Options:
                       uses its own schema, dropped afterwards
     --json FILE       also write the rows as JSON
     --write-docs      put the table into docs/fault-suites.md (between its markers)
+    --no-baseline     skip the first run of each store on the unchanged tree (by
+                      default a failing baseline stops the benchmark: a suite that
+                      fails on correct code would "kill" every mutant)
 """
 
 from __future__ import annotations
@@ -150,11 +153,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", default=PG_DEFAULT)
     parser.add_argument("--json", default=None)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args(argv)
     known = {p.name for p in PATCHES}
     unknown = sorted(set(args.mutant) - known)
     if unknown:
         parser.error(f"unknown mutants {unknown}; known: {sorted(known)}")
+    chosen = [
+        (patch, store)
+        for patch in PATCHES
+        if not args.mutant or patch.name in args.mutant
+        for store in patch.stores
+        if not args.store or store in args.store
+    ]
+    if not args.no_baseline:
+        for store in sorted({store for _, store in chosen}):
+            base = Patch("baseline", "-", "fsm/__init__.py", (), (store,), "the unchanged tree")
+            row = run_one(base, store, size=args.size, timeout=args.timeout, pg=args.pg)
+            print(
+                f"{'baseline (unchanged tree)':45s} {store:9s} {row['seconds']:7.1f}s", flush=True
+            )
+            if row["exit"] != 0:
+                print(f"the suite fails on the unchanged tree ({store}): {row['failure']}")
+                return 2
     rows: list[dict[str, Any]] = []
     for patch in PATCHES:
         if args.mutant and patch.name not in args.mutant:

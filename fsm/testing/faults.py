@@ -295,7 +295,7 @@ def run_models(
         started = time.monotonic()
         try:
             model.run(ctx)
-        except AssertionError as err:
+        except Exception as err:
             err.model = model.name  # type: ignore[attr-defined]
             raise
         finally:

@@ -173,6 +173,8 @@ def _problems(
                 bad("P4", "rerun past the recovery budget")
             if job.attempt >= job.max_attempts:
                 bad("P4", "rerun without attempts left")
+            if job.deadline is not None and now >= job.deadline:
+                bad("P4", "rerun past its deadline")
     if event == "expire" and args.get("verdict") != "dead":
         lapsed = job.lease_until is not None and now >= job.lease_until
         if not lapsed:

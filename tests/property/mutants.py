@@ -443,19 +443,20 @@ PATCHES: tuple[Patch, ...] = (
         "adapters/sqlite/store.py",
         (
             (
-                "                    continue\n"
                 "                if entry is not None:\n"
                 "                    conn.execute(_AUDIT_INSERT, entry)\n"
                 "                out.append(d.job)\n"
                 "        return out\n",
-                "                    continue\n"
                 "                out.append(d.job)\n"
                 "        written = {j.id for j in out if isinstance(j, Job)}\n"
-                "        entries = [d.entry for d in decisions if d.entry and d.job.id in written]"
-                "\n"
+                "        entries = [\n"
+                "            e for d, (_, e) in zip(decisions, prepared, strict=True)\n"
+                "            if e is not None and d.job.id in written\n"
+                "        ]\n"
                 "        if entries:\n"
                 '            with self._write("apply audit") as conn:\n'
-                "                self._append(conn, entries)\n"
+                "                for entry in entries:\n"
+                "                    conn.execute(_AUDIT_INSERT, entry)\n"
                 "        return out\n",
             ),
         ),
