@@ -4,8 +4,8 @@
   hard once the cancel grace has passed;
 - a renewal that finds the lease taken (the fence moved) loses that run: its
   handler is stopped and its result discarded;
-- heartbeats failing for a whole lease TTL, or the liveness token lost, lose
-  every run at once: others may own those jobs by now. The executor is restarted
+- heartbeats failing for a lease TTL less one heartbeat interval, or the liveness
+  token lost, lose every run at once: others may own those jobs soon. The executor is restarted
   (a new generation), so no late result of the old runs can reach anyone.
 """
 
@@ -41,8 +41,10 @@ class Leases:
             except Exception as err:
                 s.store_ok = False
                 log.warning("worker %s: heartbeat failed: %s", s.owner_name, err)
-                if time.monotonic() - last_ok >= ttl:
-                    self.lose_all(f"heartbeats failed for {ttl}s")
+                # Give up one interval before the lease can lapse at the store: by then
+                # another worker may be about to take these jobs over.
+                if time.monotonic() - last_ok >= max(interval, ttl - interval):
+                    self.lose_all(f"heartbeats failed for {ttl - interval:g}s of a {ttl:g}s lease")
 
     def heartbeat(self) -> None:
         """Renew every held lease at once; act on cancel requests and lost leases."""

@@ -648,3 +648,41 @@ def test_an_unexpected_error_is_stored_as_one_line_with_its_traceback_in_the_aud
     assert engine.get(declined.id).last_error == "Permanent: card declined"
     refused = next(e for e in engine.history(declined.id) if e.event == "fail")
     assert "traceback" not in refused.data  # an expected outcome carries none
+
+
+def test_heartbeats_failing_lose_every_lease_before_it_can_lapse(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given a running job, and then a store whose renewals all fail
+    class RenewFails(MemoryStore):
+        failing = False
+
+        def renew(self, request: Any) -> dict[str, str]:
+            if self.failing:
+                raise TransientStoreError("store unreachable (test)")
+            return super().renew(request)
+
+    store = RenewFails()
+    engine = _engine(store, ttl=1.0, hb=0.2)
+    seen: dict[str, Context] = {}
+    release = threading.Event()
+
+    def handler(ctx: Context) -> None:
+        seen["ctx"] = ctx
+        release.wait(10)
+
+    worker = _worker(engine, handlers={"k": handler})
+    job = engine.submit("k")
+    running(worker)
+    wait_for(lambda: "ctx" in seen, what="the handler to start")
+    renewed_until = engine.get(job.id).lease_until
+    assert renewed_until is not None
+    store.failing = True
+    # when heartbeats keep failing, the handler is told its lease is lost, and the
+    # worker gives up before the lease lapses at the store
+    wait_for(seen["ctx"].lease_lost.is_set, timeout=5.0, what="the lease to be given up")
+    lost_at = time.time()
+    release.set()
+    last = engine.get(job.id).lease_until
+    assert last is not None
+    assert lost_at < last, f"given up {lost_at - last:.2f}s after the lease lapsed"
