@@ -55,8 +55,12 @@ END = "<!-- mutation-table:end -->"
 PG_DEFAULT = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+#: the broker the RabbitMQ mutants run against (their store is a memory store)
+AMQP_URL = os.environ.get("JOBFSM_TEST_RABBIT", "amqp://guest:guest@127.0.0.1:5672/%2F")
+
+
 def _url(store: str, workdir: Path, pg: str, schema: str) -> str:
-    if store == "memory":
+    if store in ("memory", "amqp"):
         return "memory://"
     if store == "sqlite":
         return f"sqlite:///{workdir / 'mutant.db'}"
@@ -83,6 +87,8 @@ def run_one(patch: Patch, store: str, *, size: str, timeout: float, pg: str) -> 
         schema = f"jobfsm_mut_{uuid.uuid4().hex[:10]}"
         cmd = [sys.executable, "-m", "fsm.cli", "faults", "--store", _url(store, root, pg, schema)]
         cmd += ["--no-shrink"]
+        if store == "amqp":
+            cmd += ["--delivery", AMQP_URL]
         if size != "default":
             cmd.append(f"--{size}")
         env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}

@@ -21,7 +21,15 @@ DEFAULT_STORE_URL = "sqlite:///jobfsm.db"
 STORE_ENV = "JOBFSM_STORE"
 
 #: which extra brings the driver a built-in adapter needs
-_EXTRAS = {"postgresql": "postgres", "postgres": "postgres", "rabbitmq": "rabbitmq"}
+_EXTRAS = {
+    "postgresql": "postgres",
+    "postgres": "postgres",
+    "rabbitmq": "rabbitmq",
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+}
+#: fault models of deliveries, by URL scheme (`jobfsm faults --delivery URL`)
+DELIVERY_FAULTS_GROUP = "jobfsm.delivery_faults"
 
 
 def _entry(group: str, name: str) -> EntryPoint:
@@ -74,3 +82,11 @@ def load_executor(name: str) -> Any:
 
 def load_delivery(name: str) -> Any:
     return _load(DELIVERY_GROUP, name)
+
+
+def load_delivery_faults(url: str) -> Any:
+    """The fault model of the delivery a URL names (amqp://...), by its scheme."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if not scheme.isascii() or not scheme.isalnum():
+        raise BadStoreURL("bad delivery URL: expected amqp://... (its password is not shown)")
+    return _load(DELIVERY_FAULTS_GROUP, scheme)

@@ -333,3 +333,86 @@ def _rabbitmqctl(*args: str) -> None:
 
 
 __all__ = ["FAULTS", "AmqpFaultModel", "FaultReport"]
+
+
+#: fault lists per run of `run_delivery_faults`: always some jobs before and after
+_SIZES = {"quick": (2, 6), "default": (6, 10), "thorough": (25, 14)}
+_MODEL_OPTIONS: dict[str, Any] = {
+    "repair_interval": 0.5,
+    "repair_after": 1.0,
+    "recovery_interval": 0.5,
+}
+
+
+def _delete_names(url: str, prefix: str, queue: str) -> None:
+    """Remove what one run declared on the broker (its queue and dead-letter pair)."""
+    pika = __import__("pika")
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = conn.channel()
+        for name in (queue, "dead-letter"):
+            channel.queue_delete(f"{prefix}{name}")
+        channel.exchange_delete(f"{prefix}dead-letter")
+    finally:
+        conn.close()
+
+
+#: the delivery's promises, as `jobfsm faults` names them
+PROMISES = {
+    "A1": "no wake-up is acked before its lease commits",
+    "A2": "no job is lost",
+    "A3": "no job runs twice",
+}
+
+
+def _promise(violation: str) -> str:
+    """The promise a violation breaks (A1-A3), or A0 when the model itself failed."""
+    if "acked" in violation:
+        return "A1"
+    if "was lost" in violation or "failed for good" in violation:
+        return "A2"
+    if "times (fences" in violation:
+        return "A3"
+    return "A0"
+
+
+def run_delivery_faults(
+    url: str,
+    *,
+    size: str = "default",
+    seed: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FaultReport:
+    """`jobfsm faults --delivery amqp://...`: runs of the model against the broker at
+    `url`, each with a random list of faults (seeded), merged into one report.
+
+    Each run uses fresh queue names and deletes them afterwards; the store is a memory
+    store (the delivery's promises do not depend on it).
+    """
+    from adapters.memory import MemoryStore
+
+    runs, length = _SIZES[size]
+    rng = random.Random(seed)
+    total = FaultReport()
+    for n in range(runs):
+        faults = ["submit", *rng.choices(FAULTS, k=length), "submit", "duplicate"]
+        prefix = f"jobfsm.faults{uuid.uuid4().hex[:10]}."
+        engine = Engine(MemoryStore())
+        delivery = RabbitDelivery(url, engine=engine, prefix=prefix, **_MODEL_OPTIONS)
+        try:
+            report = AmqpFaultModel(engine, delivery, seed=rng.randrange(2**32)).run(faults)
+        finally:
+            _delete_names(url, prefix, "default")
+        total.faults.update(report.faults)
+        total.jobs += report.jobs
+        total.runs.update(report.runs)
+        total.acked += report.acked
+        total.redelivered += report.redelivered
+        total.violations += [
+            f"{_promise(v)} run {n + 1} ({', '.join(faults)}): {v}" for v in report.violations
+        ]
+        if progress is not None:
+            progress(n + 1, runs)
+        if total.violations:
+            break
+    return total

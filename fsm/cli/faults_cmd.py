@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..registry import load_delivery_faults
 from . import cli
 from ._common import clean, log_options, print_table, progress_bar, redact, setup_logging
 
@@ -68,6 +69,14 @@ PROFILES = ("dev", "ci", "thorough")
     "concurrency, executor.",
 )
 @click.option(
+    "--delivery",
+    metavar="URL",
+    default=None,
+    help="Also run the delivery's fault model against the broker at URL (amqp://...): "
+    "connection and channel closes, duplicate and reordered wake-ups; no wake-up may be "
+    "acked before its lease commits, no job lost or run twice.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
@@ -80,6 +89,7 @@ def faults(
     size: str | None,
     models: tuple[str, ...],
     json_out: str | None,
+    delivery: str | None,
     store: str,
     examples: int | None,
     steps: int | None,
@@ -167,6 +177,8 @@ def faults(
 
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(attrs.asdict(report), fh, indent=2, sort_keys=True)
+    if report.ok and delivery is not None:
+        _delivery_faults(delivery, size or "default", seed)
     if report.ok:
         click.echo("ok: every invariant held")
         return
@@ -177,6 +189,24 @@ def faults(
         click.echo("\nshrunk failing sequence (runnable):\n", err=True)
         click.echo(report.reproduction, err=True)
     sys.exit(1)
+
+
+def _delivery_faults(url: str, size: str, seed: int | None) -> None:
+    """Run the delivery's fault model (found by URL scheme); exit 1 on a broken promise."""
+    run = load_delivery_faults(url)
+    with progress_bar(f"delivery faults {clean(redact(url))}", 1) as bar:
+        found = run(url, size=size, seed=seed, progress=lambda n, t: bar.update(n / t))
+    print_table(
+        [[str(n), name] for name, n in sorted(found.faults.items(), key=lambda kv: -kv[1])],
+        ["count", "delivery fault"],
+        title=f"delivery faults ({found.jobs} jobs, {found.acked} acks checked)",
+    )
+    if found.violations:
+        click.echo("failed in fault model: delivery", err=True)
+        for violation in found.violations[:10]:
+            click.echo(f"FAILED: {clean(violation)}", err=True)
+        sys.exit(1)
+    click.echo("delivery: no wake-up acked before its lease committed; no job lost or run twice")
 
 
 def _coverage(report: Any) -> None:

@@ -169,6 +169,8 @@ class Patch:
 
 
 ALL_STORES = ("memory", "sqlite", "postgres")
+#: a mutant of the RabbitMQ delivery runs `jobfsm faults --delivery amqp://...`
+AMQP = ("amqp",)
 
 PATCHES: tuple[Patch, ...] = (
     # --- core: decide and its rules ------------------------------------------------
@@ -557,6 +559,31 @@ PATCHES: tuple[Patch, ...] = (
         ),
         ("postgres",),
         "the deadline scan skips leased and running jobs",
+    ),
+    # --- RabbitMQ delivery -----------------------------------------------------------
+    Patch(
+        "rabbitmq-ack-on-hand-out",
+        "rabbitmq",
+        "adapters/rabbitmq/consumer.py",
+        (
+            (
+                "                out.append(item)\n            return out\n",
+                "                out.append(item)\n"
+                "            for item in out:\n"
+                "                self.ack(item.token)\n"
+                "            return out\n",
+            ),
+        ),
+        AMQP,
+        "a wake-up is acked when handed to the worker, before its lease commits",
+    ),
+    Patch(
+        "rabbitmq-multiple-ack-below-unsettled",
+        "rabbitmq",
+        "adapters/rabbitmq/consumer.py",
+        (("floor = min(held, default=tags[-1] + 1)", "floor = tags[-1] + 1"),),
+        AMQP,
+        "a batched ack covers deliveries the worker has not settled yet",
     ),
 )
 

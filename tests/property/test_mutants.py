@@ -82,6 +82,7 @@ CI_PATCHES = (
     "memory-renew-keeps-version",
     "sqlite-audit-second-transaction",
     "sqlite-begin-deferred",
+    "rabbitmq-ack-on-hand-out",  # `jobfsm faults --delivery amqp://...` (the real broker)
 )
 
 

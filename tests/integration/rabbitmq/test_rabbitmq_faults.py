@@ -96,3 +96,20 @@ def test_the_model_catches_a_multiple_ack_below_unsettled_deliveries(
     report = _model(rabbit_url, fresh).run(faults)
     # then the acks of unsettled deliveries are reported
     assert any("before its lease was settled" in v for v in report.violations)
+
+
+def test_jobfsm_faults_runs_the_delivery_model_against_the_broker(rabbit_url: str) -> None:
+    # when a user runs the fault suite with a RabbitMQ delivery, at the quick size
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm.cli", "faults", "--store", "memory://", "--quick",
+         "--delivery", rabbit_url],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # then the delivery's promises were checked and held, and the password is not shown
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "no wake-up acked before its lease committed" in done.stdout
+    assert "delivery faults" in done.stdout
+    assert "guest:guest" not in done.stdout + done.stderr
