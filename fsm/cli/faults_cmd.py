@@ -66,7 +66,7 @@ PROFILES = ("dev", "ci", "thorough")
     multiple=True,
     metavar="NAME",
     help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
-    "concurrency, executor.",
+    "concurrency, executor, worker.",
 )
 @click.option(
     "--delivery",

@@ -69,6 +69,7 @@ from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, chec
 from .faults_policy import PolicyModel
 from .faults_race import RaceModel
 from .faults_verdict import VerdictModel
+from .faults_worker import WorkerModel
 from .profiles import load_profile, run_machine
 
 #: the fault models run beside the main machine, in this order (faults_models.py)
@@ -79,6 +80,7 @@ MODELS: tuple[FaultModel, ...] = (
     CrashModel(),
     ConcurrencyModel(),
     ExecutorModel(),
+    WorkerModel(),
 )
 
 __all__ = [

@@ -560,6 +560,20 @@ PATCHES: tuple[Patch, ...] = (
         ("postgres",),
         "the deadline scan skips leased and running jobs",
     ),
+    # --- worker ----------------------------------------------------------------------
+    Patch(
+        "worker-gives-up-after-two-ttls",
+        "worker",
+        "fsm/worker/leases.py",
+        (
+            (
+                "if time.monotonic() - last_ok >= max(interval, ttl - interval):",
+                "if time.monotonic() - last_ok >= 2 * ttl:",
+            ),
+        ),
+        ("memory",),
+        "a worker whose heartbeats fail keeps its runs for two lease TTLs (others took them)",
+    ),
     # --- RabbitMQ delivery -----------------------------------------------------------
     Patch(
         "rabbitmq-ack-on-hand-out",

@@ -1,0 +1,143 @@
+"""The `worker` fault model: a real worker whose heartbeats start failing mid-run.
+
+A `fsm.worker.Worker` runs a job on real threads over a memory store (opened by URL,
+through the same entry point as every store) whose lease renewals fail from some
+moment on, as when the store becomes unreachable for this worker only. The worker
+cannot renew, so it must give its runs up before their leases lapse at the store, when
+another worker may take them over. Hypothesis picks the lease TTL, the heartbeat
+interval and when the renewals start to fail.
+
+- W1 the worker gives a run up (its handler sees `ctx.lease_lost`) before the
+  run's lease lapses at the store;
+- W2 a run given up reports nothing: its result never reaches the store.
+
+The model runs on wall-clock time (the worker's heartbeat thread sleeps for real),
+so its examples are few and short; it runs the same against every store URL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ..engine import Engine
+from ..errors import TransientStoreError
+from ..inputs import KindPolicy
+from ..owner import Identity
+from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
+from ..ports import RenewRequest, Store
+from ..registry import open_store
+from ..worker import Worker
+from .faults_models import ModelRun
+
+#: bound on any wait of the model (the handler start, the give-up, the worker's stop)
+WAIT = 10.0
+
+
+class _RenewalsFail:
+    """A store whose lease renewals fail once `failing` is set; the rest goes through."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.failing = threading.Event()
+
+    def renew(self, request: RenewRequest) -> dict[str, str]:
+        if self.failing.is_set():
+            raise TransientStoreError("lease renewals fail (worker fault model)")
+        return self._store.renew(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class WorkerModel:
+    name: ClassVar[str] = "worker"
+    about: ClassVar[str] = "a worker whose lease renewals fail while it runs a job"
+    examples: ClassVar[dict[str, int]] = {"quick": 2, "default": 5, "thorough": 25}
+
+    def run(self, ctx: ModelRun) -> None:
+        # Thread timing decides the outcome: keep the first failure rather than let
+        # hypothesis replay it into a Flaky report.
+        found: list[AssertionError] = []
+
+        @ctx.settings(self.examples[ctx.size])
+        @given(
+            ttl=st.sampled_from((0.6, 0.8, 1.0, 1.2)),
+            beats=st.integers(3, 6),
+            fail_after=st.floats(0.0, 0.5),
+        )
+        def example(ttl: float, beats: int, fail_after: float) -> None:
+            if found:
+                return
+            try:
+                self._one(ctx, ttl, ttl / beats, fail_after)
+            except AssertionError as err:
+                found.append(err)
+
+        example()
+        if found:
+            raise found[0]
+
+    def _one(self, ctx: ModelRun, ttl: float, interval: float, fail_after: float) -> None:
+        store = _RenewalsFail(open_store("memory://"))
+        policy = Policy(
+            lease=LeasePolicy(ttl=ttl, heartbeat_interval=interval),
+            recovery=RecoveryPolicy(sweep_interval=3600.0),  # nobody else takes the job
+            limits=Limits(shutdown_grace=0.1),
+        )
+        engine = Engine(store, policy=policy, kinds={"w": KindPolicy()})
+        started = threading.Event()
+        lost_at: list[float] = []
+        finish = threading.Event()
+
+        def handler(run: Any) -> str:
+            started.set()
+            if run.lease_lost.wait(WAIT):
+                lost_at.append(time.time())
+            finish.wait(WAIT)
+            return "done"
+
+        worker = Worker(
+            engine,
+            {"w": handler},
+            identity=Identity(),
+            poll_interval=0.05,
+            install_signals=False,
+        )
+        job = engine.submit("w", {})
+        thread = threading.Thread(target=worker.run, name="worker-model", daemon=True)
+        thread.start()
+        try:
+            if not started.wait(WAIT):
+                raise AssertionError("W0 the worker never started the job")
+            time.sleep(fail_after)
+            store.failing.set()
+            ctx.stats.faults["worker: lease renewals fail"] += 1
+            deadline = time.monotonic() + WAIT
+            while not lost_at and time.monotonic() < deadline:
+                time.sleep(0.01)
+            lease_until = engine.get(job.id).lease_until
+            if not lost_at:
+                raise AssertionError(f"W1 job {job.id}: never given up after renewals failed")
+            if lease_until is not None and lost_at[0] >= lease_until:
+                raise AssertionError(
+                    f"W1 job {job.id}: given up {lost_at[0] - lease_until:.2f}s after its "
+                    f"lease lapsed (ttl {ttl:g}s, heartbeat {interval:.2f}s)"
+                )
+            ctx.stats.checks["W1 runs given up before their leases lapse"] += 1
+            finish.set()
+            time.sleep(interval * 2)  # the given-up run returns; nothing may report it
+            after = engine.get(job.id)
+            if after.state != "running" or any(
+                e.event == "succeed" for e in engine.history(job.id)
+            ):
+                raise AssertionError(f"W2 job {job.id}: a given-up run reported ({after.state})")
+            ctx.stats.checks["W2 given-up runs report nothing"] += 1
+        finally:
+            finish.set()
+            worker.stop(now=True)
+            thread.join(WAIT)
