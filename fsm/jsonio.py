@@ -9,6 +9,7 @@ limit wherever it is decoded (a worker, a broker consumer, the CLI).
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -39,6 +40,29 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _unencodable(value: Any) -> str | None:
+    """Where in `value` the first value JSON cannot hold is (`['when']`, `[2]`), and what."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"{path or 'the top level'} has a key {key!r} that is not a string"
+                stack.append((child, f"{path}[{key!r}]"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{path or 'the value'} is {item!r}, which JSON cannot hold"
+        elif not isinstance(item, _JSON_SCALARS):
+            hint = " (convert it first, e.g. .isoformat() or str())"
+            return f"{path or 'the value'} is a {type(item).__name__}, not JSON{hint}"
+    return None
+
+
 def text_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
     depth = deepest = 0
@@ -58,7 +82,9 @@ def encode(value: Any, *, what: str = "payload", limit: int = DEFAULT_MAX_PAYLOA
     try:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as err:
-        raise PayloadError(f"{what} is not JSON-serializable: {err}") from err
+        where = None if isinstance(err, RecursionError) else _unencodable(value)
+        detail = where or str(err)
+        raise PayloadError(f"{what} is not JSON-serializable: {detail}") from err
     size = len(text)  # ASCII: json.dumps escapes every other character
     if size > limit:
         raise PayloadError(f"{what} is {size} bytes, over the limit of {limit} bytes")

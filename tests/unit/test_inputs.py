@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Any
 
 import pytest
@@ -128,3 +129,21 @@ def test_kind_policies_are_checked_when_declared() -> None:
         KindPolicy(timeout=math.nan)
     with pytest.raises(BadInput, match="queue"):
         KindPolicy(queue="")
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        (
+            {"order": {"when": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}},
+            "['order']['when'] is a datetime",
+        ),
+        ([1, {"price": math.inf}], "[1]['price'] is inf"),
+        ({"id": {1, 2}}, "['id'] is a set"),
+    ],
+)
+def test_a_payload_json_cannot_hold_is_refused_naming_the_field(
+    engine: Engine, payload: Any, where: str
+) -> None:
+    with pytest.raises(PayloadError, match=re.escape(where)):
+        engine.submit("k", payload)
