@@ -35,7 +35,16 @@ from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
 
-from .executors import DEFAULT_STOP_GRACE, TICK, Done, ThreadExecutor, _Record, _settle, _Slots
+from .executors import (
+    DEFAULT_STOP_GRACE,
+    TICK,
+    Done,
+    ThreadExecutor,
+    _Generations,
+    _Record,
+    _settle,
+    _Slots,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +64,7 @@ class _Task(_Record):
         self.task: asyncio.Task[Outcome] | None = None
 
 
-class AsyncioExecutor:
+class AsyncioExecutor(_Generations):
     """Runs `async def` attempts as tasks on one loop; others on threads; one bound."""
 
     def __init__(
@@ -177,20 +186,7 @@ class AsyncioExecutor:
             outcome = Outcome(status="cancelled", error="handler task cancelled before it began")
         else:
             outcome = task.result()
-        with self._lock:
-            live = gen is self._gen and gen.pop(token) is not None
-            if not live and record.abandoned:
-                self._abandoned_alive -= 1
-        if not live:
-            log.info("job %s: late result of an abandoned task dropped", record.attempt.job.id)
-            return
-        if record.timed_out:
-            outcome = Outcome(
-                status="timeout",
-                error=f"attempt timed out after {record.attempt.timeout}s; task cancelled",
-                seconds=outcome.seconds,
-            )
-        _settle(record, outcome)
+        self._deliver(gen, token, record, outcome, stopped="task cancelled")
 
     def _cancel_task(self, record: _Task) -> None:
         """Cancel the attempt's task from any thread (it is made on the loop, in order)."""

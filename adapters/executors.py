@@ -102,10 +102,39 @@ def _settle(record: _Record, outcome: Outcome) -> None:
         log.exception("job %s: outcome callback failed", record.attempt.job.id)
 
 
+class _Generations:
+    """What the in-process executors share: settling an ended attempt, unless a restart or
+    a hard stop left it behind (then its late result is dropped)."""
+
+    _lock: threading.Lock
+    _gen: _Slots
+    _abandoned_alive: int
+
+    def _deliver(
+        self, gen: _Slots, token: int, record: _Record, outcome: Outcome, *, stopped: str
+    ) -> None:
+        """Settle `record` with `outcome` if it is still live in the current generation;
+        a timed-out attempt settles as `timeout` (`stopped` says how it was stopped)."""
+        with self._lock:
+            live = gen is self._gen and gen.pop(token) is not None
+            if not live and record.abandoned:
+                self._abandoned_alive -= 1
+        if not live:
+            log.info("job %s: late result of an abandoned attempt dropped", record.attempt.job.id)
+            return
+        if record.timed_out:
+            outcome = Outcome(
+                status="timeout",
+                error=f"attempt timed out after {record.attempt.timeout}s; {stopped}",
+                seconds=outcome.seconds,
+            )
+        _settle(record, outcome)
+
+
 # --- threads -----------------------------------------------------------------------------
 
 
-class ThreadExecutor:
+class ThreadExecutor(_Generations):
     """Runs attempts on threads; bounded by `slots`; cannot kill, so it abandons."""
 
     def __init__(self, slots: int | None = None, *, stop_grace: float = DEFAULT_STOP_GRACE) -> None:
@@ -172,20 +201,7 @@ class ThreadExecutor:
             outcome = record.attempt.run()
         except BaseException as err:  # run_attempt catches Exception; this is the rest
             outcome = Outcome(status="failed", error=f"{type(err).__name__}: {err}")
-        with self._lock:
-            live = gen is self._gen and gen.pop(token) is not None
-            if not live and record.abandoned:
-                self._abandoned_alive -= 1
-        if not live:
-            log.info("job %s: late result of an abandoned attempt dropped", record.attempt.job.id)
-            return
-        if record.timed_out:
-            outcome = Outcome(
-                status="timeout",
-                error=f"attempt timed out after {record.attempt.timeout}s; handler stopped",
-                seconds=outcome.seconds,
-            )
-        _settle(record, outcome)
+        self._deliver(gen, token, record, outcome, stopped="handler stopped")
 
     def cancel(
         self,
