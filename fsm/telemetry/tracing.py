@@ -58,6 +58,19 @@ def available() -> bool:
     return True
 
 
+def recording(provider: TracerProvider | None = None) -> bool:
+    """Whether spans made now would go anywhere: a provider is given, or the application
+    has set a global one (until then the API's proxy records nothing, and the worker
+    skips the span it would make for each attempt)."""
+    if provider is not None:
+        return True
+    if not available():
+        return False
+    trace = _trace()
+    current = trace.get_tracer_provider()
+    return not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 def tracer(provider: TracerProvider | None = None) -> Tracer:
     """jobfsm's tracer from `provider` (default: the global one the application set)."""
     t: Tracer = _trace().get_tracer(TRACER_NAME, tracer_provider=provider)

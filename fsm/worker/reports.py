@@ -36,8 +36,7 @@ class Reporter:
     ) -> None:
         self.s = shared
         self.batch = max(1, batch)
-        #: attempts become OpenTelemetry spans when opentelemetry-api is installed
-        self.traced = tracing.available()
+        #: attempts become OpenTelemetry spans when a tracer provider records them
         self.tracer_provider = tracer_provider
 
     def loop(self) -> None:
@@ -114,12 +113,13 @@ class Reporter:
     def report(self, batch: list[tuple[Run, Outcome]]) -> None:
         s = self.s
         metrics = s.engine.metrics
+        traced = tracing.recording(self.tracer_provider)  # once per batch: a global lookup
         reports: list[tuple[Job, str, Mapping[str, Any]]] = []
         runs: list[Run] = []
         for run, outcome in batch:
             if metrics is not None:
                 metrics.attempt_seconds(run.job.kind, outcome.status, outcome.seconds)
-            if self.traced:
+            if traced:
                 tracing.record_attempt(
                     run.job,
                     outcome.status,
