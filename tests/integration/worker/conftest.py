@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fsm import Engine, open_store
+from fsm import Engine
 
 from .app import handlers
-from .helpers import Workers
+from .helpers import Workers, engine_factory
 
 
 @pytest.fixture
@@ -42,13 +42,4 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def open_engine() -> Iterator[Callable[[str], Engine]]:
     """Engines that submit with the app's kind defaults; their stores close after the test."""
-    engines: list[Engine] = []
-
-    def make(url: str) -> Engine:
-        engine = Engine(open_store(url), kinds={k: spec.policy for k, spec in handlers.items()})
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.store.close()
+    yield from engine_factory(handlers)

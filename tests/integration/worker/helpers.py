@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+from fsm import Engine, open_store
 from fsm.owner import HOST_ENV
 
 REPO = Path(__file__).resolve().parents[3]
@@ -128,3 +130,18 @@ class Workers:
                     proc.send_signal(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+
+
+def engine_factory(registry: Mapping[str, Any]) -> Iterator[Callable[[str], Engine]]:
+    """Engines that submit with `registry`'s kind policies; their stores close at the end
+    (a fixture body: `yield from engine_factory(handlers)`)."""
+    engines: list[Engine] = []
+
+    def make(url: str) -> Engine:
+        engine = Engine(open_store(url), kinds={k: spec.policy for k, spec in registry.items()})
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.store.close()

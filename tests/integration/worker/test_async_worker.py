@@ -17,26 +17,17 @@ from typing import Any
 
 import pytest
 
-from fsm import Engine, open_store
+from fsm import Engine
 
 from .async_app import handlers
-from .helpers import Workers, markers, wait_for
+from .helpers import Workers, engine_factory, markers, wait_for
 
 APP = "tests.integration.worker.async_app:handlers"
 
 
 @pytest.fixture
 def engine_for() -> Iterator[Callable[[str], Engine]]:
-    engines: list[Engine] = []
-
-    def make(url: str) -> Engine:
-        engine = Engine(open_store(url), kinds={k: spec.policy for k, spec in handlers.items()})
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.store.close()
+    yield from engine_factory(handlers)
 
 
 def start(workers: Workers, url: str, **kw: Any) -> subprocess.Popen[bytes]:
