@@ -184,6 +184,16 @@ class Engine:
         A lost race re-reads and decides again, at most `limits.cas_retries` times.
         A stale fence raises LeaseLost after recording the rejected report.
         """
+        return self._decided(job_id, event, lambda d: self.store.apply([d])[0], **args)
+
+    def _decided(
+        self,
+        job_id: str,
+        event: str,
+        write: Callable[[Decision], Job | VersionConflict],
+        **args: Any,
+    ) -> Job:
+        """Read, `decide`, `write` with compare-and-set; re-read on a lost race (bounded)."""
         tries = self.policy.limits.cas_retries
         for _ in range(tries):
             job = self.get(job_id)
@@ -197,7 +207,7 @@ class Engine:
                 if self.metrics is not None:
                     self.metrics.rejected_report(job.kind, event)
                 raise
-            (outcome,) = self.store.apply([decision])
+            outcome = write(decision)
             if isinstance(outcome, VersionConflict):
                 continue
             if decision.entry is not None:
@@ -366,27 +376,7 @@ class Engine:
         if not isinstance(store, Erasable):
             raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
         with self._operator_span("erase", job_id, actor):
-            return self._erase(store, job_id, actor=actor, reason=reason)
-
-    def _erase(self, store: Erasable, job_id: str, *, actor: str, reason: str) -> Job:
-        for _ in range(self.policy.limits.cas_retries):
-            job = self.get(job_id)
-            decision = decide(
-                job,
-                "erase",
-                self.clock.now(),
-                self.policy,
-                spec=self.spec,
-                actor=actor,
-                reason=reason,
-            )
-            written = store.erase(decision)
-            if isinstance(written, VersionConflict):
-                continue
-            if decision.entry is not None:
-                self._observe(written, decision.entry)
-            return written
-        raise VersionConflict(job_id, -1, None)
+            return self._decided(job_id, "erase", store.erase, actor=actor, reason=reason)
 
     # --- pausing queues (fsm.pausing) -------------------------------------------
 

@@ -164,8 +164,13 @@ def _problems(
         past_deadline = job.deadline is not None and now >= job.deadline
         if new.state not in ("retry_wait", "investigate", "failed"):
             bad("P4", f"an expired running job went to {new.state}")
-        if new.state == "failed" and not (job.retry_safe and past_deadline):
-            bad("P4", "an expired running job failed before its deadline (or was not retry-safe)")
+        within = job.recoveries < job.max_recoveries
+        if new.state == "failed" and not (job.retry_safe and past_deadline and within):
+            bad(
+                "P4",
+                "an expired running job failed while not past its deadline, not retry-safe or "
+                "over its recovery budget",
+            )
         if new.state == "retry_wait":
             if not job.retry_safe:
                 bad("P4", "a job that is not retry-safe was made runnable again")
