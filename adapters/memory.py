@@ -18,17 +18,19 @@ from fsm.ports import (
     QueuePause,
     RenewRequest,
     ScanRequest,
+    ScheduleRecord,
 )
 from fsm.records import AuditEntry, Decision, Job
 from fsm.secrets import redact_url
 
 from ._rows import Unclaimable, check_storable, decide_leases, first_rejections, rejected_key
 from .memory_browse import MemoryBrowse
+from .memory_schedules import MemorySchedules
 
 log = logging.getLogger(__name__)
 
 
-class MemoryStore(MemoryBrowse):
+class MemoryStore(MemoryBrowse, MemorySchedules):
     """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self) -> None:
@@ -37,6 +39,7 @@ class MemoryStore(MemoryBrowse):
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: dict[str, str] = {}
         self._paused: dict[str, QueuePause] = {}
+        self._schedules: dict[str, ScheduleRecord] = {}
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
         self._unclaimable = Unclaimable(log)
@@ -261,6 +264,7 @@ class MemoryStore(MemoryBrowse):
         """Remove every job and audit entry (the memory store has no other schema)."""
         with self._lock:
             self._paused.clear()
+            self._schedules.clear()
             self._jobs.clear()
             self._audit.clear()
             self._keys.clear()

@@ -31,6 +31,7 @@ from .ports import (
     Clock,
     Delivery,
     Erasable,
+    JoinsTransactions,
     PruneRequest,
     QueuePause,
     RenewRequest,
@@ -117,22 +118,41 @@ class Engine:
             **fields,
         )
 
-    def submit(self, kind: str, payload: Any = None, **opts: Any) -> Job:
-        """Submit one job; with an idempotency key already used, return that job."""
-        return self.submit_many([(kind, payload, opts)])[0]
+    def submit(self, kind: str, payload: Any = None, *, conn: Any = None, **opts: Any) -> Job:
+        """Submit one job; with an idempotency key already used, return that job.
 
-    def submit_many(self, items: Iterable[tuple[str, Any, Mapping[str, Any]]]) -> list[Job]:
-        """Submit many jobs in one store transaction; validation happens before any write."""
+        `conn`: the caller's open database connection (psycopg on PostgreSQL, sqlite3
+        on SQLite): the job is written inside its transaction and exists only once the
+        caller commits (docs/transactional-submit.md)."""
+        return self.submit_many([(kind, payload, opts)], conn=conn)[0]
+
+    def submit_many(
+        self, items: Iterable[tuple[str, Any, Mapping[str, Any]]], *, conn: Any = None
+    ) -> list[Job]:
+        """Submit many jobs in one store transaction; validation happens before any write.
+
+        With `conn`, in the caller's transaction instead (see `submit`); a publisher is
+        not told of those jobs (they are not committed yet): workers find them by
+        polling or NOTIFY on commit, and a RabbitMQ sweep republishes them."""
         now = self.clock.now()
         decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
         caps = self.policy.limits.queue_capacity
-        jobs = self.store.insert(decisions, Capacity(caps, self._lease_states) if caps else None)
+        capacity = Capacity(caps, self._lease_states) if caps else None
+        if conn is None:
+            jobs = self.store.insert(decisions, capacity)
+        elif isinstance(self.store, JoinsTransactions):
+            jobs = self.store.insert_in(conn, decisions, capacity)
+        else:
+            raise BadInput(
+                f"{type(self.store).__name__} cannot submit inside a caller's transaction "
+                "(conn=...): use a SQLite or PostgreSQL store"
+            )
         fresh = []
         for decision, job in zip(decisions, jobs, strict=True):
             if job.id == decision.job.id and decision.entry is not None:
                 self._observe(job, decision.entry)
                 fresh.append(job)
-        if fresh and self.publisher is not None:
+        if fresh and self.publisher is not None and conn is None:
             try:
                 self.publisher.publish(fresh)
             except Exception:  # the store is the truth; a sweep republishes lost wake-ups

@@ -273,6 +273,68 @@ class PausesQueues(Protocol):
 
 
 @runtime_checkable
+class JoinsTransactions(Protocol):
+    """A store that can insert jobs inside the caller's own open database transaction
+    (`Engine.submit(..., conn=...)`, docs/transactional-submit.md)."""
+
+    def insert_in(
+        self, conn: object, decisions: Sequence[Decision], capacity: Capacity | None = None
+    ) -> list[Job]:
+        """`insert`, with the very statements `insert` runs, on the caller's connection
+        `conn` and inside its open transaction, never committing it: the jobs and their
+        audit entries exist once the caller commits, and never if it rolls back.
+
+        A connection of the wrong type, closed, to another database or schema, or with
+        no transaction to join raises `fsm.errors.BadInput` and writes nothing. On any
+        error nothing of this call stays in the caller's transaction (a savepoint)."""
+        ...
+
+
+@attrs.frozen
+class ScheduleRecord:
+    """A schedule as a store keeps it: its definition (`fsm.schedules.Schedule` as
+    JSON), where it was declared (`code` or `cli`), whether an operator paused it, and
+    `last_tick`: the newest tick (UTC epoch seconds) whose job was submitted."""
+
+    name: str
+    definition: str
+    origin: str
+    created_at: float
+    updated_at: float
+    paused: bool = False
+    last_tick: float | None = None
+
+
+@runtime_checkable
+class HoldsSchedules(Protocol):
+    """A store that keeps schedules and their last tick (docs/schedules.md)."""
+
+    def save_schedule(self, record: ScheduleRecord, *, replace: bool) -> bool:
+        """Insert the schedule. If its name is taken: with `replace`, overwrite only its
+        definition, origin and updated_at (paused, last_tick, created_at are kept) and
+        return True; without, write nothing and return False."""
+        ...
+
+    def delete_schedule(self, name: str) -> bool:
+        """Remove it; True if it was there."""
+        ...
+
+    def pause_schedule(self, name: str, paused: bool, at: float) -> bool:
+        """Set its paused flag; True if the schedule exists."""
+        ...
+
+    def advance_schedule(self, name: str, expected: float | None, tick: float, at: float) -> bool:
+        """Compare-and-set: `last_tick := tick` only if it is still `expected` (None:
+        never ticked). True if written; False if another scheduler moved it first or
+        the schedule is gone."""
+        ...
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+        ...
+
+
+@runtime_checkable
 class WaitsForJobs(Protocol):
     """A store that can tell a waiting worker that jobs arrived (LISTEN/NOTIFY)."""
 

@@ -4,7 +4,7 @@ batches, and the capacity-checked transaction (a mixin of PostgresStore)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -73,13 +73,7 @@ class Inserts(Connected):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
-            entries = [d.entry for d in decisions if d.entry is not None]
-            params = [
-                *_job_arrays(d.job for d in decisions),
-                *_audit_arrays(entries),
-                self.channel,
-            ]
-            return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
+            return self.insert_statements(conn, decisions, None)()
 
         def reconcile() -> set[str]:
             return self._reconcile_insert(decisions)
@@ -99,32 +93,13 @@ class Inserts(Connected):
         submitters to one queue are serialized by the lock, so the second counts
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
-        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        entries = [d.entry for d in decisions if d.entry is not None]
-        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
-        count = self.sql.waiting(tuple(capacity.states))
-        queue_of = {d.job.id: d.job.queue for d in decisions}
         lost: psycopg.Error | None = None
         with self.connection("insert") as conn:
             try:
                 with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
                     conn.execute("BEGIN")
-                    for queue in queues:
-                        key = _schema.key32(f"{self.schema}\x00{queue}")
-                        conn.execute(
-                            "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
-                        )
-                    inserted = conn.execute(self.sql.insert, params)
-                    counted = [
-                        (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
-                    ]
-                ids = {r[0] for r in inserted.fetchall()}
-                added = {queue_of[i] for i in ids}
-                for queue, cursor in counted:
-                    row = cursor.fetchone()
-                    limit = capacity.limits[queue]
-                    if queue in added and row is not None and row[0] > limit:
-                        raise QueueFull(queue, limit)
+                    finish = self.insert_statements(conn, decisions, capacity)
+                ids = finish()
             except BaseException:
                 _rollback(conn)
                 raise
@@ -134,6 +109,43 @@ class Inserts(Connected):
         self._purge()
         log.warning("connection lost while committing an insert (%s); reconciling", lost)
         return self._reconcile_insert(decisions)
+
+    def insert_statements(
+        self, conn: Conn, decisions: Sequence[Decision], capacity: Capacity | None
+    ) -> Callable[[], set[str]]:
+        """Send one insert's statements on `conn` (inside a transaction, or alone in
+        autocommit when uncapped); the function returned reads the ids inserted and
+        raises QueueFull if a capped queue went over its limit. Shared by the store's
+        own transactions and a caller's (`insert_in`); it never commits.
+
+        Capped: a lock per capped queue (a transaction advisory lock, class
+        CAPACITY_CLASS, in sorted order), the insert, then a count of the queue's
+        waiting jobs (at most limit + 1 rows of the partial index jobs_due).
+        """
+        entries = [d.entry for d in decisions if d.entry is not None]
+        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
+        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits)) if capacity else []
+        for queue in queues:
+            key = _schema.key32(f"{self.schema}\x00{queue}")
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key))
+        inserted = conn.execute(self.sql.insert, params)
+        counted = []
+        if capacity is not None:
+            count = self.sql.waiting(tuple(capacity.states))
+            counted = [(q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues]
+        queue_of = {d.job.id: d.job.queue for d in decisions}
+
+        def finish() -> set[str]:
+            ids = {r[0] for r in inserted.fetchall()}
+            added = {queue_of[i] for i in ids}
+            for queue, cursor in counted:
+                row = cursor.fetchone()
+                limit = capacity.limits[queue] if capacity is not None else 0
+                if queue in added and row is not None and row[0] > limit:
+                    raise QueueFull(queue, limit)
+            return ids
+
+        return finish
 
     def _copy_insert(self, decisions: Sequence[Decision]) -> set[str] | None:
         """A large batch without idempotency keys: COPY the rows in one transaction.

@@ -23,7 +23,7 @@ LIVENESS_CLASS = 0x4A464C56
 #: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
 CAPACITY_CLASS = 0x4A464351
 #: every table jobfsm creates in its schema (drop_schema removes exactly these)
-TABLES = ("job_events", "jobs", "liveness", "queue_pauses", "schema_version")
+TABLES = ("job_events", "jobs", "liveness", "queue_pauses", "schedules", "schema_version")
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
 # indexes that claim and the recovery sweep walk, so a table with millions of
@@ -129,11 +129,26 @@ CREATE TABLE {s}.queue_pauses (
 );
 """
 
+# Schedules (`jobfsm schedules`, docs/schedules.md): the definition as JSON and the
+# newest tick submitted, advanced by compare-and-set.
+_V4 = """
+CREATE TABLE {s}.schedules (
+    name       text PRIMARY KEY,
+    definition text NOT NULL,
+    origin     text NOT NULL,
+    paused     boolean NOT NULL DEFAULT false,
+    last_tick  double precision,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL
+);
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
     (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
     (3, "paused queues", _V3),
+    (4, "schedules", _V4),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -42,11 +42,13 @@ from ._base import (
     _lease_order,
     _rollback,
 )
-from ._insert import COPY_MIN, INSERT_ROUNDS, Inserts
+from ._insert import COPY_MIN, INSERT_ROUNDS
 from ._url import CHANNEL_PREFIX, Settings
 from .browse import PostgresBrowse
 from .listen import Listener
 from .liveness import PostgresLiveness
+from .schedules import PostgresSchedules
+from .txn import JoinsPostgres
 from .waiting import FinalStates, drop_trigger
 
 log = logging.getLogger(__name__)
@@ -89,7 +91,7 @@ def _value(job: Job, column: str) -> Any:
     return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
 
-class PostgresStore(Inserts, PostgresBrowse):
+class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse):
     """Jobs in `<schema>.jobs`, their audit trail in `<schema>.job_events`.
 
     Thread-safe: each call borrows a connection from a bounded pool

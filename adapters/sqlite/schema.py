@@ -126,8 +126,28 @@ _V2 = [
     """,
 ]
 
+# Schedules (`jobfsm schedules`, docs/schedules.md): the definition as JSON and the
+# newest tick submitted, advanced by compare-and-set.
+_V3 = [
+    """
+    CREATE TABLE schedules (
+        name       TEXT PRIMARY KEY,
+        definition TEXT NOT NULL,
+        origin     TEXT NOT NULL,
+        paused     INTEGER NOT NULL DEFAULT 0,
+        last_tick  REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )
+    """,
+]
+
 #: (number, statements): applied in order, each exactly once.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)), (2, tuple(_V2)))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, tuple(_V1)),
+    (2, tuple(_V2)),
+    (3, tuple(_V3)),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 CREATE_VERSION_TABLE = """

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from fsm.errors import QueueFull, SchemaError, StoreError, TransientStoreError, VersionConflict
+from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
 from fsm.ports import (
     Capacity,
@@ -38,7 +38,6 @@ from ._sql import (
     _CHUNK,
     _DECIDED_COLS,
     _JOB_COLS,
-    _JOB_MARKS,
     _RECORD,
     _RECORD_REJECTED,
     CLAIM_ROUNDS,
@@ -49,9 +48,10 @@ from ._sql import (
     _job,
     _job_values,
     _translated,
-    _waiting_sql,
 )
 from .browse import SqliteBrowse
+from .inserts import JoinsSqlite, insert_rows
+from .schedules import SqliteSchedules
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -65,7 +65,7 @@ from .url import SqliteOptions, parse_url
 log = logging.getLogger(__name__)
 
 
-class SqliteStore(SqliteBrowse):
+class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
@@ -236,40 +236,8 @@ class SqliteStore(SqliteBrowse):
 
     def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
         check_storable((d.job for d in decisions), (d.entry for d in decisions))
-        rows = [_job_values(d.job) for d in decisions]
-        entries = [None if d.entry is None else _audit_values(d.entry) for d in decisions]
-        # (queue, limit, count statement) of each capped queue this insert adds to
-        capped = (
-            [
-                (queue, capacity.limits[queue], _waiting_sql(tuple(capacity.states)))
-                for queue in sorted({d.job.queue for d in decisions} & set(capacity.limits))
-            ]
-            if capacity is not None
-            else []
-        )
-        out: list[Job] = []
-        added: set[str] = set()
         with self._write("insert") as conn:
-            for d, row, entry in zip(decisions, rows, entries, strict=True):
-                key = d.job.idempotency_key
-                if key is not None:
-                    found = conn.execute(
-                        f"SELECT {_JOB_COLS} FROM jobs WHERE idempotency_key = ?", (key,)
-                    ).fetchone()
-                    if found is not None:
-                        out.append(_job(found))
-                        continue
-                conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
-                if entry is not None:
-                    conn.execute(_AUDIT_INSERT, entry)
-                out.append(d.job)
-                added.add(d.job.queue)
-            for queue, limit, count in capped:
-                # after the insert, in its transaction: a count that stops at limit + 1
-                # rows of the waiting-jobs index, so it costs the capacity, not the table
-                if queue in added and conn.execute(count, (queue, limit + 1)).fetchone()[0] > limit:
-                    raise QueueFull(queue, limit)  # rolls the whole insert back
-        return out
+            return insert_rows(conn, decisions, capacity)
 
     def get(self, job_id: str) -> Job | None:
         rows = self._read("get", f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?", (job_id,))
@@ -547,7 +515,7 @@ class SqliteStore(SqliteBrowse):
         Call it when no other process uses the file (`jobfsm faults` cleans up so).
         """
         with self._write("drop schema") as conn:
-            for table in ("job_events", "jobs", "queue_pauses", "schema_version"):
+            for table in ("job_events", "jobs", "queue_pauses", "schedules", "schema_version"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             left = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
