@@ -86,6 +86,7 @@ from . import (  # noqa: E402
     faults_cmd,  # noqa: F401
     ops_cmd,  # noqa: F401
     recover_cmd,  # noqa: F401
+    schedules_cmd,  # noqa: F401
     spec_cmd,  # noqa: F401
     worker_cmd,  # noqa: F401
 )

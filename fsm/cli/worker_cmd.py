@@ -21,6 +21,7 @@ from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
 from ..registry import load_delivery, open_store, store_url
 from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
 from ..worker.handlers import HandlerSpec
+from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL
 from . import cli
 from ._common import POSITIVE_SECONDS, log_options, setup_logging, short_owners, store_option
 
@@ -188,6 +189,20 @@ def parse_queues(text: str) -> list[str]:
     default=None,
     help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs jobfsm[metrics]).",
 )
+@click.option(
+    "--scheduler/--no-scheduler",
+    default=True,
+    show_default=True,
+    help="Submit the due ticks of schedules (docs/schedules.md); each tick once, however "
+    "many workers run one.",
+)
+@click.option(
+    "--schedule-interval",
+    type=POSITIVE_SECONDS,
+    default=DEFAULT_SCHEDULE_INTERVAL,
+    show_default=True,
+    help="Seconds between two scheduler passes.",
+)
 def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     app: str,
     store: str | None,
@@ -206,6 +221,8 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     log_format: str,
     ready_file: str | None,
     metrics_port: int | None,
+    scheduler: bool,
+    schedule_interval: float,
     **rabbitmq: Any,
 ) -> None:
     """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once).
@@ -286,6 +303,8 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             concurrency=concurrency,
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
+            scheduler=scheduler,
+            schedule_interval=schedule_interval,
         )
         serving = ",".join(w.queues)
         if log_format == "json":  # stderr stays one JSON object per line

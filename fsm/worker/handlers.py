@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
+from ..errors import BadInput
 from ..inputs import KindPolicy, check_name
+from ..schedules import Schedule, schedule
 from .context import Handler, handler_path, is_async
 
 
@@ -36,10 +38,15 @@ class Handlers(Mapping[str, HandlerSpec]):
 
     @handlers.handler("http.fetch")
     async def fetch(ctx): ...   # runs on the worker's event loop (docs/asyncio.md)
+
+    @handlers.periodic("*/5 * * * *", timezone="Europe/Berlin")  # docs/schedules.md
+    @handlers.handler("report.refresh")
+    def refresh(ctx): ...
     """
 
     def __init__(self, items: Mapping[str, Handler | HandlerSpec] | None = None) -> None:
         self._specs: dict[str, HandlerSpec] = {}
+        self._schedules: dict[str, Schedule] = {}
         for kind, fn in (items or {}).items():
             if isinstance(fn, HandlerSpec):
                 self.add(fn)
@@ -93,6 +100,45 @@ class Handlers(Mapping[str, HandlerSpec]):
 
         def decorate(fn: Handler) -> Handler:
             self.register(kind, fn, **opts)
+            return fn
+
+        return decorate
+
+    # --- schedules (fsm.schedules; run by every worker's scheduler, docs/schedules.md) ---
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """The schedules declared with `periodic` or `add_schedule`, by name."""
+        return dict(self._schedules)
+
+    def add_schedule(self, s: Schedule) -> Schedule:
+        if s.name in self._schedules and self._schedules[s.name] != s:
+            raise BadInput(f"schedule {s.name!r} is declared twice, differently")
+        self._schedules[s.name] = s
+        return s
+
+    def periodic(
+        self,
+        cron: str | None = None,
+        *,
+        every: float | None = None,
+        kind: str | None = None,
+        name: str | None = None,
+        **opts: Any,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: submit a job of `kind` on a cron expression or every `every`
+        seconds. Put it above `@handler(kind)` to leave `kind` out. `name` defaults to
+        the kind; `opts` are `fsm.schedules.schedule`'s (payload, timezone, queue,
+        priority, missed, catch_up). The schedule is checked here (BadInput)."""
+
+        def decorate(fn: Handler) -> Handler:
+            found = kind or next((k for k, h in self._specs.items() if h.fn is fn), None)
+            if found is None:
+                raise BadInput(
+                    "periodic: give kind=..., or put @periodic above @handler(kind) so the "
+                    f"kind of {getattr(fn, '__qualname__', fn)!r} is known"
+                )
+            self.add_schedule(schedule(name or found, found, cron=cron, every=every, **opts))
             return fn
 
         return decorate

@@ -5,7 +5,8 @@
 - reports (`reports.Reporter`): finished attempts written back, batched;
 - leases (`leases.Leases`): one heartbeat renews every held lease, and notices
   cancel requests and lost leases;
-- sweeps (`sweeper.Sweeper`): the one recovery sweep (`fsm.recovery`), on a timer.
+- sweeps (`sweeper.Sweeper`): the one recovery sweep (`fsm.recovery`), on a timer;
+- schedules (`scheduler.Scheduler`): submits the due ticks of schedules (unless disabled).
 
 Shutdown order (`_shutdown`): stop claiming; wait for runs to finish within the
 shutdown grace; hard-cancel what is left and leave it to recovery, recorded; let
@@ -28,7 +29,7 @@ from typing import Any
 from ..engine import Engine
 from ..errors import BadInput
 from ..owner import Identity, current
-from ..ports import ConfirmsDeath, Executor, WorkerDelivery
+from ..ports import ConfirmsDeath, Executor, HoldsSchedules, WorkerDelivery
 from ..records import Job, Owner
 from ..recovery import RecoveryReport
 from ..registry import load_delivery, load_executor
@@ -38,6 +39,7 @@ from .handlers import Handlers, HandlerSpec
 from .leases import DEFAULT_CANCEL_GRACE, Leases
 from .reports import DEFAULT_REPORT_BATCH, Reporter
 from .runs import Run
+from .scheduler import DEFAULT_SCHEDULE_INTERVAL, Scheduler
 from .state import Shared
 from .sweeper import Sweeper
 
@@ -69,9 +71,13 @@ class Worker:
         report_batch: int = DEFAULT_REPORT_BATCH,
         install_signals: bool = True,
         tracer_provider: Any = None,
+        scheduler: bool = True,
+        schedule_interval: float = DEFAULT_SCHEDULE_INTERVAL,
     ) -> None:
         """`tracer_provider`: where attempt spans go (default: OpenTelemetry's global one,
-        when opentelemetry-api is installed)."""
+        when opentelemetry-api is installed). `scheduler`: run the scheduler thread (the
+        schedules of `handlers`, a `Handlers`, and those stored; docs/schedules.md),
+        one pass every `schedule_interval` seconds."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         for name, value in (("poll_interval", poll_interval), ("cancel_grace", cancel_grace)):
@@ -102,6 +108,12 @@ class Worker:
         for kind, fn in (handlers or {}).items():
             spec = fn if isinstance(fn, HandlerSpec) else Handlers({kind: fn})[kind]
             self._add(spec)
+        self._scheduler: Scheduler | None = None
+        declared = handlers.schedules.values() if isinstance(handlers, Handlers) else ()
+        if scheduler and isinstance(engine.store, HoldsSchedules):
+            self._scheduler = Scheduler(self._shared, declared, schedule_interval)
+        elif scheduler and declared:
+            log.warning("%s cannot keep schedules: none run", type(engine.store).__name__)
         self._executor_ref = executor
         self._delivery_ref = delivery
         self._threads: list[threading.Thread] = []
@@ -225,6 +237,8 @@ class Worker:
             self.sweep()  # start-up: reclaim at once the jobs of dead local processes
             s.store_ok = True  # the store answered: ready before any job arrives
             self._spawn("sweeper", self._sweeper.loop)
+            if self._scheduler is not None:
+                self._spawn("scheduler", self._scheduler.loop)
             s.started.set()
             log.info(
                 "worker %s started: queues %s, concurrency %d",
