@@ -41,6 +41,8 @@ It also checks queue capacities (an insert past a capacity raises QueueFull and
 writes nothing), that NaN or infinite times and integers beyond 64 bits are
 refused with BadInput, that a job whose lease decision raises is skipped while
 the jobs behind it are leased, and that a repeated stale report is recorded once.
+Schedules (`fsm.testing.conformance_schedules`): kept, compare-and-set on the last
+tick, one job per tick with several schedulers; refused by name by a store without them.
 
 `SharedStoreConformance` adds concurrent leasing from several processes that
 open `store_url()` through `fsm.open_store` (so the store must be registered in
@@ -91,6 +93,7 @@ from ..ports import (
 from ..records import Decision, Job, Owner
 from ..recovery import sweep
 from ..registry import open_store
+from .conformance_schedules import ScheduleConformance
 
 TTL = 30.0
 #: the states a job waits in (the sources of `lease`): what a queue capacity counts
@@ -285,7 +288,7 @@ def _child_submit(url: str, capacity: int, go: str) -> None:
 # --- the suite ----------------------------------------------------------------------
 
 
-class StoreConformance:
+class StoreConformance(ScheduleConformance):
     """Base class of a store's conformance tests; see the module docstring."""
 
     concurrent_jobs: int = 5000
