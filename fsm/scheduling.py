@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 ORIGINS = ("code", "cli")
 #: most ticks one pass submits for one schedule (the rest go in the next passes)
 PER_PASS = 100
+#: compare-and-set writes one pass makes to move a schedule's last tick
+ADVANCE_TRIES = 3
 
 
 @attrs.frozen
@@ -162,5 +164,22 @@ class Schedules:
             for t in found.ticks
         ]
         self.engine.submit_many(items)
-        won = store.advance_schedule(s.name, record.last_tick, found.ticks[-1], now)
-        return (len(items), 0 if won else 1)
+        return (len(items), self._advance(store, s.name, record.last_tick, found.ticks[-1], now))
+
+    @staticmethod
+    def _advance(
+        store: HoldsSchedules, name: str, expected: float | None, tick: float, now: float
+    ) -> int:
+        """Move the last tick up to `tick` by compare-and-set; after a lost race, again
+        from the value read, while that is older (at most ADVANCE_TRIES writes), so the
+        last tick is the newest one submitted. Returns the races lost."""
+        lost = 0
+        for _ in range(ADVANCE_TRIES):
+            if store.advance_schedule(name, expected, tick, now):
+                return lost
+            lost += 1
+            current = next((r for r in store.schedules() if r.name == name), None)
+            if current is None or (current.last_tick is not None and current.last_tick >= tick):
+                return lost  # removed, or another scheduler got as far or further
+            expected = current.last_tick
+        return lost

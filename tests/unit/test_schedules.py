@@ -81,7 +81,8 @@ def test_a_walk_that_starts_inside_the_repeated_hour_never_goes_back() -> None:
 
     first = next_tick(s, start)
 
-    assert first is not None and first > start
+    assert first is not None
+    assert first > start
     assert local(BERLIN, first) == "2026-10-26 02:30 CET"
 
 

@@ -178,7 +178,8 @@ def test_commits_and_rollbacks_from_many_threads_keep_exactly_the_committed_jobs
 
     # then exactly the committed jobs exist, each with one audit entry
     assert not errors, errors
-    assert committed and rolled_back
+    assert committed
+    assert rolled_back
     assert all(store.get(i) is not None for i in committed)
     assert all(_audit_rows(store, i) == 1 for i in committed)
     assert all(store.get(i) is None and _audit_rows(store, i) == 0 for i in rolled_back)
@@ -194,7 +195,7 @@ def test_bad_connections_are_refused_by_name_and_nothing_is_stored(backend: Back
     try:
         with pytest.raises(BadInput, match="needs a"):
             engine.submit("order.confirm", {}, conn=object())
-        with pytest.raises(BadInput, match="closed|cannot be used"):
+        with pytest.raises(BadInput, match=r"closed|cannot be used"):
             engine.submit("order.confirm", {}, conn=closed)
         assert store.counts() == {}
     finally:
@@ -232,9 +233,11 @@ def test_a_postgres_connection_to_another_database_or_in_autocommit_is_refused(
     store = open_store(pg_url)
     engine = Engine(store)
     try:
-        with psycopg.connect(pg_server) as other:
-            with pytest.raises(BadInput, match="not to this store"):
-                engine.submit("order.confirm", {}, conn=other)
+        with (
+            psycopg.connect(pg_server) as other,
+            pytest.raises(BadInput, match="not to this store"),
+        ):
+            engine.submit("order.confirm", {}, conn=other)
         with psycopg.connect(pg_url, autocommit=True) as auto:
             with pytest.raises(BadInput, match="autocommit"):
                 engine.submit("order.confirm", {}, conn=auto)
