@@ -61,5 +61,26 @@ def test_example_app_runs_under_jobfsm_worker_with_a_fenced_outbox(
     assert worker.returncode == 0
 
 
+def test_example_orders_commits_an_order_and_its_job_together_or_neither(
+    sqlite_url: str, pg_url: str
+) -> None:
+    for store in (sqlite_url, pg_url):
+        done = subprocess.run(
+            [sys.executable, "-m", "examples.orders", "--store", store],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines() == [
+            "order o-1: committed, job succeeded",
+            "order o-2: rolled back, no job",
+        ]
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
