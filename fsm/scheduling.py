@@ -160,8 +160,7 @@ class Schedules:
         if s.priority is not None:
             opts["priority"] = s.priority
         items = [
-            (s.kind, payload, {**opts, "idempotency_key": tick_key(s.name, t)})
-            for t in found.ticks
+            (s.kind, payload, {**opts, "idempotency_key": tick_key(s.name, t)}) for t in found.ticks
         ]
         self.engine.submit_many(items)
         return (len(items), self._advance(store, s.name, record.last_tick, found.ticks[-1], now))
