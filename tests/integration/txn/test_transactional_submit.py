@@ -330,3 +330,65 @@ def test_commit_wakes_a_waiting_listener_within_100_ms_and_rollback_never(pg_url
         assert max(latencies) < 0.1
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_commit_wakes_a_real_worker_that_would_otherwise_poll_in_30_s(pg_url: str) -> None:
+    import psycopg
+
+    from fsm.worker import Context, Worker
+
+    store = open_store(pg_url)
+    engine = Engine(store)
+    started: list[float] = []
+
+    def confirm(ctx: Context) -> None:
+        started.append(time.monotonic())
+
+    worker = Worker(engine, {"order.confirm": confirm}, poll_interval=30.0, install_signals=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert worker.wait_started(30)
+        time.sleep(0.5)  # the worker is idle, blocked waiting for a wake-up
+        with psycopg.connect(pg_url) as conn:
+            job = engine.submit("order.confirm", {}, conn=conn)
+            time.sleep(0.3)
+            assert not started, "ran before the commit"
+            committed = time.monotonic()
+            conn.commit()
+        assert engine.wait(job.id, timeout=10).state == "succeeded"
+        latency = started[0] - committed
+        print(f"commit -> handler start: {latency * 1000:.1f} ms")
+        assert latency < 1.0  # the wake-up, not the 30 s poll (claim and start included)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+        store.close()
+
+
+@pytest.mark.postgres
+def test_the_async_engine_submits_inside_a_callers_transaction(pg_url: str) -> None:
+    import asyncio
+
+    import psycopg
+
+    from fsm.aio import AsyncEngine
+
+    store = open_store(pg_url)
+
+    async def main() -> Job:
+        async with AsyncEngine(Engine(store)) as aengine:
+            with psycopg.connect(pg_url) as conn:
+                job = await aengine.submit("order.confirm", {}, conn=conn)
+                conn.rollback()
+                assert store.get(job.id) is None
+                job = await aengine.submit("order.confirm", {}, conn=conn)
+                conn.commit()
+                return job
+
+    try:
+        job = asyncio.run(main())
+        assert store.get(job.id) == job
+    finally:
+        store.close()
