@@ -193,7 +193,10 @@ def ticks_after(s: Schedule, after: float, until: float, limit: int) -> list[flo
     walk = CronSim(s.cron, datetime.fromtimestamp(after, s.zone))
     stray = 0
     while len(out) < limit:
-        t = next(walk).timestamp()
+        found = next(walk, None)  # None: the expression has no further tick
+        if found is None:
+            break
+        t = found.timestamp()
         if t <= after or (out and t <= out[-1]):
             stray += 1  # a DST fold walked back: bounded
             if stray > _FOLD_STEPS:
@@ -230,7 +233,10 @@ def newest_ticks(s: Schedule, after: float, until: float, n: int) -> list[float]
     walk = CronSim(s.cron, start, reverse=True)
     found: set[float] = set()
     for _ in range(n + _FOLD_STEPS):
-        t = next(walk).timestamp()
+        back = next(walk, None)
+        if back is None:
+            break
+        t = back.timestamp()
         if t <= after:
             break
         if t <= until:
