@@ -36,3 +36,22 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(seconds, 0.0))
+
+
+class ScaledClock:
+    """Wall-clock time running `factor` times faster from `start` (default: now), for
+    tests that need many minutes of schedule ticks in seconds; `sleep` sleeps the
+    scaled-down real time. Share one instance so every component agrees on the time."""
+
+    def __init__(self, factor: float, start: float | None = None) -> None:
+        if not factor > 0:
+            raise ValueError(f"a scaled clock needs a positive factor, got {factor!r}")
+        self.factor = factor
+        self._real0 = time.time()
+        self._start = self._real0 if start is None else start
+
+    def now(self) -> float:
+        return self._start + (time.time() - self._real0) * self.factor
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0) / self.factor)
