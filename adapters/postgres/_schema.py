@@ -129,11 +129,17 @@ CREATE TABLE {s}.queue_pauses (
 );
 """
 
+# The latest progress a running job's handler reported (written by its owner).
+_V4 = """
+ALTER TABLE {s}.jobs ADD COLUMN progress_json text;
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
     (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
     (3, "paused queues", _V3),
+    (4, "jobs: the latest progress of a running job", _V4),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -126,8 +126,15 @@ _V2 = [
     """,
 ]
 
+# The latest progress a running job's handler reported (written by its owner).
+_V3 = ["ALTER TABLE jobs ADD COLUMN progress_json TEXT"]
+
 #: (number, statements): applied in order, each exactly once.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)), (2, tuple(_V2)))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, tuple(_V1)),
+    (2, tuple(_V2)),
+    (3, tuple(_V3)),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 CREATE_VERSION_TABLE = """
