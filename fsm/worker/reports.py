@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import LeaseLost
+from ..errors import IllegalTransition, JobFSMError, LeaseLost
 from ..ports import Outcome
 from ..records import Job
 from ..telemetry import tracing
@@ -154,11 +154,41 @@ class Reporter:
             for run in runs:  # the store stayed away: the leases lapse, recovery decides
                 s.runs.finish(run, abandoned="the result could not be reported")
             return
+        cancelled: list[Run] = []
         for run, result in zip(runs, results, strict=True):
+            if self._cancelled_meanwhile(result):
+                cancelled.append(run)
+                continue
             if isinstance(result, LeaseLost):
                 log.info("job %s: report discarded: %s", run.job.id, result)
                 if metrics is not None:
                     metrics.lease_lost(run.job.kind)
             elif not isinstance(result, Job):
                 log.warning("job %s: report failed: %s", run.job.id, result)
+            s.runs.finish(run)
+        if cancelled:
+            self._acknowledge(cancelled)
+
+    def _cancelled_meanwhile(self, result: Job | JobFSMError) -> bool:
+        """The report was refused because a cancel was requested before the worker saw
+        it (the handler failed or was stopped meanwhile): the spec takes `cancelled_ack`
+        in that state, so the run is acknowledged as stopped instead."""
+        return (
+            isinstance(result, IllegalTransition)
+            and result.event != "cancelled_ack"
+            and (result.state, "cancelled_ack") in self.s.engine.spec.table
+        )
+
+    def _acknowledge(self, runs: list[Run]) -> None:
+        """Report `cancelled_ack` for `runs`, each keeping its latest progress."""
+        s = self.s
+        acks: list[tuple[Job, str, Mapping[str, Any]]] = [
+            (r.job, "cancelled_ack", {"fence": r.job.fence, "result_json": self._partial(r)})
+            for r in runs
+        ]
+        results = s.with_retries("report", lambda: s.engine.report_many(acks))
+        for i, run in enumerate(runs):
+            result = None if results is None else results[i]
+            if not isinstance(result, Job):
+                log.warning("job %s: cancel acknowledgement failed: %s", run.job.id, result)
             s.runs.finish(run)

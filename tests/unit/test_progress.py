@@ -147,3 +147,45 @@ def test_a_child_sends_progress_at_most_every_bound_and_its_last_value_before_th
     assert progress[-1] == json.dumps({"progress": f'{{"done":{i}}}', "job": "J1", "fence": 3})
     parent.close()
     child.close()
+
+
+def test_a_handler_that_fails_after_a_cancel_its_worker_has_not_seen_is_acknowledged(
+    engine: Engine,
+) -> None:
+    # given: a long heartbeat, so the worker does not see the cancel before the handler ends
+    slow = Engine(
+        engine.store,
+        policy=Policy(
+            lease=LeasePolicy(ttl=60.0, heartbeat_interval=30.0),
+            recovery=RecoveryPolicy(sweep_interval=0.2),
+        ),
+    )
+    cancelled = threading.Event()
+
+    def fragile(ctx: Context) -> None:
+        ctx.progress(done=3)
+        assert cancelled.wait(10)
+        raise RuntimeError("upstream closed the connection")
+
+    worker = Worker(
+        slow, handlers={"fragile": fragile}, poll_interval=0.05, install_signals=False,
+        identity=Identity(),
+    )  # fmt: skip
+    job = slow.submit("fragile")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while slow.get(job.id).state != "running" and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    # when: it is cancelled, and the handler then fails (its `fail` finds `cancelling`)
+    slow.cancel(job.id, actor="ops", reason="enough")
+    cancelled.set()
+    done = slow.wait(job.id, timeout=10)
+    worker.stop()
+    thread.join(10)
+
+    # then: acknowledged as cancelled at once, its latest progress kept
+    assert done.state == "cancelled"
+    assert [e.event for e in slow.history(job.id)][-2:] == ["cancel", "cancelled_ack"]
+    assert done.result == {"done": 3}
