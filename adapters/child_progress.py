@@ -50,11 +50,12 @@ class ChildOut:
             with self.lock:
                 self.pending = message.encode("utf-8")
                 if time.monotonic() - self.sent_at >= PROGRESS_EVERY:
-                    self._send_pending()
+                    with contextlib.suppress(OSError):  # the parent is gone: so are we soon
+                        self._send_pending()
                     return
-            if self.flusher is None:
-                self.flusher = threading.Thread(target=self._flush, daemon=True)
-                self.flusher.start()
+                if self.flusher is None:
+                    self.flusher = threading.Thread(target=self._flush, daemon=True)
+                    self.flusher.start()
             self.due.set()
 
         return send
