@@ -13,7 +13,9 @@ dropped, because every settlement looks its token up in the current generation.
   forked from a threaded parent). Work and results cross the pipe as JSON text:
   the handler is imported by name in the child, never pickled. A child that dies
   (signal, `os._exit`, OOM kill) fails its attempt with the reason and is
-  replaced; a timeout or a hard cancel kills the child with SIGKILL.
+  replaced; a timeout or a hard cancel kills the child with SIGKILL. A handler's
+  `ctx.progress(...)` crosses the same pipe as JSON, rate-bounded (`adapters.child_progress`),
+  and reaches the parent's `Attempt.progress`: a killed child's last progress stays.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
 from fsm.worker.context import run_target
+
+from .child_progress import PROGRESS_PREFIX, ChildOut, deliver_progress
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +296,7 @@ def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent
     _die_with_parent()
     if os.getppid() != parent:
         return
+    out = ChildOut(conn)
     while True:
         try:
             text = conn.recv_bytes().decode("utf-8")
@@ -300,9 +305,11 @@ def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent
         task = json.loads(text)
         if task.get("op") == "stop":
             return
-        outcome = run_target(task["target"], task["job_json"], cancel, int(task["result_limit"]))
+        sender = out.progress_sender(str(task.get("job_id")), int(task.get("fence", 0)))
+        limit = int(task["result_limit"])
+        outcome = run_target(task["target"], task["job_json"], cancel, limit, sender)
         try:
-            conn.send_bytes(outcome.to_json().encode("utf-8"))
+            out.outcome(outcome)
         except (BrokenPipeError, OSError):
             return
 
@@ -401,6 +408,8 @@ class ProcessExecutor:
                 "target": attempt.target,
                 "job_json": attempt.job_json,
                 "result_limit": attempt.result_limit,
+                "job_id": attempt.job.id,
+                "fence": attempt.job.fence,
             }
         )
         try:
@@ -465,8 +474,9 @@ class ProcessExecutor:
                     self._read(gen, child)
             for i, child in enumerate(children):
                 if child.process.sentinel in ready and not gen.closed.is_set():
-                    if child.token is not None and child.conn.poll():
-                        self._read(gen, child)
+                    # what it sent before it died: progress (kept), perhaps its outcome
+                    while child.token is not None and child.conn.poll() and self._read(gen, child):
+                        pass
                     child.process.join(timeout=1.0)  # reap it, so its exit status is known
                     if child.token is not None:
                         self._finish(gen, child, None)
@@ -493,16 +503,28 @@ class ProcessExecutor:
                         f"attempt timed out after {record.attempt.timeout}s; child killed",
                     )
 
-    def _read(self, gen: _ProcGen, child: _Child) -> None:
+    def _read(self, gen: _ProcGen, child: _Child) -> bool:
+        """Take one message of the child; False when its pipe is closed."""
         try:
             text = child.conn.recv_bytes().decode("utf-8")
         except (EOFError, OSError):
-            return  # the sentinel tells how it died
+            return False  # the sentinel tells how it died
+        if text.startswith(PROGRESS_PREFIX):
+            self._progress(gen, child, text)
+            return True
         try:
             outcome = Outcome.from_json(text)
         except ValueError as err:
             outcome = Outcome(status="failed", error=f"bad outcome from child: {err}")
         self._finish(gen, child, outcome)
+        return True
+
+    def _progress(self, gen: _ProcGen, child: _Child, text: str) -> None:
+        """Hand a progress message to the attempt it belongs to (`Attempt.progress`)."""
+        with self._lock:
+            record = None if child.token is None else gen.records.get(child.token)
+        if record is not None:
+            deliver_progress(record.attempt, text)
 
     def restart(self, reason: str) -> None:
         """Kill the current children and start a new generation; old results are dropped."""

@@ -14,6 +14,7 @@ from fsm.lifecycle.core import erased_data_json
 from fsm.ports import (
     Capacity,
     ClaimRequest,
+    ProgressRequest,
     PruneRequest,
     QueuePause,
     RenewRequest,
@@ -105,7 +106,11 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
             return VersionConflict(
                 d.job.id, d.previous.version, None if current is None else current.version
             )
-        self._put(d.job)
+        if d.job.progress_json == d.previous.progress_json != current.progress_json:
+            # the owner's latest progress: no decision writes it (but erase)
+            self._put(attrs.evolve(d.job, progress_json=current.progress_json))
+        else:
+            self._put(d.job)
         if d.entry is not None:
             self._audit[d.job.id].append(d.entry)
         return d.job
@@ -180,6 +185,22 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 )
                 renewed[job_id] = job.state
             return renewed
+
+    def save_progress(self, request: ProgressRequest) -> list[str]:
+        with self._lock:
+            written: list[str] = []
+            for job_id, (fence, text) in request.items.items():
+                job = self._jobs.get(job_id)
+                if (
+                    job is None
+                    or job.fence != fence
+                    or job.owner != request.owner
+                    or job.state not in request.states
+                ):
+                    continue
+                self._put(attrs.evolve(job, progress_json=text))
+                written.append(job_id)
+            return written
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
         check_storable((), entries)

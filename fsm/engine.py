@@ -32,11 +32,13 @@ from .ports import (
     Delivery,
     Erasable,
     JoinsTransactions,
+    ProgressRequest,
     PruneRequest,
     QueuePause,
     RenewRequest,
     ScanRequest,
     Store,
+    StoresProgress,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
 from .telemetry import tracing
@@ -252,6 +254,15 @@ class Engine:
                 states=self._heartbeat_states,
             )
         )
+
+    def save_progress(self, owner: Owner, items: Mapping[str, tuple[int, str]]) -> list[str]:
+        """Store the latest progress of jobs `owner` holds: job id -> (fence, stored JSON,
+        `fsm.progress.envelope`). Fenced like a heartbeat; no version bump, no audit
+        entry. Returns the ids written; a store without the capability keeps none."""
+        if not items or not isinstance(self.store, StoresProgress):
+            return []
+        request = ProgressRequest(owner=owner, items=dict(items), states=self._heartbeat_states)
+        return self.store.save_progress(request)
 
     def succeed(self, job_id: str, fence: int, result: Any = None) -> Job:
         return self.transition(

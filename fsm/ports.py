@@ -60,6 +60,22 @@ class RenewRequest:
 
 
 @attrs.frozen
+class ProgressRequest:
+    """Store the latest progress `items` (job id -> (fence, progress JSON text)) of `owner`.
+
+    Only jobs whose fence and owner still match and whose state is in `states` are
+    written (one conditional write for all of them). Unlike a renewal it bumps no
+    `version` and appends no audit entry: progress is no input to any decision, so
+    it never makes a report lose its compare-and-set, and a decision never writes it
+    (stores set only the columns a decision changes, never `progress_json`).
+    """
+
+    owner: Owner
+    items: Mapping[str, tuple[int, str]]
+    states: tuple[str, ...]
+
+
+@attrs.frozen
 class ScanRequest:
     """Find jobs by state and, optionally, lapsed lease, passed deadline or owner host."""
 
@@ -244,6 +260,15 @@ class Erasable(Protocol):
         """Apply an `erase` decision like `apply` (compare-and-set on the version, its
         audit entry appended) and, in the same transaction, rewrite the data of every
         earlier audit entry of the job with `fsm.lifecycle.core.erased_data_json`."""
+        ...
+
+
+@runtime_checkable
+class StoresProgress(Protocol):
+    """A store that keeps the latest progress of running jobs (`Job.progress_json`)."""
+
+    def save_progress(self, request: ProgressRequest) -> list[str]:
+        """Write each item whose lease still matches; return the ids written."""
         ...
 
 
@@ -453,6 +478,9 @@ class Attempt:
         default=None, kw_only=True, repr=False
     )
     _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
+    #: for executors that run the handler in another process: where the progress the
+    #: handler reports there is handed, as JSON text (`Context.progress_from`)
+    progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
 
     @property
     def job_json(self) -> str:

@@ -49,7 +49,13 @@ class Owner:
 
 @attrs.frozen
 class Job:
-    """One job. `version` grows on every write; `fence` grows on every lease."""
+    """One job. `version` grows on every decision written; `fence` on every lease.
+
+    `progress_json` is the latest progress its handler reported (`ctx.progress`),
+    written by the owner without an audit entry and without a version bump
+    (docs/workers.md, "Progress"): no decision reads it, so it never makes a
+    report lose a compare-and-set, and no decision writes it (but `erase`).
+    """
 
     id: str
     kind: str
@@ -77,6 +83,7 @@ class Job:
     correlation_id: str | None = None
     last_error: str | None = None
     result_json: str | None = None
+    progress_json: str | None = None
 
     @property
     def payload(self) -> Any:

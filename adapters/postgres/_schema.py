@@ -143,12 +143,18 @@ CREATE TABLE {s}.schedules (
 );
 """
 
+# The latest progress a running job's handler reported (written by its owner).
+_V5 = """
+ALTER TABLE {s}.jobs ADD COLUMN progress_json text;
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
     (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
     (3, "paused queues", _V3),
     (4, "schedules", _V4),
+    (5, "jobs: the latest progress of a running job", _V5),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -35,6 +35,7 @@ JOB_TYPES: dict[str, str] = {
     "correlation_id": "text",
     "last_error": "text",
     "result_json": "text",
+    "progress_json": "text",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",
@@ -129,7 +130,9 @@ class Statements:
         )
         # apply: compare-and-set on version for every decision; the audit entries of
         # the rows written go in with them, in the same statement.
-        sets = ", ".join(f"{c} = d.{c}" for c in JOB_COLUMNS if c != "id")
+        # progress_json is the owner's, written by `save_progress` without a version
+        # bump: a decision never changes it (but erase, which sets only what it changes)
+        sets = ", ".join(f"{c} = d.{c}" for c in JOB_COLUMNS if c not in ("id", "progress_json"))
         self.apply = (
             f"WITH d AS (SELECT * FROM unnest(%b::int8[], {_unnest(JOB_TYPES)}) "
             f"AS d(prev_version, {job_cols})), "
@@ -163,6 +166,13 @@ class Statements:
             "FROM unnest(%s::text[], %s::int8[]) AS f(id, fence) "
             "WHERE j.id = f.id AND j.fence = f.fence AND j.owner = %s AND j.state = ANY(%s) "
             "RETURNING j.id, j.state"
+        )
+        # the owner's latest progress: fenced like renew, but no version bump, no audit
+        self.save_progress = (
+            f"UPDATE {jobs} AS j SET progress_json = f.progress "
+            "FROM unnest(%s::text[], %s::int8[], %s::text[]) AS f(id, fence, progress) "
+            "WHERE j.id = f.id AND j.fence = f.fence AND j.owner = %s AND j.state = ANY(%s) "
+            "RETURNING j.id"
         )
         self.history = f"SELECT {audit_cols} FROM {events} WHERE job_id = %s ORDER BY seq"
         self.has_entry = (

@@ -29,7 +29,14 @@ from adapters._rows import (
 )
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
-from fsm.ports import ClaimRequest, PruneRequest, QueuePause, RenewRequest, ScanRequest
+from fsm.ports import (
+    ClaimRequest,
+    ProgressRequest,
+    PruneRequest,
+    QueuePause,
+    RenewRequest,
+    ScanRequest,
+)
 from fsm.records import AuditEntry, Decision, Job
 
 from . import _schema
@@ -386,6 +393,28 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse):
             return renewed
 
         return self._write("renew", body, reconcile)
+
+    def save_progress(self, request: ProgressRequest) -> list[str]:
+        if not request.items or not request.states:
+            return []
+        ids = list(request.items)
+        params = [
+            ids,
+            [request.items[i][0] for i in ids],
+            [request.items[i][1] for i in ids],
+            owner_to_text(request.owner),
+            list(request.states),
+        ]
+
+        def body(conn: Conn) -> list[str]:
+            return [r[0] for r in conn.execute(self.sql.save_progress, params).fetchall()]
+
+        def reconcile() -> list[str]:
+            with self.connection("save_progress (reconcile)") as conn:
+                rows = [_job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()]
+            return [j.id for j in rows if j.progress_json == request.items[j.id][1]]
+
+        return self._write("save_progress", body, reconcile)
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
         check_storable((), entries)

@@ -142,11 +142,15 @@ _V3 = [
     """,
 ]
 
+# The latest progress a running job's handler reported (written by its owner).
+_V4 = ["ALTER TABLE jobs ADD COLUMN progress_json TEXT"]
+
 #: (number, statements): applied in order, each exactly once.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, tuple(_V1)),
     (2, tuple(_V2)),
     (3, tuple(_V3)),
+    (4, tuple(_V4)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -17,6 +17,7 @@ from fsm.lifecycle.core import erased_data_json
 from fsm.ports import (
     Capacity,
     ClaimRequest,
+    ProgressRequest,
     PruneRequest,
     QueuePause,
     RenewRequest,
@@ -400,6 +401,29 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
                 for row in conn.execute(sql, params).fetchall():
                     renewed[row[0]] = row[1]
         return renewed
+
+    def save_progress(self, request: ProgressRequest) -> list[str]:
+        """One conditional UPDATE per chunk: fence, owner and state must still match;
+        no version bump, no audit entry (`fsm.ports.ProgressRequest`)."""
+        if not request.items or not request.states:
+            return []
+        owner = owner_to_text(request.owner)
+        items = [(i, fence, text) for i, (fence, text) in request.items.items()]
+        statements = []
+        for start in range(0, len(items), _CHUNK * 10):
+            chunk = items[start : start + _CHUNK * 10]
+            sql = (
+                f"WITH v(id, fence, progress) AS (VALUES {', '.join('(?, ?, ?)' for _ in chunk)}) "
+                "UPDATE jobs SET progress_json = v.progress "
+                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND jobs.owner = ? "
+                f"AND jobs.state IN {in_list(request.states)} RETURNING id"
+            )
+            statements.append((sql, [*(x for row in chunk for x in row), owner]))
+        written: list[str] = []
+        with self._write("save_progress") as conn:
+            for sql, params in statements:
+                written += [row[0] for row in conn.execute(sql, params).fetchall()]
+        return written
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
         """Append entries of existing jobs; a rejected (job, event, fence) only once."""

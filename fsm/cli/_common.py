@@ -22,6 +22,7 @@ import click
 from .. import jsonio
 from ..engine import Engine
 from ..errors import BadInput, SchemaError
+from ..progress import progress_of
 from ..records import AuditEntry, Job
 from ..registry import DEFAULT_STORE_URL, STORE_ENV, open_store, store_url
 from ..secrets import redact_url
@@ -422,7 +423,9 @@ def job_dict(job: Job) -> dict[str, Any]:
     data["owner"] = None if job.owner is None else job.owner.to_dict()
     data["payload"] = job.payload
     data["result"] = job.result
-    del data["payload_json"], data["result_json"]
+    progress = progress_of(job)
+    data["progress"] = None if progress is None else attrs.asdict(progress)
+    del data["payload_json"], data["result_json"], data["progress_json"]
     return data
 
 

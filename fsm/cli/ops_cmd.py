@@ -284,6 +284,9 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
             shown = fmt_time(value)
         elif key == "owner":
             shown = "-" if job.owner is None else short_owners(clean(job.owner))
+        elif key == "progress" and value is not None:
+            when = f"attempt {value['attempt']}, {fmt_time(value['at'])}"
+            shown = f"{as_json_text(value['value'])} ({when})"
         elif key == "last_error":
             continue  # printed whole, below
         elif value is None:

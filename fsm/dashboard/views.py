@@ -18,6 +18,7 @@ import attrs
 from ..diagram import DiagramError, Edge, path_steps, render_dot, render_image
 from ..engine import Engine
 from ..ports import ScanRequest
+from ..progress import Progress, progress_of
 from ..records import AuditEntry, Job, Owner
 from .ports import JobBrowser, ListRequest, TransitionCount
 
@@ -249,6 +250,9 @@ class JobView:
     payload: tuple[str, bool]
     result: tuple[str, bool]
     actions: tuple[str, ...]
+    #: the latest progress its handler reported, and its value as capped JSON text
+    progress: Progress | None = None
+    progress_text: tuple[str, bool] = ("", False)
 
 
 #: the operator actions the dashboard offers, as the Engine (and the CLI) carry them out
@@ -263,6 +267,7 @@ def operator_actions(engine: Engine, state: str) -> tuple[str, ...]:
 def job_view(engine: Engine, job_id: str) -> JobView:
     job = engine.get(job_id)
     history = engine.history(job_id)
+    progress = progress_of(job)
     return JobView(
         job=job,
         history=tuple(history),
@@ -271,6 +276,8 @@ def job_view(engine: Engine, job_id: str) -> JobView:
         payload=capped(job.payload_json),
         result=capped(job.result_json),
         actions=operator_actions(engine, job.state),
+        progress=progress,
+        progress_text=capped(None if progress is None else json.dumps(progress.value)),
     )
 
 

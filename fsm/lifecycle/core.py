@@ -188,7 +188,8 @@ def replay(
     """Rebuild a job from its audit trail by running every applied entry through `decide`.
 
     Heartbeats are not audited, so the replayed record matches the stored one in
-    every field but `version`, `updated_at` and `lease_until`, which heartbeats own.
+    every field but `version`, `updated_at` and `lease_until`, which heartbeats own,
+    and `progress_json`, which the owner writes beside its heartbeats.
     """
     job: Job | None = None
     pol = policy or Policy()
@@ -199,8 +200,8 @@ def replay(
     return job
 
 
-#: fields a heartbeat may change without an audit entry
-HEARTBEAT_FIELDS = frozenset({"version", "updated_at", "lease_until"})
+#: fields a heartbeat (or the owner's progress write) may change without an audit entry
+HEARTBEAT_FIELDS = frozenset({"version", "updated_at", "lease_until", "progress_json"})
 
 
 def same_except_heartbeats(a: Job, b: Job) -> bool:

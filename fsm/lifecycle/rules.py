@@ -214,8 +214,8 @@ def _enforce_kind_policy(s: Step) -> None:
     }
 
 
-#: what `erase` blanks: the payload (JSON null) and the result (none)
-ERASED = {"payload_json": "null", "result_json": None}
+#: what `erase` blanks: the payload (JSON null), the result and the progress (none)
+ERASED = {"payload_json": "null", "result_json": None, "progress_json": None}
 
 
 def _erase_data(s: Step) -> None:

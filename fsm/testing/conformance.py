@@ -180,7 +180,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
     ("running", "heartbeat", "running"): Recipe(advance=5.0, args=_fenced()),
     ("cancelling", "heartbeat", "cancelling"): Recipe(advance=5.0, args=_fenced()),
     ("running", "succeed", "succeeded"): Recipe(args=_fenced(result_json='{"r":1}')),
-    ("cancelling", "succeed", "succeeded"): Recipe(args=_fenced(result_json="2")),
+    ("cancelling", "succeed", "cancelled"): Recipe(args=_fenced(result_json="2")),
     ("running", "fail", "retry_wait"): Recipe(args=_fenced(error="boom", delay=None)),
     ("running", "fail", "failed"): Recipe(args=_fenced(error="boom", permanent=True)),
     ("running", "ambiguous", "investigate"): Recipe(args=_fenced(error="unknown")),

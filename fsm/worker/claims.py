@@ -191,6 +191,7 @@ class Claims:
         limits = s.engine.policy.limits
         limit = limits.max_payload_bytes
         fn, ctx = run.spec.fn, run.ctx
+        ctx.progress_limit = limit
         attempt = Attempt(
             job=run.job,
             timeout=float(run.job.timeout or limits.attempt_timeout),
@@ -199,6 +200,7 @@ class Claims:
             cancelled=run.cancelled,
             result_limit=limit,
             arun=(lambda: run_attempt_async(fn, ctx, limit)) if run.spec.asynchronous else None,
+            progress=ctx.progress_from,
         )
         s.executor.submit(attempt, lambda _a, outcome: s.outcomes.put((run, outcome)))
 

@@ -38,7 +38,9 @@ class Context:
     - `job`, `payload` (decoded JSON), `attempt`, `fence` (for fencing outside writes)
     - `cancelled`: set on a cancel request, a lease loss, shutdown or timeout
     - `lease_lost`: set when this worker no longer owns the job (its result is discarded)
-    - `progress(...)`: the latest progress, kept in memory and logged at DEBUG
+    - `progress(...)`: the latest progress; the worker stores it with the job, fenced and
+      at a bounded rate, and keeps it as the partial result if the job is cancelled
+      (docs/workers.md, "Progress")
     """
 
     def __init__(
@@ -46,6 +48,9 @@ class Context:
         job: Job,
         cancelled: CancelToken,
         lease_lost: CancelToken | None = None,
+        *,
+        progress_limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.job = job
         self.attempt = job.attempt
@@ -54,6 +59,13 @@ class Context:
         self.lease_lost: CancelToken = lease_lost if lease_lost is not None else threading.Event()
         self.last_progress: dict[str, Any] | None = None
         self.progress_at: float | None = None
+        #: the latest progress as JSON text, and how many values were taken so far
+        self.progress_json: str | None = None
+        self.progress_seq = 0
+        #: most bytes of one progress value's JSON (the store's payload limit)
+        self.progress_limit = progress_limit
+        self._on_progress = on_progress
+        self._progress_lock = threading.Lock()
 
     @functools.cached_property
     def payload(self) -> Any:
@@ -61,10 +73,44 @@ class Context:
         return jsonio.decode(self.job.payload_json, what=f"payload of job {self.job.id}")
 
     def progress(self, **data: Any) -> None:
-        """Record progress: cheap (no store write); the latest value wins."""
-        self.last_progress = data
-        self.progress_at = time.time()
-        log.debug("job %s progress %s", self.job.id, data)
+        """Record progress (keyword arguments, JSON values); the latest value wins.
+
+        Cheap: no store write here. The worker writes the latest value with the job at
+        most once per heartbeat interval, and once more when the attempt ends. A value
+        that is not JSON, or whose JSON is over `progress_limit` bytes, raises
+        PayloadError naming the job, and nothing is recorded (the previous value stays).
+        """
+        text = jsonio.encode(data, what=f"progress of job {self.job.id}", limit=self.progress_limit)
+        self._take(text, data)
+        if self._on_progress is not None:
+            self._on_progress(text)
+
+    def progress_from(self, text: str) -> None:
+        """Take progress the handler reported in another process (its JSON text, from an
+        executor's child); text that is not a JSON object within the limit is dropped."""
+        try:
+            if len(text) > self.progress_limit:
+                raise PayloadError(f"{len(text)} bytes, over the limit of {self.progress_limit}")
+            data = jsonio.decode(text, what=f"progress of job {self.job.id}")
+            if not isinstance(data, dict):
+                raise PayloadError(f"not a JSON object: {text[:80]!r}")
+        except PayloadError as err:
+            log.warning("job %s: progress from its child dropped: %s", self.job.id, err)
+            return
+        self._take(text, data)
+
+    def _take(self, text: str, data: dict[str, Any]) -> None:
+        with self._progress_lock:
+            self.last_progress = data
+            self.progress_json = text
+            self.progress_at = time.time()
+            self.progress_seq += 1
+        log.debug("job %s progress %s", self.job.id, text)
+
+    def latest_progress(self) -> tuple[int, str | None, float | None]:
+        """(how many values were taken, the latest as JSON text, when: time.time())."""
+        with self._progress_lock:
+            return self.progress_seq, self.progress_json, self.progress_at
 
     def check_cancelled(self) -> None:
         """Raise JobCancelled if this attempt was asked to stop."""
@@ -242,12 +288,15 @@ def run_target(
     job_json: str,
     cancelled: CancelToken,
     limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
+    progress: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run a handler named by path on a job given as JSON (in an executor's child);
-    `limit` bounds the result's JSON, as the store's payload limit does."""
+    `limit` bounds the result's JSON and each progress value, as the store's payload
+    limit does; `progress` carries each progress value (JSON text) to the parent."""
     job = job_from_json(job_json)
     try:
         handler = resolve(path)
     except Permanent as err:
         return Outcome(status="permanent", error=str(err))
-    return run_attempt(handler, Context(job, cancelled), limit)
+    ctx = Context(job, cancelled, progress_limit=limit, on_progress=progress)
+    return run_attempt(handler, ctx, limit)

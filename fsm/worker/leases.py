@@ -1,5 +1,6 @@
 """The heartbeat thread: renews every held lease at once, and acts on what it learns.
 
+- the latest progress of the renewed runs is stored right after (`fsm.worker.progress`);
 - a renewal that finds a cancel request asks the handler to stop, and stops it
   hard once the cancel grace has passed;
 - a renewal that finds the lease taken (the fence moved) loses that run: its
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from .progress import save_progress
 from .runs import Run
 from .state import Shared
 
@@ -56,6 +58,7 @@ class Leases:
             s.store_ok = True
             if s.engine.metrics is not None:
                 s.engine.metrics.lease_renewals(len(renewed), len(runs) - len(renewed))
+            save_progress(s, (r for r in runs if r.job.id in renewed))
             for run in runs:
                 state = renewed.get(run.job.id)
                 if state is None:

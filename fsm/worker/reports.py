@@ -14,15 +14,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import jsonio
-from ..errors import LeaseLost, PayloadError
+from ..errors import IllegalTransition, JobFSMError, LeaseLost
 from ..ports import Outcome
 from ..records import Job
 from ..telemetry import tracing
+from .progress import save_progress
 from .runs import Run
 from .state import Shared
 
 log = logging.getLogger(__name__)
+
+#: how an attempt that was asked to stop by a cancel request may end without returning:
+#: each is acknowledged (`cancelled_ack`), its latest progress kept as the partial result
+_STOPPED = ("cancelled", "killed", "failed", "timeout", "crashed")
 
 DEFAULT_REPORT_BATCH = 256  # most reports written in one store transaction
 BATCH_WINDOW = 0.02  # longest wait to gather reports into one batch
@@ -71,15 +75,12 @@ class Reporter:
                     s.runs.finish(run, abandoned="its outcome could not be reported")
 
     def _partial(self, run: Run) -> str:
-        """The partial result kept on cancel: the latest progress the handler recorded."""
-        try:
-            return jsonio.encode(
-                run.ctx.last_progress,
-                what=f"progress of job {run.job.id}",
-                limit=self.s.engine.policy.limits.max_payload_bytes,
-            )
-        except PayloadError:
-            return "null"
+        """The partial result kept when a handler stopped on a cancel request without
+        returning: the latest progress it reported (checked against the payload limit
+        when it was reported, on whichever executor), or null."""
+        _, text, _ = run.ctx.latest_progress()
+        limit = self.s.engine.policy.limits.max_payload_bytes
+        return "null" if text is None or len(text) > limit else text
 
     def event_for(self, run: Run, outcome: Outcome) -> tuple[str, dict[str, Any]] | None:
         """The engine report for an outcome, or None when there is nothing to report."""
@@ -91,8 +92,9 @@ class Reporter:
             if len(result.encode("utf-8")) > limit:  # one limit, whichever executor ran it
                 error = f"result of job {run.job.id} is over the limit of {limit} bytes"
                 return "fail", {"fence": fence, "error": error, "permanent": True}
+            # after a cancel request the spec ends it cancelled, this value kept as partial
             return "succeed", {"fence": fence, "result_json": result}
-        if run.cancel_seen is not None and status in ("cancelled", "killed", "failed", "timeout"):
+        if run.cancel_seen is not None and status in _STOPPED:
             return "cancelled_ack", {"fence": fence, "result_json": self._partial(run)}
         if status == "retry":
             return "fail", {"fence": fence, "error": outcome.error, "delay": outcome.delay}
@@ -146,16 +148,47 @@ class Reporter:
             runs.append(run)
         if not reports:
             return
+        save_progress(s, runs)  # the last value first: it is what the job keeps
         results = s.with_retries("report", lambda: s.engine.report_many(reports))
         if results is None:
             for run in runs:  # the store stayed away: the leases lapse, recovery decides
                 s.runs.finish(run, abandoned="the result could not be reported")
             return
+        cancelled: list[Run] = []
         for run, result in zip(runs, results, strict=True):
+            if self._cancelled_meanwhile(result):
+                cancelled.append(run)
+                continue
             if isinstance(result, LeaseLost):
                 log.info("job %s: report discarded: %s", run.job.id, result)
                 if metrics is not None:
                     metrics.lease_lost(run.job.kind)
             elif not isinstance(result, Job):
                 log.warning("job %s: report failed: %s", run.job.id, result)
+            s.runs.finish(run)
+        if cancelled:
+            self._acknowledge(cancelled)
+
+    def _cancelled_meanwhile(self, result: Job | JobFSMError) -> bool:
+        """The report was refused because a cancel was requested before the worker saw
+        it (the handler failed or was stopped meanwhile): the spec takes `cancelled_ack`
+        in that state, so the run is acknowledged as stopped instead."""
+        return (
+            isinstance(result, IllegalTransition)
+            and result.event != "cancelled_ack"
+            and (result.state, "cancelled_ack") in self.s.engine.spec.table
+        )
+
+    def _acknowledge(self, runs: list[Run]) -> None:
+        """Report `cancelled_ack` for `runs`, each keeping its latest progress."""
+        s = self.s
+        acks: list[tuple[Job, str, Mapping[str, Any]]] = [
+            (r.job, "cancelled_ack", {"fence": r.job.fence, "result_json": self._partial(r)})
+            for r in runs
+        ]
+        results = s.with_retries("report", lambda: s.engine.report_many(acks))
+        for i, run in enumerate(runs):
+            result = None if results is None else results[i]
+            if not isinstance(result, Job):
+                log.warning("job %s: cancel acknowledgement failed: %s", run.job.id, result)
             s.runs.finish(run)

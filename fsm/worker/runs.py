@@ -30,6 +30,7 @@ class Run:
         "job",
         "lease_lost",
         "lost",
+        "progress_saved",
         "reporting",
         "spec",
     )
@@ -45,6 +46,7 @@ class Run:
         self.lost = False  # the lease is gone: the result is discarded
         self.dropped: str | None = None  # left to recovery at shutdown, with the reason
         self.reporting = False
+        self.progress_saved = 0  # the ctx.progress_seq last stored with the job
 
     @property
     def key(self) -> RunKey:

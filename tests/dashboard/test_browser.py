@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from fsm import Engine, open_store
+from fsm.progress import envelope
 
 from .browser import browser, dashboard_process, screenshot
-from .seed import seed
+from .seed import OWNER_B, seed
 
 TOKEN = "browser-test-token"
 #: milliseconds Playwright waits for an element or a navigation
@@ -183,3 +184,23 @@ def test_job_list_filters_and_pages_on_postgres(pg_url: str, chromium: Any, tmp_
         page.wait_for_url(re.compile(r".*q=req-42.*"))
         assert page.locator("#job-list tbody tr").count() == 1
         screenshot(page, "jobs", tmp_path)
+
+
+def test_the_job_page_shows_new_progress_without_a_reload(
+    seeded: tuple[str, Engine, dict[str, str]], chromium: Any, tmp_path: Path
+) -> None:
+    url, engine, ids = seeded
+    job = engine.get(ids["running"])
+    with dashboard_process(url, log=tmp_path / "dash.log") as base:
+        page = chromium.new_page()
+        page.goto(f"{base}/jobs/{job.id}")
+        assert page.locator("#progress").inner_text() == "\u2013"  # an en dash: none yet
+        page.evaluate("window.__marker = 'same page'")
+        # the owner stores progress (as its worker's heartbeat would)
+        engine.save_progress(OWNER_B, {job.id: (job.fence, envelope(job, '{"done":7}', 1.0))})
+        page.wait_for_function(
+            "() => document.querySelector('#progress').innerText.includes('7')",
+            timeout=WAIT_MS,
+        )
+        assert '"done": 7' in page.locator("#progress").inner_text()
+        assert page.evaluate("window.__marker") == "same page"

@@ -102,11 +102,11 @@ def test_heartbeat_extends_the_lease_without_an_audit_entry(state: str) -> None:
     assert d.entry is None
 
 
-@pytest.mark.parametrize("state", ["running", "cancelling"])
-def test_succeed_stores_the_result_and_drops_the_lease(state: str) -> None:
+@pytest.mark.parametrize(("state", "ends"), [("running", "succeeded"), ("cancelling", "cancelled")])
+def test_succeed_stores_the_result_and_drops_the_lease(state: str, ends: str) -> None:
     job = job_in(state)
     d = decide(job, "succeed", NOW, policy(), fence=job.fence, result_json='{"ok":true}')
-    assert d.job.state == "succeeded"
+    assert d.job.state == ends
     assert d.job.result == {"ok": True}
     assert d.job.owner is None
     assert d.job.lease_until is None

@@ -29,7 +29,7 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "heartbeat"): {"running"},
     ("cancelling", "heartbeat"): {"cancelling"},
     ("running", "succeed"): {"succeeded"},
-    ("cancelling", "succeed"): {"succeeded"},
+    ("cancelling", "succeed"): {"cancelled"},
     ("running", "fail"): {"retry_wait", "failed"},
     ("running", "ambiguous"): {"investigate"},
     ("leased", "release"): {"queued"},
