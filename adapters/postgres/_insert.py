@@ -16,6 +16,7 @@ from fsm.records import Decision, Job
 
 from . import _schema
 from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
+from .deps import lock_prerequisites, store_prerequisites
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Inserts(Connected):
     def _insert_once(
         self, decisions: Sequence[Decision], capacity: Capacity | None = None
     ) -> set[str]:
-        if capacity is not None:
+        if capacity is not None or any(d.prerequisites for d in decisions):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
@@ -90,8 +91,9 @@ class Inserts(Connected):
                 return copied
         return self._write("insert", body, reconcile)
 
-    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity) -> set[str]:
-        """Insert and check the queues' capacities in one transaction, atomically.
+    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity | None) -> set[str]:
+        """Insert and check the queues' capacities in one transaction, atomically; the
+        jobs' prerequisites (`Decision.prerequisites`) are checked and stored in it too.
 
         The transaction takes a lock per capped queue (a transaction advisory lock,
         class CAPACITY_CLASS, in sorted order), inserts, then counts the queue's
@@ -99,10 +101,12 @@ class Inserts(Connected):
         submitters to one queue are serialized by the lock, so the second counts
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
-        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
+        limits = {} if capacity is None else capacity.limits
+        queues = sorted({d.job.queue for d in decisions} & set(limits))
         entries = [d.entry for d in decisions if d.entry is not None]
         params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
-        count = self.sql.waiting(tuple(capacity.states))
+        count = self.sql.waiting(tuple(capacity.states)) if capacity is not None else ""
+        after = sorted({a for d in decisions for a in d.prerequisites})
         queue_of = {d.job.id: d.job.queue for d in decisions}
         lost: psycopg.Error | None = None
         with self.connection("insert") as conn:
@@ -114,15 +118,15 @@ class Inserts(Connected):
                         conn.execute(
                             "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
                         )
+                    locked = conn.execute(lock_prerequisites(self.sql.jobs), (after,))
                     inserted = conn.execute(self.sql.insert, params)
-                    counted = [
-                        (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
-                    ]
+                    counted = [(q, conn.execute(count, (q, limits[q] + 1))) for q in queues]
                 ids = {r[0] for r in inserted.fetchall()}
+                store_prerequisites(conn, self.schema, decisions, ids, locked.fetchall())
                 added = {queue_of[i] for i in ids}
                 for queue, cursor in counted:
                     row = cursor.fetchone()
-                    limit = capacity.limits[queue]
+                    limit = limits[queue]
                     if queue in added and row is not None and row[0] > limit:
                         raise QueueFull(queue, limit)
             except BaseException:

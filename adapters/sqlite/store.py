@@ -52,6 +52,7 @@ from ._sql import (
     _waiting_sql,
 )
 from .browse import SqliteBrowse
+from .deps import SqliteDependencies, store_prerequisites
 from .schema import (
     ACTIVE_STATES,
     CREATE_VERSION_TABLE,
@@ -65,7 +66,7 @@ from .url import SqliteOptions, parse_url
 log = logging.getLogger(__name__)
 
 
-class SqliteStore(SqliteBrowse):
+class SqliteStore(SqliteBrowse, SqliteDependencies):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
@@ -249,6 +250,7 @@ class SqliteStore(SqliteBrowse):
         )
         out: list[Job] = []
         added: set[str] = set()
+        batch = {d.job.id for d in decisions}
         with self._write("insert") as conn:
             for d, row, entry in zip(decisions, rows, entries, strict=True):
                 key = d.job.idempotency_key
@@ -259,6 +261,8 @@ class SqliteStore(SqliteBrowse):
                     if found is not None:
                         out.append(_job(found))
                         continue
+                if d.prerequisites:
+                    store_prerequisites(conn, d.job.id, d.prerequisites, batch)
                 conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
                 if entry is not None:
                     conn.execute(_AUDIT_INSERT, entry)
@@ -515,6 +519,11 @@ class SqliteStore(SqliteBrowse):
         if request.other_than:
             where += f" AND queue NOT IN ({', '.join('?' for _ in request.other_than)})"
             params += list(request.other_than)
+        if request.held_by:  # keep what a waiting job still waits for
+            where += (
+                " AND NOT EXISTS (SELECT 1 FROM job_deps d JOIN jobs w ON w.id = d.job_id "
+                f"WHERE d.after_id = jobs.id AND w.state IN {in_list(request.held_by)})"
+            )
         params.append(request.limit)
         with self._write("prune") as conn:
             ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE {where} LIMIT ?", params)]
@@ -522,6 +531,7 @@ class SqliteStore(SqliteBrowse):
                 chunk = ids[start : start + _CHUNK]
                 marks = ", ".join("?" for _ in chunk)
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
+                conn.execute(f"DELETE FROM job_deps WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
         return len(ids)
 
@@ -547,7 +557,7 @@ class SqliteStore(SqliteBrowse):
         Call it when no other process uses the file (`jobfsm faults` cleans up so).
         """
         with self._write("drop schema") as conn:
-            for table in ("job_events", "jobs", "queue_pauses", "schema_version"):
+            for table in ("job_events", "job_deps", "jobs", "queue_pauses", "schema_version"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             left = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"

@@ -34,7 +34,10 @@ def fence_events(spec: Lifecycle) -> frozenset[str]:
 
 def _legal(spec: Lifecycle, entry: AuditEntry) -> bool:
     if entry.from_state is None:
-        return entry.event == spec.create_rule.event and entry.to_state == spec.create_rule.dest
+        return any(
+            entry.event == r.event and entry.to_state == r.dest
+            for r in spec.create_rules or (spec.create_rule,)
+        )
     rules = spec.table.get((entry.from_state, entry.event), ())
     return any(r.dest == entry.to_state for r in rules)
 
