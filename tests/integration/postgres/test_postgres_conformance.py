@@ -10,12 +10,17 @@ from fsm.testing.conformance import (
     SharedStoreConformance,
     UrlStore,
 )
+from fsm.testing.conformance_deps import DependencyConformance
 
 pytestmark = pytest.mark.postgres
 
 
 class TestPostgresConformance(
-    UrlStore, SharedStoreConformance, PersistentStoreConformance, DroppableStoreConformance
+    UrlStore,
+    SharedStoreConformance,
+    PersistentStoreConformance,
+    DroppableStoreConformance,
+    DependencyConformance,
 ):
     @pytest.fixture(autouse=True)
     def _schema(self, pg_schema_url: str) -> None:

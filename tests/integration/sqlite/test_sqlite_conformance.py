@@ -12,10 +12,15 @@ from fsm.testing.conformance import (
     SharedStoreConformance,
     UrlStore,
 )
+from fsm.testing.conformance_deps import DependencyConformance
 
 
 class TestSqliteConformance(
-    UrlStore, SharedStoreConformance, PersistentStoreConformance, DroppableStoreConformance
+    UrlStore,
+    SharedStoreConformance,
+    PersistentStoreConformance,
+    DroppableStoreConformance,
+    DependencyConformance,
 ):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:
