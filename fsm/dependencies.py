@@ -220,3 +220,23 @@ def _first(engine: Engine, job: Job, now: float, states: dict[str, str]) -> Deci
         except IllegalTransition:
             continue
     return None
+
+
+#: most dependents `dependents_of` lists (inspect shows a job's first ones)
+SHOWN_DEPENDENTS = 50
+
+
+def prerequisites_of(engine: Engine, job_id: str) -> dict[str, str | None]:
+    """The job's prerequisites and their states now (None: pruned); {} without any."""
+    store = engine.store
+    if not isinstance(store, TracksDependencies):
+        return {}
+    return store.prerequisites([job_id]).get(job_id, {})
+
+
+def dependents_of(engine: Engine, job_id: str, limit: int = SHOWN_DEPENDENTS) -> list[Job]:
+    """Up to `limit` jobs that name `job_id` as a prerequisite, in any state."""
+    store = engine.store
+    if not isinstance(store, TracksDependencies):
+        return []
+    return store.dependents([job_id], engine.spec.states, limit)
