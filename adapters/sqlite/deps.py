@@ -68,10 +68,13 @@ class SqliteDependencies:
             return []
         for start in range(0, len(ids), _IDS):
             chunk = ids[start : start + _IDS]
+            # CROSS JOIN keeps job_deps the outer loop (through job_deps_after): left to
+            # itself the planner may walk every waiting job instead (measured: 150 ms
+            # against 3 ms for 50 prerequisites among 5,000 waiting jobs)
             rows = self._read(
                 "dependents",
                 f"SELECT {', '.join('j.' + c for c in _JOB_COLS.split(', '))} "
-                "FROM job_deps d JOIN jobs j ON j.id = d.job_id "
+                "FROM job_deps d CROSS JOIN jobs j ON j.id = d.job_id "
                 f"WHERE d.after_id IN ({_marks(len(chunk))}) AND j.state IN {in_list(states)} "
                 "LIMIT ?",
                 [*chunk, limit - len(out)],
