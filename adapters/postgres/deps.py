@@ -74,11 +74,10 @@ class PostgresDependencies:
         if not job_ids or not states or limit < 1:
             return []
         jobs, deps = self._tables()
-        columns = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
         sql = (
-            f"SELECT DISTINCT ON (j.id) {columns} FROM {deps} d JOIN {jobs} j "
-            f"ON j.id = d.job_id WHERE d.after_id = ANY(%s::text[]) "
-            f"AND j.state IN ({state_list(states)}) ORDER BY j.id LIMIT %s"
+            f"SELECT {', '.join(JOB_COLUMNS)} FROM {jobs} WHERE id IN (SELECT job_id FROM "
+            f"{deps} WHERE after_id = ANY(%s::text[])) AND state IN ({state_list(states)}) "
+            "LIMIT %s"
         )
         with self.connection("dependents") as conn:
             rows = conn.execute(sql, (list(dict.fromkeys(job_ids)), limit)).fetchall()
