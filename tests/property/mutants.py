@@ -109,6 +109,14 @@ class PhantomAuditStore(MemoryStore):
         return super()._write(attrs.evolve(d, entry=None))
 
 
+class EarlyReleaseStore(MemoryStore):
+    """prerequisites reports every prerequisite as succeeded: dependents run too early."""
+
+    def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        found = super().prerequisites(job_ids)
+        return {j: dict.fromkeys(states, "succeeded") for j, states in found.items()}
+
+
 #: mutant -> the invariant code its failure must name
 MUTANTS: dict[type[MemoryStore], str] = {
     NoVersionCheckStore: "I",
@@ -117,6 +125,7 @@ MUTANTS: dict[type[MemoryStore], str] = {
     UncountedRecoveryStore: "I",
     PruneAnythingStore: "I3",
     PhantomAuditStore: "I",
+    EarlyReleaseStore: "D1",
 }
 
 
