@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .errors import IllegalTransition, JobFSMError, VersionConflict
+from .errors import IllegalTransition, JobFSMError
 from .lifecycle.core import decide
 from .lifecycle.rules import PREREQUISITE_GONE
 from .ports import TracksDependencies
@@ -181,8 +181,8 @@ class Releaser:
                     job_id, event, lambda d: engine.store.apply([d])[0], prerequisites=states
                 )
             except IllegalTransition:
-                continue
-            except (VersionConflict, JobFSMError):
+                continue  # not this event (or no longer waiting: then neither applies)
+            except JobFSMError:  # lost every compare-and-set, or the store refused
                 return None
         return None
 
