@@ -608,6 +608,35 @@ PATCHES: tuple[Patch, ...] = (
         AMQP,
         "a batched ack covers deliveries the worker has not settled yet",
     ),
+    # --- dependencies (docs/dependencies.md) -------------------------------------------
+    Patch(
+        "core-release-on-any-success",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "return all(v == PREREQUISITE_SUCCEEDED for v in",
+                "return any(v == PREREQUISITE_SUCCEEDED for v in",
+            ),
+        ),
+        ("memory",),
+        "a waiting job is let go when one of its prerequisites succeeded, not all",
+    ),
+    Patch(
+        "sqlite-prerequisites-not-stored",
+        "sqlite",
+        "adapters/sqlite/deps.py",
+        (
+            (
+                '        "INSERT OR IGNORE INTO job_deps (job_id, after_id) VALUES (?, ?)",\n'
+                "        [(job_id, a) for a in after],",
+                '        "INSERT OR IGNORE INTO job_deps (job_id, after_id) VALUES (?, ?)",\n'
+                "        [(job_id, a) for a in after][:0],",
+            ),
+        ),
+        ("sqlite",),
+        "insert checks a job's prerequisites but does not store them",
+    ),
 )
 
 

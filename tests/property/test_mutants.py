@@ -84,6 +84,7 @@ CI_PATCHES = (
     "sqlite-audit-second-transaction",
     "sqlite-begin-deferred",
     "rabbitmq-ack-on-hand-out",  # `jobfsm faults --delivery amqp://...` (the real broker)
+    "core-release-on-any-success",  # dependencies: D1
 )
 
 
