@@ -147,7 +147,9 @@ class Engine:
             # prerequisites that finished before the submit: release at once
             done = {j.id: j for j in self.releaser.settled(fresh)}
             jobs = [done.get(j.id, j) for j in jobs]
-            fresh = [done.get(j.id, j) for j in fresh]
+            # a waiting job gets no wake-up here: its release announces it (the ones
+            # released just now were announced by the releaser)
+            fresh = [j for j in fresh if j.id not in done and j.state in self._lease_states]
         if fresh and self.publisher is not None:
             try:
                 self.publisher.publish(fresh)

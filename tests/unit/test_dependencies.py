@@ -115,3 +115,56 @@ def test_requeue_of_a_dependent_goes_back_to_waiting_and_replays() -> None:
     rebuilt = replay(entries, POLICY)
     assert rebuilt is not None
     assert same_except_heartbeats(rebuilt, again.job)
+
+
+class _Recorder:
+    """A delivery that records what it is asked to publish."""
+
+    def __init__(self) -> None:
+        self.published: list[list[str]] = []
+
+    def publish(self, jobs: Any) -> None:
+        self.published.append([j.id for j in jobs])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_a_released_job_is_announced_to_the_delivery_like_a_new_one() -> None:
+    from adapters.memory import MemoryStore
+    from fsm.clock import FakeClock
+    from fsm.engine import Engine
+    from fsm.records import Owner
+
+    # given: a dependent waiting for one job, on an engine with a delivery
+    delivery = _Recorder()
+    engine = Engine(MemoryStore(), clock=FakeClock(), publisher=delivery)
+    first = engine.submit("k", 1)
+    waiting = engine.submit("k", 2, after=[first.id])
+    assert delivery.published == [[first.id]]  # a waiting job gets no wake-up
+
+    # when: the prerequisite succeeds
+    (leased,) = engine.claim(Owner("h", 1, "i"), ids=[first.id])
+    engine.start(leased.id, leased.fence)
+    engine.succeed(leased.id, leased.fence, None)
+
+    # then: the released job is published once, as queued
+    assert delivery.published[-1] == [waiting.id]
+    assert engine.get(waiting.id).state == "queued"
+
+
+def test_a_job_whose_prerequisites_already_succeeded_is_announced_once() -> None:
+    from adapters.memory import MemoryStore
+    from fsm.clock import FakeClock
+    from fsm.engine import Engine
+    from fsm.records import Owner
+
+    delivery = _Recorder()
+    engine = Engine(MemoryStore(), clock=FakeClock(), publisher=delivery)
+    first = engine.submit("k", 1)
+    (leased,) = engine.claim(Owner("h", 1, "i"), ids=[first.id])
+    engine.start(leased.id, leased.fence)
+    engine.succeed(leased.id, leased.fence, None)
+    later = engine.submit("k", 2, after=[first.id])
+    assert later.state == "queued"
+    assert delivery.published == [[first.id], [later.id]]
