@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from fsm.errors import BadStoreURL, QueueFull, VersionConflict
+from fsm.errors import BadStoreURL, QueueFull, UnknownPrerequisite, VersionConflict
 from fsm.lifecycle.core import erased_data_json
 from fsm.ports import (
     Capacity,
@@ -44,6 +44,9 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
         self._unclaimable = Unclaimable(log)
+        #: job id -> its prerequisites, and prerequisite id -> the jobs that name it
+        self._deps: dict[str, tuple[str, ...]] = {}
+        self._dependents: dict[str, dict[str, None]] = {}
 
     def _index(self, old: Job | None, new: Job | None) -> None:
         if old is not None and (new is None or old.state != new.state):
@@ -79,6 +82,14 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
             if capacity is not None:
                 self._check_capacity(fresh, capacity)
             for d in fresh:
+                missing = [a for a in d.prerequisites if a not in self._jobs]
+                if missing:
+                    raise UnknownPrerequisite(d.job.id, missing)
+            for d in fresh:
+                if d.prerequisites:
+                    self._deps[d.job.id] = tuple(d.prerequisites)
+                    for after in d.prerequisites:
+                        self._dependents.setdefault(after, {})[d.job.id] = None
                 self._put(d.job)
                 self._audit[d.job.id] = [d.entry] if d.entry is not None else []
                 if d.job.idempotency_key is not None:
@@ -98,6 +109,32 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
     def get(self, job_id: str) -> Job | None:
         with self._lock:
             return self._jobs.get(job_id)
+
+    def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        with self._lock:
+            out: dict[str, dict[str, str | None]] = {}
+            for job_id in job_ids:
+                if job_id in self._deps:
+                    out[job_id] = {
+                        a: (j.state if (j := self._jobs.get(a)) is not None else None)
+                        for a in self._deps[job_id]
+                    }
+            return out
+
+    def dependents(self, job_ids: Sequence[str], states: tuple[str, ...], limit: int) -> list[Job]:
+        with self._lock:
+            out: dict[str, Job] = {}
+            for job_id in job_ids:
+                for dep in self._dependents.get(job_id, {}):
+                    job = self._jobs.get(dep)
+                    if job is not None and job.state in states and len(out) < limit:
+                        out[dep] = job
+            return list(out.values())
+
+    def in_states_after(self, states: tuple[str, ...], after: str, limit: int) -> list[Job]:
+        with self._lock:
+            ids = sorted(i for s in states for i in self._by_state.get(s, {}) if i > after)
+            return [self._jobs[i] for i in ids[:limit]]
 
     def _write(self, d: Decision) -> Job | VersionConflict:
         assert d.previous is not None
@@ -260,14 +297,24 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 and j.finished_at < request.cutoffs[j.state]
                 and (request.queues is None or j.queue in request.queues)
                 and j.queue not in request.other_than
+                and not self._held(j.id, request.held_by)
             ][: request.limit]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._index(job, None)
+                for after in self._deps.pop(job_id, ()):
+                    self._dependents.get(after, {}).pop(job_id, None)
                 self._audit.pop(job_id, None)
                 if job.idempotency_key is not None:
                     self._keys.pop(job.idempotency_key, None)
             return len(doomed)
+
+    def _held(self, job_id: str, states: tuple[str, ...]) -> bool:
+        """Does a job in `states` still wait for `job_id`?"""
+        return bool(states) and any(
+            (j := self._jobs.get(d)) is not None and j.state in states
+            for d in self._dependents.get(job_id, {})
+        )
 
     def pause_queue(self, pause: QueuePause) -> None:
         with self._lock:
@@ -290,6 +337,8 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
             self._audit.clear()
             self._keys.clear()
             self._by_state.clear()
+            self._deps.clear()
+            self._dependents.clear()
 
     def close(self) -> None:
         """Nothing to release."""

@@ -28,6 +28,7 @@ from .errors import (
     StoreError,
     TransientStoreError,
     UnknownKind,
+    UnknownPrerequisite,
     VersionConflict,
     WaitTimeout,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "SystemClock",
     "TransientStoreError",
     "UnknownKind",
+    "UnknownPrerequisite",
     "Verdict",
     "VersionConflict",
     "WaitTimeout",

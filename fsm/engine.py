@@ -39,6 +39,7 @@ from .ports import (
     ScanRequest,
     Store,
     StoresProgress,
+    TracksDependencies,
 )
 from .records import AuditEntry, Decision, Job, Owner, new_id
 from .telemetry import tracing
@@ -77,6 +78,11 @@ class Engine:
         self.tracer_provider = tracer_provider
         self._traced = tracing.available()
         self._pauses = QueuePauses(store, self.clock)
+        # imported here: fsm.dependencies needs the Engine type only for annotations
+        from .dependencies import Releaser
+
+        #: releases jobs that wait for prerequisites (None: the store keeps none)
+        self.releaser = Releaser(self, store) if isinstance(store, TracksDependencies) else None
 
     def _dests(self, event: str) -> frozenset[str]:
         return frozenset(
@@ -138,6 +144,11 @@ class Engine:
         polling or NOTIFY on commit, and a RabbitMQ sweep republishes them."""
         now = self.clock.now()
         decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
+        if self.releaser is None and any(d.prerequisites for d in decisions):
+            raise BadInput(
+                f"{type(self.store).__name__} keeps no dependencies: submit with after= "
+                "needs a store that does (memory, SQLite, PostgreSQL)"
+            )
         caps = self.policy.limits.queue_capacity
         capacity = Capacity(caps, self._lease_states) if caps else None
         if conn is None:
@@ -154,6 +165,13 @@ class Engine:
             if job.id == decision.job.id and decision.entry is not None:
                 self._observe(job, decision.entry)
                 fresh.append(job)
+        if conn is None and self.releaser is not None and any(d.prerequisites for d in decisions):
+            # prerequisites that finished before the submit: release at once
+            done = {j.id: j for j in self.releaser.settled(fresh)}
+            jobs = [done.get(j.id, j) for j in jobs]
+            # a waiting job gets no wake-up here: its release announces it (the ones
+            # released just now were announced by the releaser)
+            fresh = [j for j in fresh if j.id not in done and j.state in self._lease_states]
         if fresh and self.publisher is not None and conn is None:
             try:
                 self.publisher.publish(fresh)
@@ -206,7 +224,10 @@ class Engine:
         A lost race re-reads and decides again, at most `limits.cas_retries` times.
         A stale fence raises LeaseLost after recording the rejected report.
         """
-        return self._decided(job_id, event, lambda d: self.store.apply([d])[0], **args)
+        job = self._decided(job_id, event, lambda d: self.store.apply([d])[0], **args)
+        if self.releaser is not None:
+            self.releaser.settled([job])
+        return job
 
     def _decided(
         self,
@@ -461,11 +482,16 @@ class Engine:
             }
 
         default = cutoffs(limits.retention)
-        requests = [PruneRequest(cutoffs=default, limit=limit, other_than=tuple(overrides))]
+        held = () if self.releaser is None else self.releaser.waiting
+        requests = [
+            PruneRequest(cutoffs=default, limit=limit, other_than=tuple(overrides), held_by=held)
+        ]
         for queue, rule in sorted(overrides.items()):
             check_name("queue", queue)
             merged = {**limits.retention, **rule}
-            requests.append(PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,)))
+            requests.append(
+                PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,), held_by=held)
+            )
         total = 0
         for request in requests:
             for _ in range(max_batches):
@@ -512,6 +538,8 @@ class Engine:
                     if d.entry is not None:
                         self._observe(written, d.entry)
                     out[i] = written
+            if self.releaser is not None:
+                self.releaser.settled(j for j in applied if isinstance(j, Job))
         for i, (job, event, args) in enumerate(reports):
             if out[i] is None:
                 out[i] = self._report_alone(job, event, args)
@@ -547,4 +575,6 @@ class Engine:
             return None
         if decision.entry is not None:
             self._observe(written, decision.entry)
+        if self.releaser is not None:
+            self.releaser.settled([written])
         return written

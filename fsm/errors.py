@@ -61,6 +61,20 @@ class JobNotFound(BadInput, LookupError):
         super().__init__(f"no job with id {job_id!r}")
 
 
+class UnknownPrerequisite(BadInput, LookupError):
+    """A submit named prerequisites (`after=`) that are not stored; nothing was written."""
+
+    def __init__(self, job_id: str, missing: list[str]) -> None:
+        self.job_id = job_id
+        self.missing = list(missing)
+        shown = ", ".join(self.missing[:5]) + (" ..." if len(self.missing) > 5 else "")
+        super().__init__(
+            f"new job {job_id}: after= names jobs that are not stored: {shown}; a job can wait "
+            "only for jobs that already exist (submit the prerequisites first, in an earlier "
+            "call: a batch cannot name its own jobs); nothing was written"
+        )
+
+
 class UnknownKind(BadInput):
     def __init__(self, kind: str, known: list[str] | None = None) -> None:
         self.kind = kind

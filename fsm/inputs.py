@@ -40,8 +40,18 @@ SUBMIT_OPTIONS = frozenset(
         "retry_safe",
         "idempotency_key",
         "correlation_id",
+        "after",
+        "on_failed_dependency",
     }
 )
+#: most prerequisites one job may name (`after=`): each is a row of the store's
+#: dependency table and a read whenever the job is considered for release
+MAX_PREREQUISITES = 64
+#: the rules a dependent may declare for a failed prerequisite (specs/job.toml's
+#: dependency_failed event has one transition per rule)
+ON_FAILED_DEPENDENCY = ("cancel", "run", "investigate")
+#: what a dependent does when a prerequisite fails, unless it says otherwise
+DEFAULT_ON_FAILED_DEPENDENCY = "cancel"
 
 
 def check_name(what: str, value: object) -> str:
@@ -236,7 +246,10 @@ def submit_options(
     if timeout is None:
         timeout = kp.timeout
     retry_safe = opts.get("retry_safe")
+    after, on_failed = check_prerequisites(opts.get("after"), opts.get("on_failed_dependency"))
     return {
+        "after": after,
+        "on_failed_dependency": on_failed,
         "kind": kind,
         "queue": queue,
         "priority": check_int(
@@ -255,3 +268,30 @@ def submit_options(
         "idempotency_key": key,
         "correlation_id": correlation,
     }
+
+
+def check_prerequisites(after: object, on_failed: object) -> tuple[list[str] | None, str | None]:
+    """`after=` (job ids, at most MAX_PREREQUISITES, repeats dropped) and its
+    `on_failed_dependency` rule ("cancel", the default, "run" or "investigate").
+
+    Whether the ids exist is checked by the store, in the insert's transaction.
+    """
+    if after is None or (isinstance(after, list | tuple) and not after):
+        if on_failed is not None:
+            raise BadInput("on_failed_dependency needs prerequisites: give after=[job ids]")
+        return None, None
+    if isinstance(after, str) or not isinstance(after, list | tuple):
+        raise BadInput(f"after must be a list of job ids; got {after!r:.80}")
+    ids = list(dict.fromkeys(check_name("a job id in after", a) for a in after))
+    if len(ids) > MAX_PREREQUISITES:
+        raise BadInput(
+            f"after names {len(ids)} jobs; a job may wait for at most {MAX_PREREQUISITES} "
+            "(fsm.inputs.MAX_PREREQUISITES)"
+        )
+    rule = DEFAULT_ON_FAILED_DEPENDENCY if on_failed is None else on_failed
+    if rule not in ON_FAILED_DEPENDENCY:
+        raise BadInput(
+            f"on_failed_dependency must be one of {', '.join(ON_FAILED_DEPENDENCY)}; "
+            f"got {on_failed!r:.80}"
+        )
+    return ids, str(rule)

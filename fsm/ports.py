@@ -100,6 +100,9 @@ class PruneRequest:
     limit: int = 1000
     queues: tuple[str, ...] | None = None
     other_than: tuple[str, ...] = ()
+    #: a store that tracks dependencies keeps every job that a job in these states
+    #: still waits for (its outcome is still to be read)
+    held_by: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -250,6 +253,33 @@ class SchemaDroppable(Protocol):
     """A store that can remove everything it created (the fault suite cleans up with it)."""
 
     def drop_schema(self) -> None: ...
+
+
+@runtime_checkable
+class TracksDependencies(Protocol):
+    """A store that keeps jobs' prerequisites (`after=`, docs/dependencies.md).
+
+    `insert` stores each decision's `prerequisites` with its job, in the same
+    transaction, after checking that every one of them is stored: if one is not,
+    nothing is written and `fsm.errors.UnknownPrerequisite` names it. A duplicate
+    idempotency key returns the stored job with the prerequisites it was stored with.
+    `prune` keeps the jobs that a job in `PruneRequest.held_by` states waits for.
+    """
+
+    def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        """For each of `job_ids` that has prerequisites: {prerequisite id: its state,
+        or None if it is no longer stored}."""
+        ...
+
+    def dependents(self, job_ids: Sequence[str], states: tuple[str, ...], limit: int) -> list[Job]:
+        """At most `limit` jobs in `states` that name one of `job_ids` as a prerequisite
+        (found through the index on the prerequisite's id: no job scan)."""
+        ...
+
+    def in_states_after(self, states: tuple[str, ...], after: str, limit: int) -> list[Job]:
+        """At most `limit` jobs in `states` whose id sorts after `after`, in id order
+        (the recovery sweep walks waiting jobs with it, a bounded slice per pass)."""
+        ...
 
 
 @runtime_checkable

@@ -84,6 +84,9 @@ class Job:
     last_error: str | None = None
     result_json: str | None = None
     progress_json: str | None = None
+    #: with prerequisites (`after=`): "cancel", "run" or "investigate" when one of them
+    #: fails (docs/dependencies.md); None for a job without prerequisites
+    on_failed_dependency: str | None = None
 
     @property
     def payload(self) -> Any:
@@ -170,3 +173,5 @@ class Decision:
     entry: AuditEntry | None
     event: str
     previous: Job | None
+    #: a submit decision's prerequisites (`after=`): the store records them with the job
+    prerequisites: tuple[str, ...] = ()

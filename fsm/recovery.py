@@ -10,7 +10,10 @@ the same `Identity.judge`. One sweep, in order:
 2. with an `identity`, the owners of the other leased jobs are judged
    (`fsm.owner.Identity.judge`: ALIVE, DEAD or UNKNOWN, failing closed) and the
    jobs of owners confirmed DEAD are expired at once, this host's jobs first;
-3. jobs whose deadline passed are failed.
+3. jobs whose deadline passed are failed;
+4. with a store that keeps dependencies, the next slice of waiting jobs is offered
+   release (`fsm.dependencies.Releaser.sweep`): the backstop for a process that died
+   between a prerequisite's last write and its dependents' release.
 
 Every write is a compare-and-set on the version that was read (and judged), so
 concurrent sweepers never both win and a verdict about one owner can never take
@@ -47,6 +50,8 @@ class RecoveryReport:
     deadlines: int = 0
     to_investigate: int = 0
     errors: int = 0
+    #: waiting jobs let go (or ended by their on_failed_dependency rule)
+    released: int = 0
 
     def __add__(self, other: RecoveryReport) -> RecoveryReport:
         return RecoveryReport(
@@ -54,6 +59,7 @@ class RecoveryReport:
             self.deadlines + other.deadlines,
             self.to_investigate + other.to_investigate,
             self.errors + other.errors,
+            self.released + other.released,
         )
 
 
@@ -146,4 +152,8 @@ def sweep(
     report = lapsed(engine, limit=limit)
     if identity is not None:
         report += dead_owners(engine, identity, probe, limit=limit)
-    return report + deadlines(engine, limit=limit)
+    report += deadlines(engine, limit=limit)
+    if engine.releaser is not None:
+        done = engine.releaser.sweep(limit=limit)
+        report += RecoveryReport(released=done.met + done.failed, errors=done.conflicts)
+    return report

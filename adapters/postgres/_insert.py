@@ -16,6 +16,7 @@ from fsm.records import Decision, Job
 
 from . import _schema
 from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
+from .deps import lock_prerequisites, store_prerequisites
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Inserts(Connected):
     def _insert_once(
         self, decisions: Sequence[Decision], capacity: Capacity | None = None
     ) -> set[str]:
-        if capacity is not None:
+        if capacity is not None or any(d.prerequisites for d in decisions):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
@@ -84,8 +85,9 @@ class Inserts(Connected):
                 return copied
         return self._write("insert", body, reconcile)
 
-    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity) -> set[str]:
-        """Insert and check the queues' capacities in one transaction, atomically.
+    def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity | None) -> set[str]:
+        """Insert and check the queues' capacities in one transaction, atomically; the
+        jobs' prerequisites (`Decision.prerequisites`) are checked and stored in it too.
 
         The transaction takes a lock per capped queue (a transaction advisory lock,
         class CAPACITY_CLASS, in sorted order), inserts, then counts the queue's
@@ -120,7 +122,9 @@ class Inserts(Connected):
 
         Capped: a lock per capped queue (a transaction advisory lock, class
         CAPACITY_CLASS, in sorted order), the insert, then a count of the queue's
-        waiting jobs (at most limit + 1 rows of the partial index jobs_due).
+        waiting jobs (at most limit + 1 rows of the partial index jobs_due). With
+        prerequisites (`Decision.prerequisites`): they are locked before the insert
+        and checked and stored after it (adapters/postgres/deps.py).
         """
         entries = [d.entry for d in decisions if d.entry is not None]
         params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
@@ -128,6 +132,8 @@ class Inserts(Connected):
         for queue in queues:
             key = _schema.key32(f"{self.schema}\x00{queue}")
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key))
+        after = sorted({a for d in decisions for a in d.prerequisites})
+        locked = conn.execute(lock_prerequisites(self.sql.jobs), (after,)) if after else None
         inserted = conn.execute(self.sql.insert, params)
         counted = []
         if capacity is not None:
@@ -137,6 +143,8 @@ class Inserts(Connected):
 
         def finish() -> set[str]:
             ids = {r[0] for r in inserted.fetchall()}
+            if locked is not None:
+                store_prerequisites(conn, self.schema, decisions, ids, locked.fetchall())
             added = {queue_of[i] for i in ids}
             for queue, cursor in counted:
                 row = cursor.fetchone()

@@ -23,7 +23,15 @@ LIVENESS_CLASS = 0x4A464C56
 #: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
 CAPACITY_CLASS = 0x4A464351
 #: every table jobfsm creates in its schema (drop_schema removes exactly these)
-TABLES = ("job_events", "jobs", "liveness", "queue_pauses", "schedules", "schema_version")
+TABLES = (
+    "job_deps",
+    "job_events",
+    "jobs",
+    "liveness",
+    "queue_pauses",
+    "schedules",
+    "schema_version",
+)
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
 # indexes that claim and the recovery sweep walk, so a table with millions of
@@ -148,6 +156,20 @@ _V5 = """
 ALTER TABLE {s}.jobs ADD COLUMN progress_json text;
 """
 
+# Dependencies (docs/dependencies.md): a job's prerequisites, one row each. The
+# index on after_id finds the dependents of a job that finished; jobs_waiting walks
+# waiting jobs in id order (the recovery sweep's bounded backstop).
+_V6 = """
+ALTER TABLE {s}.jobs ADD COLUMN on_failed_dependency text;
+CREATE TABLE {s}.job_deps (
+    job_id   text COLLATE "C" NOT NULL,
+    after_id text COLLATE "C" NOT NULL,
+    PRIMARY KEY (job_id, after_id)
+);
+CREATE INDEX job_deps_after ON {s}.job_deps (after_id, job_id);
+CREATE INDEX jobs_waiting ON {s}.jobs (id) WHERE state IN ('waiting');
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
@@ -155,6 +177,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (3, "paused queues", _V3),
     (4, "schedules", _V4),
     (5, "jobs: the latest progress of a running job", _V5),
+    (6, "dependencies: job_deps, on_failed_dependency, waiting jobs by id", _V6),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -36,6 +36,7 @@ JOB_TYPES: dict[str, str] = {
     "last_error": "text",
     "result_json": "text",
     "progress_json": "text",
+    "on_failed_dependency": "text",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",
@@ -347,19 +348,33 @@ class Statements:
             "ORDER BY seq LIMIT %(limit)s"
         )
 
-    def prune(self, states: tuple[str, ...], only: bool = False, other_than: bool = False) -> str:
+    def prune(
+        self,
+        states: tuple[str, ...],
+        only: bool = False,
+        other_than: bool = False,
+        held_by: tuple[str, ...] = (),
+    ) -> str:
         """`only`: the next parameter lists the queues pruned; `other_than`: the next one
-        lists queues left alone (they have a retention of their own)."""
+        lists queues left alone (they have a retention of their own); `held_by`: a job
+        that a job in these states waits for is kept."""
         state_list(states)
         cutoffs = " OR ".join(f"(state = '{s}' AND finished_at < %s)" for s in states)
         queues = ("AND queue = ANY(%s::text[]) " if only else "") + (
             "AND NOT (queue = ANY(%s::text[])) " if other_than else ""
         )
+        if held_by:
+            queues += (
+                f"AND NOT EXISTS (SELECT 1 FROM {self.s}.job_deps d JOIN {self.jobs} w "
+                f"ON w.id = d.job_id WHERE d.after_id = {self.jobs}.id "
+                f"AND w.state IN ({state_list(held_by)})) "
+            )
         return (
             f"WITH doomed AS (SELECT id FROM {self.jobs} WHERE finished_at IS NOT NULL "
             f"AND ({cutoffs or 'false'}) {queues}ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
             f"gone AS (DELETE FROM {self.jobs} AS j USING doomed WHERE j.id = doomed.id "
             "RETURNING j.id), "
-            f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id) "
+            f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id), "
+            f"deps AS (DELETE FROM {self.s}.job_deps AS x USING gone WHERE x.job_id = gone.id) "
             "SELECT count(*) FROM gone"
         )

@@ -52,6 +52,7 @@ from ._base import (
 from ._insert import COPY_MIN, INSERT_ROUNDS
 from ._url import CHANNEL_PREFIX, Settings
 from .browse import PostgresBrowse
+from .deps import PostgresDependencies
 from .listen import Listener
 from .liveness import PostgresLiveness
 from .schedules import PostgresSchedules
@@ -98,7 +99,7 @@ def _value(job: Job, column: str) -> Any:
     return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
 
 
-class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse):
+class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDependencies):
     """Jobs in `<schema>.jobs`, their audit trail in `<schema>.job_events`.
 
     Thread-safe: each call borrows a connection from a bounded pool
@@ -475,7 +476,9 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse):
             return 0
         if request.queues is not None and not request.queues:
             return 0
-        statement = self.sql.prune(states, request.queues is not None, bool(request.other_than))
+        statement = self.sql.prune(
+            states, request.queues is not None, bool(request.other_than), request.held_by
+        )
         params: list[Any] = [*(request.cutoffs[s] for s in states)]
         if request.queues is not None:
             params.append(list(request.queues))

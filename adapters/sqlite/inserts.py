@@ -22,6 +22,7 @@ from ._sql import (
     _translated,
 )
 from ._sql import _waiting_sql as waiting_sql
+from .deps import store_prerequisites
 
 #: the savepoint `insert_in` wraps its statements in (rolled back to on any error)
 SAVEPOINT = "jobfsm_submit"
@@ -32,7 +33,8 @@ def insert_rows(
 ) -> list[Job]:
     """Run one insert's statements on `conn`, inside a transaction the caller holds.
 
-    A job whose idempotency key is stored comes back in place of the new one; with
+    A job whose idempotency key is stored comes back in place of the new one; its
+    prerequisites are checked and stored (UnknownPrerequisite rolls back); with
     `capacity`, a queue left over its limit raises QueueFull (the caller rolls back).
     Values are made before the first statement, so a lock is held for statements only.
     """
@@ -49,6 +51,7 @@ def insert_rows(
     )
     out: list[Job] = []
     added: set[str] = set()
+    batch = {d.job.id for d in decisions}
     for d, row, entry in zip(decisions, rows, entries, strict=True):
         key = d.job.idempotency_key
         if key is not None:
@@ -58,6 +61,8 @@ def insert_rows(
             if found is not None:
                 out.append(_job(found))
                 continue
+        if d.prerequisites:
+            store_prerequisites(conn, d.job.id, d.prerequisites, batch)
         conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
         if entry is not None:
             conn.execute(_AUDIT_INSERT, entry)

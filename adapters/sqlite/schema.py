@@ -16,7 +16,11 @@ from collections.abc import Iterable
 #: (see `in_list`) so SQLite's planner can prove the index applies.
 CLAIMABLE_STATES = ("queued", "retry_wait")
 LEASED_STATES = ("cancelling", "leased", "running")
-ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
+ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running", "waiting")
+#: the states a job waits for its prerequisites in (docs/dependencies.md)
+WAITING_STATES = ("waiting",)
+#: ACTIVE_STATES as migration 1 wrote them into jobs_deadline (migration 3 widens it)
+_V1_ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
 
 _STATE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # always fullmatch: "$" admits a final newline
 
@@ -75,7 +79,7 @@ _V1 = [
     # Deadline sweep: unfinished jobs that have a deadline.
     f"""
     CREATE INDEX jobs_deadline ON jobs (deadline)
-    WHERE deadline IS NOT NULL AND state IN {in_list(ACTIVE_STATES)}
+    WHERE deadline IS NOT NULL AND state IN {in_list(_V1_ACTIVE_STATES)}
     """,
     # Counts, scans by state and the capacity check: (queue, state) covers GROUP BY.
     "CREATE INDEX jobs_queue_state ON jobs (queue, state)",
@@ -145,12 +149,35 @@ _V3 = [
 # The latest progress a running job's handler reported (written by its owner).
 _V4 = ["ALTER TABLE jobs ADD COLUMN progress_json TEXT"]
 
+# Dependencies (docs/dependencies.md): a job's prerequisites, one row each. The
+# index on after_id finds the dependents of a job that finished; jobs_waiting walks
+# the waiting jobs in id order (the recovery sweep's bounded backstop); the deadline
+# index takes the waiting state in.
+_V5 = [
+    "ALTER TABLE jobs ADD COLUMN on_failed_dependency TEXT",
+    """
+    CREATE TABLE job_deps (
+        job_id   TEXT NOT NULL,
+        after_id TEXT NOT NULL,
+        PRIMARY KEY (job_id, after_id)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX job_deps_after ON job_deps (after_id, job_id)",
+    f"CREATE INDEX jobs_waiting ON jobs (id) WHERE state IN {in_list(WAITING_STATES)}",
+    "DROP INDEX jobs_deadline",
+    f"""
+    CREATE INDEX jobs_deadline ON jobs (deadline)
+    WHERE deadline IS NOT NULL AND state IN {in_list(ACTIVE_STATES)}
+    """,
+]
+
 #: (number, statements): applied in order, each exactly once.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, tuple(_V1)),
     (2, tuple(_V2)),
     (3, tuple(_V3)),
     (4, tuple(_V4)),
+    (5, tuple(_V5)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

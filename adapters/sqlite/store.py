@@ -51,6 +51,7 @@ from ._sql import (
     _translated,
 )
 from .browse import SqliteBrowse
+from .deps import SqliteDependencies
 from .inserts import JoinsSqlite, insert_rows
 from .schedules import SqliteSchedules
 from .schema import (
@@ -66,7 +67,7 @@ from .url import SqliteOptions, parse_url
 log = logging.getLogger(__name__)
 
 
-class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
+class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
@@ -507,6 +508,11 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
         if request.other_than:
             where += f" AND queue NOT IN ({', '.join('?' for _ in request.other_than)})"
             params += list(request.other_than)
+        if request.held_by:  # keep what a waiting job still waits for
+            where += (
+                " AND NOT EXISTS (SELECT 1 FROM job_deps d JOIN jobs w ON w.id = d.job_id "
+                f"WHERE d.after_id = jobs.id AND w.state IN {in_list(request.held_by)})"
+            )
         params.append(request.limit)
         with self._write("prune") as conn:
             ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE {where} LIMIT ?", params)]
@@ -514,6 +520,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
                 chunk = ids[start : start + _CHUNK]
                 marks = ", ".join("?" for _ in chunk)
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
+                conn.execute(f"DELETE FROM job_deps WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
         return len(ids)
 
@@ -539,7 +546,8 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules):
         Call it when no other process uses the file (`jobfsm faults` cleans up so).
         """
         with self._write("drop schema") as conn:
-            for table in ("job_events", "jobs", "queue_pauses", "schedules", "schema_version"):
+            tables = ("job_events", "job_deps", "jobs", "queue_pauses", "schedules")
+            for table in (*tables, "schema_version"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             left = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"

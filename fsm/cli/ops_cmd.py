@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from .. import dependencies
 from ..errors import BadInput, JobFSMError
 from ..inputs import check_name, seconds
 from ..lifecycle.spec import lifecycle
@@ -66,6 +67,19 @@ def _job_line(job: Job) -> str:
 @click.option("--timeout", type=float, default=None, help="Per-attempt timeout in seconds.")
 @click.option("--deadline-in", type=float, default=None, help="Fail if not done within SECONDS.")
 @click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="JOB",
+    help="Run only after this job succeeded; repeat for more (docs/dependencies.md).",
+)
+@click.option(
+    "--on-failed-dependency",
+    type=click.Choice(["cancel", "run", "investigate"]),
+    default=None,
+    help="What to do if a prerequisite fails [default: cancel].",
+)
+@click.option(
     "--retry-safe/--not-retry-safe",
     default=None,
     help="May a run lost to a crash run again? [default: the kind's policy where the "
@@ -85,6 +99,8 @@ def submit(
     max_attempts: int | None,
     timeout: float | None,
     deadline_in: float | None,
+    after: tuple[str, ...],
+    on_failed_dependency: str | None,
     retry_safe: bool | None,
     store: str | None,
     as_json: bool,
@@ -99,6 +115,8 @@ def submit(
         "max_attempts": max_attempts,
         "timeout": timeout,
         "retry_safe": retry_safe,
+        "after": list(after) or None,
+        "on_failed_dependency": on_failed_dependency,
     }
     with engine_for(store) as engine:
         if deadline_in is not None:
@@ -274,8 +292,17 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
     with engine_for(store, existing=True) as engine:
         job = engine.get(job_id)
         trail = engine.history(job_id)
+        after = dependencies.prerequisites_of(engine, job_id)
+        dependents = dependencies.dependents_of(engine, job_id)
     if as_json:
-        emit_json({"job": job_dict(job), "history": [entry_dict(e) for e in trail]})
+        emit_json(
+            {
+                "job": job_dict(job),
+                "history": [entry_dict(e) for e in trail],
+                "prerequisites": after,
+                "dependents": {d.id: d.state for d in dependents},
+            }
+        )
         return
     for key, value in job_dict(job).items():
         if key in ("payload", "result"):
@@ -305,6 +332,7 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
         if traced:  # an unexpected error's traceback, kept in its audit entry
             click.echo(f"\ntraceback of the last failure (attempt {traced[-1].attempt}):")
             click.echo(clean(str(traced[-1].data["traceback"]).rstrip(), keep="\n"))
+    _print_dependencies(after, dependents)
     rows = []
     for e in trail:
         rows.append(
@@ -326,6 +354,26 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
         ["v", "at", "event", "transition", "fence", "try", "actor", "reason", "error"],
         title="audit trail",
     )
+
+
+def _print_dependencies(after: dict[str, str | None], dependents: list[Job]) -> None:
+    """A job's prerequisites (`after=`) and the jobs that wait for it, with their states."""
+    if after:
+        click.echo("")
+        print_table(
+            [[pid, state or "(pruned)"] for pid, state in sorted(after.items())],
+            ["job", "state"],
+            title="prerequisites (after)",
+        )
+    if dependents:
+        shown = dependencies.SHOWN_DEPENDENTS
+        more = f" (first {shown})" if len(dependents) >= shown else ""
+        click.echo("")
+        print_table(
+            [[d.id, d.kind, d.state] for d in dependents],
+            ["job", "kind", "state"],
+            title=f"dependents{more}",
+        )
 
 
 def _inspect_command(name: str, summary: str) -> None:

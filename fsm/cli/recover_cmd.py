@@ -46,11 +46,13 @@ def recover(*, judge: bool, limit: int, store: str | None, as_json: bool) -> Non
                 "to_investigate": report.to_investigate,
                 "deadlines": report.deadlines,
                 "moved_meanwhile": report.errors,
+                "released": report.released,
             }
         )
         return
     click.echo(
         f"recovered {report.expired} job(s) ({report.to_investigate} to investigate), "
         f"failed {report.deadlines} past their deadline"
+        + (f", released {report.released} waiting job(s)" if report.released else "")
         + (f"; {report.errors} moved meanwhile and were left alone" if report.errors else "")
     )

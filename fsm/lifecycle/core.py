@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ..errors import BadInput, IllegalTransition, LeaseLost
-from ..inputs import check_operator_text
+from ..inputs import ON_FAILED_DEPENDENCY, check_operator_text
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
 from .rules import EFFECTS, ERASED, GUARDS, Step
@@ -37,6 +37,8 @@ _CREATE_FIELDS = {
     "retry_safe",
     "idempotency_key",
     "correlation_id",
+    "after",
+    "on_failed_dependency",
 }
 _REQUIRED_CREATE = ("id", "kind", "payload_json")
 
@@ -61,13 +63,24 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
     data.setdefault("max_attempts", policy.retry.max_attempts)
     data.setdefault("max_recoveries", policy.recovery.max_recoveries)
     data.setdefault("correlation_id", data["id"])
+    after = _prerequisites(data)
     job = Job(
         state=lc.create_rule.dest,
         created_at=now,
         updated_at=now,
         version=1,
-        **{k: v for k, v in data.items() if v is not None or k in ("deadline", "timeout")},
+        **{
+            k: v
+            for k, v in data.items()
+            if (v is not None or k in ("deadline", "timeout")) and k != "after"
+        },
     )
+    step = Step(job, now, policy, data)
+    rule = next(
+        r for r in lc.create_rules or (lc.create_rule,) if all(GUARDS[g](step) for g in r.guards)
+    )
+    if rule.dest != job.state:
+        job = evolve_job(job, {"state": rule.dest})
     entry = AuditEntry(
         job_id=job.id,
         version=1,
@@ -80,7 +93,27 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
         correlation_id=job.correlation_id,
         data_json=_data_json(data),
     )
-    return Decision(job=job, entry=entry, event=lc.create_rule.event, previous=None)
+    return Decision(job=job, entry=entry, event=rule.event, previous=None, prerequisites=after)
+
+
+def _prerequisites(data: dict[str, Any]) -> tuple[str, ...]:
+    """`after` and `on_failed_dependency` of a submit, as the record holds them: the
+    rule is set exactly when there are prerequisites (fsm.inputs checks callers' values)."""
+    after = data.get("after")
+    if after is None or after == []:
+        data.pop("after", None)
+        if data.get("on_failed_dependency") is not None:
+            raise BadInput("submit: on_failed_dependency needs prerequisites (after=)")
+        return ()
+    if not isinstance(after, list | tuple) or not all(isinstance(a, str) and a for a in after):
+        raise BadInput(f"submit: after must be a list of job ids, got {after!r:.200}")
+    data["after"] = list(after)
+    rule = data.get("on_failed_dependency")
+    if rule not in ON_FAILED_DEPENDENCY:
+        raise BadInput(
+            f"submit: on_failed_dependency must be one of {ON_FAILED_DEPENDENCY}, got {rule!r}"
+        )
+    return tuple(after)
 
 
 def erased_data_json(data_json: str) -> str:

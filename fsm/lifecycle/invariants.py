@@ -8,7 +8,7 @@ store (`trail_problems(job, store.history(job.id), lifecycle(), policy)`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -34,7 +34,10 @@ def fence_events(spec: Lifecycle) -> frozenset[str]:
 
 def _legal(spec: Lifecycle, entry: AuditEntry) -> bool:
     if entry.from_state is None:
-        return entry.event == spec.create_rule.event and entry.to_state == spec.create_rule.dest
+        return any(
+            entry.event == r.event and entry.to_state == r.dest
+            for r in spec.create_rules or (spec.create_rule,)
+        )
     rules = spec.table.get((entry.from_state, entry.event), ())
     return any(r.dest == entry.to_state for r in rules)
 
@@ -132,3 +135,43 @@ def trail_problems(
 def requeues(history: Sequence[AuditEntry]) -> int:
     """How many operator requeues the trail holds (each grants a fresh run)."""
     return sum(1 for e in history if e.outcome == "applied" and e.event == "requeue")
+
+
+#: the events that give a job a lease (the fence moves): a job leased has been let run
+LEASE_EVENT = "lease"
+
+
+def dependency_problems(
+    job: Job,
+    history: Sequence[AuditEntry],
+    prerequisites: Mapping[str, tuple[Job, Sequence[AuditEntry]] | None],
+    spec: Lifecycle,
+) -> list[str]:
+    """D1/D2 of specs/invariants.md for a job with prerequisites (`prerequisites`: each
+    prerequisite's record and trail as stored now, None if it was pruned).
+
+    D1: a job whose rule is cancel or investigate is leased only after every
+    prerequisite succeeded (succeeded is absorbing, so each stored one is succeeded
+    now). D2: a job whose rule is run is leased only once every prerequisite finished:
+    each stored one is final now, or an operator requeued it since.
+    """
+    if not any(e.outcome == "applied" and e.event == LEASE_EVENT for e in history):
+        return []
+    found: list[str] = []
+    finals = spec.terminal | spec.parked
+    for pid, stored in sorted(prerequisites.items()):
+        if stored is None:
+            continue  # pruned: only a finished job is pruned, never while a job waits for it
+        pre, trail = stored
+        if job.on_failed_dependency == "run":
+            reopened = any(e.outcome == "applied" and e.event == "requeue" for e in trail)
+            if pre.state not in finals and not reopened:
+                found.append(
+                    f"D2 job {job.id}: leased while its prerequisite {pid} is {pre.state!r}"
+                )
+        elif pre.state != "succeeded":
+            found.append(
+                f"D1 job {job.id} (on_failed_dependency={job.on_failed_dependency}): leased "
+                f"while its prerequisite {pid} is {pre.state!r}"
+            )
+    return found

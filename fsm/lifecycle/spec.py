@@ -65,11 +65,14 @@ class Lifecycle:
     table: Mapping[tuple[str, str], tuple[Rule, ...]]
     create_rule: Rule
     machine: Any = attrs.field(eq=False, repr=False)
+    #: the creating event's transitions in spec order (guarded ones first; the last,
+    #: `create_rule`, leads to the initial state)
+    create_rules: tuple[Rule, ...] = ()
 
     @property
     def rules(self) -> tuple[Rule, ...]:
         """Every rule, creation first, in spec order."""
-        out = [self.create_rule]
+        out = list(self.create_rules or (self.create_rule,))
         for rules in self.table.values():
             out.extend(rules)
         return tuple(out)
@@ -184,8 +187,15 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
             if body.get("creates"):
                 if sources:
                     bad(f"{at}.from", "a creating event has no source state (from = [])")
-                if rule.get("to") != initial:
-                    bad(f"{at}.to", f"a creating event must lead to the initial state {initial!r}")
+                last = i == len(rules) - 1
+                if last and (rule.get("to") != initial or rule.get("guards")):
+                    bad(
+                        f"{at}.to",
+                        "a creating event's last transition must be unguarded and lead to "
+                        f"the initial state {initial!r}",
+                    )
+                if not last and not rule.get("guards"):
+                    bad(f"{at}.guards", "a creating event's earlier transitions need guards")
             elif not sources:
                 bad(f"{at}.from", "names no source state")
             for src in sources:
@@ -235,8 +245,8 @@ def _graph_problems(lc: Lifecycle) -> list[SpecError]:
     for (src, _event), rules in lc.table.items():
         for rule in rules:
             edges[src].add(rule.dest)
-    reached = {lc.initial}
-    frontier = [lc.initial]
+    reached = {lc.initial} | {r.dest for r in lc.create_rules}
+    frontier = list(reached)
     while frontier:
         for nxt in edges[frontier.pop()]:
             if nxt not in reached:
@@ -293,6 +303,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
     transitions_list: list[dict[str, Any]] = []
     event_specs: dict[str, EventSpec] = {}
     create_rule: Rule | None = None
+    create_rules: list[Rule] = []
     for name, body in events_data.items():
         event_specs[name] = EventSpec(
             name=name,
@@ -307,6 +318,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
             effects = tuple(rule.get("effects", []))
             if body.get("creates"):
                 create_rule = Rule(None, name, rule["to"], guards, effects)
+                create_rules.append(create_rule)
                 continue
             transitions_list.append(
                 {
@@ -353,6 +365,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         table=MappingProxyType({k: tuple(v) for k, v in table.items()}),
         create_rule=create_rule,
         machine=machine,
+        create_rules=tuple(create_rules),
     )
 
 

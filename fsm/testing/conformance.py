@@ -129,11 +129,28 @@ PATHS: dict[str, tuple[str, ...]] = {
     "failed": ("lease", "start", "fail_permanent"),
     "cancelled": ("cancel",),
     "investigate": ("lease", "start", "ambiguous"),
+    "waiting": (),
 }
+
+#: `after=` of a recipe's submit: a fresh prerequisite that stays queued (the job waits)
+PENDING_PREREQUISITE = "<pending prerequisite>"
+#: `after=` of a recipe's submit: a prerequisite cancelled before the submit (a job with
+#: on_failed_dependency="run" is let go at once) and requeued once the job is in place,
+#: so the job has prerequisites and one of them is pending again
+REOPENED_PREREQUISITE = "<reopened prerequisite>"
 
 
 def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
     """Submit a job and drive it into `state` with ordinary engine calls."""
+    if state == "waiting":
+        submit.setdefault("after", PENDING_PREREQUISITE)
+    after = submit.get("after")
+    reopen: Job | None = None
+    if after == PENDING_PREREQUISITE:
+        submit["after"] = [engine.submit("conformance", {"n": 0}).id]
+    elif after == REOPENED_PREREQUISITE:
+        reopen = reach(engine, clock, "cancelled")
+        submit["after"] = [reopen.id]
     job = engine.submit("conformance", {"n": 1}, **submit)
     who = owner()
     for step in PATHS[state]:
@@ -151,6 +168,8 @@ def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
             job = engine.succeed(job.id, job.fence, {"ok": True})
         elif step == "ambiguous":
             job = engine.ambiguous(job.id, job.fence, "unknown effect")
+    if reopen is not None:
+        engine.requeue(reopen.id, actor="tester", reason="reopen", attempts=1)
     assert job.state == state, f"reaching {state!r} ended in {job.state!r}"
     return job
 
@@ -216,6 +235,35 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
     ("investigate", "resolve", "failed"): Recipe(
         args=lambda job: {**_OPERATOR, "outcome": "failed"}
     ),
+    # dependencies (docs/dependencies.md): the prerequisites' states are the event's input
+    ("waiting", "cancel", "cancelled"): Recipe(
+        submit={"after": PENDING_PREREQUISITE}, args=lambda job: dict(_OPERATOR)
+    ),
+    ("waiting", "deadline", "failed"): Recipe(
+        submit={"after": PENDING_PREREQUISITE}, advance=1000.0
+    ),
+    ("waiting", "dependencies_met", "queued"): Recipe(
+        submit={"after": PENDING_PREREQUISITE},
+        args=lambda job: {"prerequisites": {"P1": "succeeded"}},
+    ),
+    **{
+        ("waiting", "dependency_failed", dest): Recipe(
+            submit={"after": PENDING_PREREQUISITE, "on_failed_dependency": rule},
+            args=lambda job: {"prerequisites": {"P1": "failed", "P2": "succeeded"}},
+        )
+        for dest, rule in (
+            ("cancelled", "cancel"),
+            ("queued", "run"),
+            ("investigate", "investigate"),
+        )
+    },
+    **{
+        (state, "requeue", "waiting"): Recipe(
+            submit={"after": REOPENED_PREREQUISITE, "on_failed_dependency": "run"},
+            args=lambda job: {**_OPERATOR, "attempts": 1},
+        )
+        for state in ("failed", "cancelled", "investigate")
+    },
 }
 
 

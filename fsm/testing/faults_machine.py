@@ -38,11 +38,16 @@ from ..clock import FakeClock
 from ..engine import Engine
 from ..errors import IllegalTransition, LeaseLost, TransientStoreError
 from ..inputs import KindPolicy
-from ..lifecycle.invariants import owned_states, requeues, trail_problems
+from ..lifecycle.invariants import (
+    dependency_problems,
+    owned_states,
+    requeues,
+    trail_problems,
+)
 from ..lifecycle.spec import lifecycle
 from ..owner import Identity
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
-from ..ports import ScanRequest, Store
+from ..ports import ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
@@ -240,6 +245,10 @@ class FaultMachine(RuleBasedStateMachine):
         #: (a rejected report is audited without a new version)
         self.touched: set[str] = set()
         self.requeued: dict[str, int] = {}
+        #: does the store keep dependencies (then some jobs wait for others)?
+        self.deps = isinstance(self.real, TracksDependencies)
+        #: job id -> the prerequisites it was submitted with
+        self.after: dict[str, list[str]] = {}
         self.broken = False
         self.stats.examples += 1
 
@@ -422,6 +431,36 @@ class FaultMachine(RuleBasedStateMachine):
         if job.id not in self.index and job.payload != {"n": n}:
             self._fail(f"I3 submit returned a job it did not create: {job.id}")
         self._track(job)
+
+    @precondition(lambda self: self.deps and self.jobs and len(self.jobs) < MAX_JOBS)
+    @rule(
+        kind=st.integers(0, 15),
+        picks=st.lists(J, min_size=1, max_size=3),
+        on_failed=st.sampled_from(("cancel", "run", "investigate")),
+        deadline=st.sampled_from((None, None, 45.0)),
+    )
+    def submit_dependent(
+        self, kind: int, picks: list[int], on_failed: str, deadline: float | None
+    ) -> None:
+        """A job that waits for up to three jobs already submitted (any state)."""
+        spec = self.kind_specs[kind % len(self.kind_specs)]
+        self.seq += 1
+        n = self.seq
+        now = self.clock.advance(0.01)
+        after = sorted({self._job(j) for j in picks})
+        opts: dict[str, Any] = {"priority": n, "after": after, "on_failed_dependency": on_failed}
+        if deadline is not None:
+            opts["deadline"] = now + deadline
+        try:
+            job: Job | None = self.engine.submit(spec.name, {"n": n}, **opts)
+        except TransientStoreError:
+            job = self._find_submitted(n)
+            if job is None:
+                return
+        assert job is not None
+        self._track(job)
+        self.after[job.id] = after
+        self._fault("dependent job submitted")
 
     def _find_submitted(self, n: int) -> Job | None:
         every = self.real.scan(
@@ -899,6 +938,8 @@ class FaultMachine(RuleBasedStateMachine):
             self.sound[job.id] = job.version
             self.requeued[job.id] = requeues(history)
         checks["I2/I4/I5/I6/I8 audit trail and replay"] += 1
+        if job.id in self.after:
+            self._check_dependencies(job)
         last = self.seen.get(job.id)
         now = (job.fence, job.version, job.recoveries)
         if last is not None and any(a < b for a, b in zip(now, last, strict=True)):
@@ -915,6 +956,22 @@ class FaultMachine(RuleBasedStateMachine):
                 f"{len(fences)} times with {granted} operator requeues"
             )
         checks["I7 fenced effects at most once"] += 1
+
+    def _check_dependencies(self, job: Job) -> None:
+        """D1/D2: a dependent is leased only as its prerequisites and its rule allow."""
+        stored = (
+            self.real.prerequisites([job.id]) if isinstance(self.real, TracksDependencies) else {}
+        )
+        if set(stored.get(job.id, {})) != set(self.after[job.id]):
+            self._fail(f"D0 job {job.id}: the store lost its prerequisites {self.after[job.id]}")
+        found: dict[str, tuple[Job, list[Any]] | None] = {}
+        for pid in self.after[job.id]:
+            pre = self.real.get(pid)
+            found[pid] = None if pre is None else (pre, self.real.history(pid))
+        problems = dependency_problems(job, self.real.history(job.id), found, self.spec)
+        if problems:
+            self._fail("; ".join(problems))
+        self.stats.checks["D1/D2 dependents leased only as their prerequisites allow"] += 1
 
     def _check_owners(self, by_id: Mapping[str, Job]) -> None:
         for jid in self.jobs:

@@ -21,11 +21,29 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from ..errors import TransientStoreError, VersionConflict
-from ..ports import Capacity, ClaimRequest, PruneRequest, RenewRequest, ScanRequest, Store
+from ..ports import (
+    Capacity,
+    ClaimRequest,
+    PruneRequest,
+    RenewRequest,
+    ScanRequest,
+    Store,
+    TracksDependencies,
+)
 from ..records import AuditEntry, Decision, Job
 
 #: store methods a fault can be armed on (reads fail only "before")
-FAULTABLE = ("insert", "claim", "apply", "renew", "record", "prune", "get", "scan")
+FAULTABLE = (
+    "insert",
+    "claim",
+    "apply",
+    "renew",
+    "record",
+    "prune",
+    "get",
+    "scan",
+    "dependents",
+)
 WRITES = frozenset({"insert", "claim", "apply", "renew", "record", "prune"})
 
 
@@ -112,6 +130,25 @@ class FaultyStore:
 
     def history(self, job_id: str) -> list[AuditEntry]:
         return self.inner.history(job_id)
+
+    # dependencies: forwarded when the store keeps them (a store that does not has none)
+
+    def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        inner = self.inner
+        return inner.prerequisites(job_ids) if isinstance(inner, TracksDependencies) else {}
+
+    def dependents(self, job_ids: Sequence[str], states: tuple[str, ...], limit: int) -> list[Job]:
+        self._before("dependents")  # the release after a write fails: the sweep repairs it
+        inner = self.inner
+        if not isinstance(inner, TracksDependencies):
+            return []
+        return inner.dependents(job_ids, states, limit)
+
+    def in_states_after(self, states: tuple[str, ...], after: str, limit: int) -> list[Job]:
+        inner = self.inner
+        if not isinstance(inner, TracksDependencies):
+            return []
+        return inner.in_states_after(states, after, limit)
 
     def counts(self) -> dict[tuple[str, str], int]:
         return self.inner.counts()

@@ -5,7 +5,8 @@ One Engine runs on a reference store (tests pass `adapters.memory.MemoryStore`;
 the store under test. Both share one `FakeClock` and identical, jitter-free
 policies. Every rule (submit with or without an idempotency key, claim, start,
 heartbeat, succeed, fail, ambiguous, release, cancel, cancelled_ack, a stale
-report, clock jumps followed by a recovery sweep, requeue, resolve, prune) is
+report, clock jumps followed by a recovery sweep, requeue, resolve, prune, and a
+submit that waits for stored jobs when both stores keep dependencies) is
 applied to both, and after every step the machine asserts that both agree:
 the same outcome or the same exception, the same states, fences, attempts and
 every other field of every job (ids aside), the same audit trails and the same
@@ -43,7 +44,7 @@ from ..engine import Engine
 from ..errors import JobFSMError
 from ..inputs import KindPolicy
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
-from ..ports import Store
+from ..ports import Store, TracksDependencies
 from ..records import AuditEntry, Job, Owner
 from ..recovery import sweep
 from .profiles import run_machine
@@ -86,6 +87,18 @@ def _comparable(job: Job | None) -> tuple[Any, ...] | None:
     return tuple(getattr(job, f.name) for f in attrs.fields(Job) if f.name not in _OWN_FIELDS)
 
 
+def _unordered(text: str) -> str:
+    """An error's words in sorted order: the two stores' ids sort differently."""
+    return " ".join(sorted(text.replace(",", " ").split()))
+
+
+def _ref(job: Job | None) -> Job | None:
+    """The reference's job as `StoreComparison._as_ref` shows the candidate's."""
+    if job is None or not job.last_error or job.on_failed_dependency is None:
+        return job
+    return attrs.evolve(job, last_error=_unordered(job.last_error))
+
+
 def _entries(history: list[AuditEntry]) -> list[tuple[Any, ...]]:
     return [
         (e.event, e.from_state, e.to_state, e.version, e.fence, e.attempt, e.at, e.outcome)
@@ -119,6 +132,7 @@ class StoreComparison(RuleBasedStateMachine):
         #: (reference id, candidate id) of every job submitted
         self.pairs: list[tuple[str, str]] = []
         self.to_sut: dict[str, str] = {}
+        self.to_ref: dict[str, str] = {}
         self.next_priority = 0
 
     def teardown(self) -> None:
@@ -140,8 +154,8 @@ class StoreComparison(RuleBasedStateMachine):
 
     def _agree(self, a: tuple[str, Any], b: tuple[str, Any], what: str) -> None:
         if a[0] == "ok" and b[0] == "ok":
-            left = _comparable(a[1]) if isinstance(a[1], Job) else a[1]
-            right = _comparable(b[1]) if isinstance(b[1], Job) else b[1]
+            left = _comparable(_ref(a[1])) if isinstance(a[1], Job) else a[1]
+            right = _comparable(self._as_ref(b[1])) if isinstance(b[1], Job) else b[1]
             assert left == right, f"{what}: reference {a[1]!r} != candidate {b[1]!r}"
         else:
             assert a == b, f"{what}: reference {a!r}, candidate {b!r}"
@@ -168,6 +182,7 @@ class StoreComparison(RuleBasedStateMachine):
             assert b.id not in {s for _, s in self.pairs}, "a new job reused a stored one"
             self.pairs.append((a.id, b.id))
             self.to_sut[a.id] = b.id
+            self.to_ref[b.id] = a.id
 
     @initialize(
         jobs=st.lists(
@@ -196,6 +211,42 @@ class StoreComparison(RuleBasedStateMachine):
     ) -> None:
         self._submit(key, kind, queue, delay, deadline)
 
+    @precondition(
+        lambda self: self.pairs and all(isinstance(s, TracksDependencies) for s in self.stores)
+    )
+    @rule(
+        picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
+        on_failed=st.sampled_from(("cancel", "run", "investigate")),
+        queue=st.sampled_from(("default", "other")),
+    )
+    def submit_dependent(self, picks: list[int], on_failed: str, queue: str) -> None:
+        """A job that waits for up to three stored jobs (docs/dependencies.md)."""
+        self.next_priority += 1
+        chosen = sorted({self._pair(i) for i in picks})
+        opts: dict[str, Any] = {
+            "queue": queue,
+            "priority": self.next_priority,
+            "on_failed_dependency": on_failed,
+        }
+        payload = {"p": self.next_priority}
+        a = _outcome(lambda: self.ref.submit("k", payload, after=[r for r, _ in chosen], **opts))
+        b = _outcome(lambda: self.sut.submit("k", payload, after=[c for _, c in chosen], **opts))
+        if a[0] == b[0] == "ok":
+            self.pairs.append((a[1].id, b[1].id))
+            self.to_sut[a[1].id] = b[1].id
+            self.to_ref[b[1].id] = a[1].id
+        self._agree(a, b, "submit with after")
+
+    def _as_ref(self, job: Job | None) -> Job | None:
+        """A candidate's job with the candidate's job ids in `last_error` (a released
+        job names its failed prerequisites, in id order) written as the reference's."""
+        if job is None or not job.last_error or job.on_failed_dependency is None:
+            return job
+        text = job.last_error
+        for sut_id, ref_id in self.to_ref.items():
+            text = text.replace(sut_id, ref_id)
+        return attrs.evolve(job, last_error=_unordered(text))
+
     @rule(
         who=st.sampled_from(OWNERS),
         queue=st.sampled_from(("default", "other")),
@@ -212,7 +263,7 @@ class StoreComparison(RuleBasedStateMachine):
             a = self.ref.claim(who, [queue], limit=limit)
             b = self.sut.claim(who, [queue], limit=limit)
         assert [self.to_sut[j.id] for j in a] == [j.id for j in b]
-        assert [_comparable(j) for j in a] == [_comparable(j) for j in b]
+        assert [_comparable(_ref(j)) for j in a] == [_comparable(self._as_ref(j)) for j in b]
 
     def _held(self, states: tuple[str, ...]) -> list[int]:
         """Indexes of the pairs whose job (per the reference) is in one of `states`."""
@@ -315,7 +366,7 @@ class StoreComparison(RuleBasedStateMachine):
     def both_stores_hold_the_same_jobs_and_trails(self) -> None:
         assert self.ref.counts() == self.sut.counts()
         for ref_id, sut_id in self.pairs:
-            a, b = self.ref.store.get(ref_id), self.sut.store.get(sut_id)
+            a, b = _ref(self.ref.store.get(ref_id)), self._as_ref(self.sut.store.get(sut_id))
             assert _comparable(a) == _comparable(b), f"job {ref_id} / {sut_id} differs"
             assert _entries(self.ref.store.history(ref_id)) == _entries(
                 self.sut.store.history(sut_id)

@@ -10,6 +10,7 @@ from fsm.errors import BadStoreURL
 from fsm.ports import Store
 from fsm.registry import open_store as open_by_url
 from fsm.testing.conformance import DroppableStoreConformance
+from fsm.testing.conformance_deps import DependencyConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
 from fsm.testing.stateful import run_comparison
 
@@ -22,7 +23,9 @@ def test_the_comparison_machine_finds_two_memory_stores_in_agreement() -> None:
     run_comparison(MemoryStore, MemoryStore, scale=0.1)
 
 
-class TestMemoryStoreConformance(DroppableStoreConformance, ProgressStoreConformance):
+class TestMemoryStoreConformance(
+    DroppableStoreConformance, ProgressStoreConformance, DependencyConformance
+):
     """The whole suite plus drop_schema; memory is one process: no cross-process checks."""
 
     concurrent_jobs = 5000

@@ -109,6 +109,14 @@ class PhantomAuditStore(MemoryStore):
         return super()._write(attrs.evolve(d, entry=None))
 
 
+class EarlyReleaseStore(MemoryStore):
+    """prerequisites reports every prerequisite as succeeded: dependents run too early."""
+
+    def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        found = super().prerequisites(job_ids)
+        return {j: dict.fromkeys(states, "succeeded") for j, states in found.items()}
+
+
 #: mutant -> the invariant code its failure must name
 MUTANTS: dict[type[MemoryStore], str] = {
     NoVersionCheckStore: "I",
@@ -117,6 +125,7 @@ MUTANTS: dict[type[MemoryStore], str] = {
     UncountedRecoveryStore: "I",
     PruneAnythingStore: "I3",
     PhantomAuditStore: "I",
+    EarlyReleaseStore: "D1",
 }
 
 
@@ -598,6 +607,35 @@ PATCHES: tuple[Patch, ...] = (
         (("floor = min(held, default=tags[-1] + 1)", "floor = tags[-1] + 1"),),
         AMQP,
         "a batched ack covers deliveries the worker has not settled yet",
+    ),
+    # --- dependencies (docs/dependencies.md) -------------------------------------------
+    Patch(
+        "core-release-on-any-success",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                "return all(v == PREREQUISITE_SUCCEEDED for v in",
+                "return any(v == PREREQUISITE_SUCCEEDED for v in",
+            ),
+        ),
+        ("memory",),
+        "a waiting job is let go when one of its prerequisites succeeded, not all",
+    ),
+    Patch(
+        "sqlite-prerequisites-not-stored",
+        "sqlite",
+        "adapters/sqlite/deps.py",
+        (
+            (
+                '        "INSERT OR IGNORE INTO job_deps (job_id, after_id) VALUES (?, ?)",\n'
+                "        [(job_id, a) for a in after],",
+                '        "INSERT OR IGNORE INTO job_deps (job_id, after_id) VALUES (?, ?)",\n'
+                "        [(job_id, a) for a in after][:0],",
+            ),
+        ),
+        ("sqlite",),
+        "insert checks a job's prerequisites but does not store them",
     ),
 )
 

@@ -38,6 +38,7 @@ EXPECTED = [
     (mutants.UncountedRecoveryStore, r"I6 .*recoveries"),
     (mutants.PruneAnythingStore, r"I3 .*pruned while"),
     (mutants.PhantomAuditStore, r"I[28] .*(starts from|version does not grow)"),
+    (mutants.EarlyReleaseStore, r"D1 .*leased while its prerequisite"),
 ]
 
 
@@ -83,6 +84,7 @@ CI_PATCHES = (
     "sqlite-audit-second-transaction",
     "sqlite-begin-deferred",
     "rabbitmq-ack-on-hand-out",  # `jobfsm faults --delivery amqp://...` (the real broker)
+    "core-release-on-any-success",  # dependencies: D1
 )
 
 

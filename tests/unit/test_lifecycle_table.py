@@ -46,13 +46,18 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "deadline"): {"failed"},
     ("retry_wait", "deadline"): {"failed"},
     ("cancelling", "deadline"): {"failed"},
-    ("failed", "requeue"): {"queued"},
-    ("cancelled", "requeue"): {"queued"},
-    ("investigate", "requeue"): {"queued"},
+    ("failed", "requeue"): {"queued", "waiting"},
+    ("cancelled", "requeue"): {"queued", "waiting"},
+    ("investigate", "requeue"): {"queued", "waiting"},
     ("investigate", "resolve"): {"succeeded", "failed"},
     ("succeeded", "erase"): {"succeeded"},
     ("failed", "erase"): {"failed"},
     ("cancelled", "erase"): {"cancelled"},
+    # dependencies (docs/dependencies.md)
+    ("waiting", "cancel"): {"cancelled"},
+    ("waiting", "deadline"): {"failed"},
+    ("waiting", "dependencies_met"): {"queued"},
+    ("waiting", "dependency_failed"): {"cancelled", "queued", "investigate"},
 }
 
 STATES = {
@@ -65,6 +70,7 @@ STATES = {
     "failed",
     "cancelled",
     "investigate",
+    "waiting",
 }
 
 
@@ -130,12 +136,18 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
         {"deadline": NOW + 0.5},
         {"lease_until": NOW - 1},
         {"run_after": NOW + 60},
+        {"on_failed_dependency": "cancel"},
+        {"on_failed_dependency": "run"},
+        {"on_failed_dependency": "investigate"},
     ]
     args_variants: list[dict[str, Any]] = [
         {},
         {"permanent": True},
         {"verdict": "dead"},
         {"outcome": "failed"},
+        {"prerequisites": {"P1": "failed", "P2": "running"}},
+        {"prerequisites": {"P1": "gone", "P2": "succeeded"}},
+        {"prerequisites": {"P1": "cancelled", "P2": "investigate"}},
     ]
     for fields, extra in itertools.product(variants, args_variants):
         job = job_in(state, **fields)
@@ -146,6 +158,7 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
             "reason": "why",
             "attempts": 2,
             "outcome": "succeeded",
+            "prerequisites": {"P1": "succeeded"},
             **extra,
         }
         try:

@@ -10,6 +10,7 @@ from fsm.testing.conformance import (
     SharedStoreConformance,
     UrlStore,
 )
+from fsm.testing.conformance_deps import DependencyConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
 
 pytestmark = pytest.mark.postgres
@@ -21,6 +22,7 @@ class TestPostgresConformance(
     PersistentStoreConformance,
     DroppableStoreConformance,
     ProgressStoreConformance,
+    DependencyConformance,
 ):
     @pytest.fixture(autouse=True)
     def _schema(self, pg_schema_url: str) -> None:

@@ -12,6 +12,7 @@ from fsm.testing.conformance import (
     SharedStoreConformance,
     UrlStore,
 )
+from fsm.testing.conformance_deps import DependencyConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
 
 
@@ -21,6 +22,7 @@ class TestSqliteConformance(
     PersistentStoreConformance,
     DroppableStoreConformance,
     ProgressStoreConformance,
+    DependencyConformance,
 ):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:

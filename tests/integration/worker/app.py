@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fsm.errors import Permanent
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
@@ -87,7 +88,14 @@ def hard_exit(ctx: Context) -> None:
     os._exit(3)
 
 
+def refuse(ctx: Context) -> None:
+    """Fails for good (a prerequisite that fails, for the dependency tests)."""
+    mark(ctx, "started")
+    raise Permanent("refused on purpose")
+
+
 handlers.register("noop", noop)
+handlers.register("refuse", refuse)
 handlers.register("sleep", sleep, retry_safe=True)
 handlers.register("sleep_unsafe", sleep, retry_safe=False)
 handlers.register("stubborn", stubborn)

@@ -1,0 +1,242 @@
+"""Releasing jobs that wait for prerequisites (`after=`, docs/dependencies.md).
+
+A job submitted with prerequisites starts in the spec's waiting state. Whenever a
+write leaves a job final (terminal or parked) its dependents are looked up through
+the store's index on the prerequisite id, and each is offered the spec's release
+events with the prerequisites' states as read: `decide` picks what the guards
+allow (all succeeded: `dependencies_met`; one failed: `dependency_failed`, whose
+transition follows the job's `on_failed_dependency` rule) or refuses (still
+waiting). Every release is a decision written with compare-and-set, audited like
+any transition. Nothing here names a rule: the guards in fsm/lifecycle/rules.py do.
+
+Who releases: the engine right after its own writes (a worker's reports, operator
+actions, the recovery sweep's expiries and deadlines, a submit whose prerequisites
+are already finished), and `sweep`, run by the recovery sweep, as the backstop for a
+process that died between a prerequisite's write and its dependents' release. Both
+are bounded: RELEASE_LIMIT jobs per call, SWEEP_LIMIT waiting jobs per sweep pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .errors import IllegalTransition, JobFSMError
+from .lifecycle.core import decide
+from .lifecycle.rules import PREREQUISITE_GONE
+from .ports import TracksDependencies
+from .records import Decision, Job
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: the spec's events that let a waiting job go, tried in this order
+RELEASE_EVENTS = ("dependencies_met", "dependency_failed")
+#: most jobs one release after a write looks at (the rest is left to the sweep)
+RELEASE_LIMIT = 1000
+#: most rounds one release follows a chain (a dependent cancelled by its rule
+#: releases its own dependents in the next round)
+RELEASE_ROUNDS = 32
+#: most waiting jobs one recovery sweep pass looks at
+SWEEP_LIMIT = 1000
+
+
+@attrs.frozen
+class ReleaseReport:
+    """What one release did: jobs examined, released (by event), lost races."""
+
+    examined: int = 0
+    met: int = 0
+    failed: int = 0
+    conflicts: int = 0
+
+    def __add__(self, other: ReleaseReport) -> ReleaseReport:
+        return ReleaseReport(
+            self.examined + other.examined,
+            self.met + other.met,
+            self.failed + other.failed,
+            self.conflicts + other.conflicts,
+        )
+
+
+def waiting_states(engine: Engine) -> tuple[str, ...]:
+    """The states the release events apply to (the spec's waiting state)."""
+    return tuple(sorted({src for (src, ev) in engine.spec.table if ev in RELEASE_EVENTS}))
+
+
+def prerequisite_states(found: Mapping[str, str | None]) -> dict[str, str]:
+    """The stored states as the release events take them: a prerequisite no longer
+    stored is "gone" (its success cannot be shown)."""
+    return {k: PREREQUISITE_GONE if v is None else v for k, v in found.items()}
+
+
+class Releaser:
+    """One engine's releases: after its writes, and the sweep's cursor."""
+
+    def __init__(self, engine: Engine, store: TracksDependencies) -> None:
+        self.engine = engine
+        self.store = store
+        self.waiting = waiting_states(engine)
+        self._finals = engine.spec.terminal | engine.spec.parked
+        #: the last waiting job id the sweep looked at ("" : start from the first)
+        self._cursor = ""
+        self._cursor_lock = threading.Lock()
+
+    # --- after a write ------------------------------------------------------------
+
+    def settled(self, jobs: Iterable[Job]) -> list[Job]:
+        """Release what the written `jobs` let go: their waiting dependents if they are
+        final, themselves if they wait; return the jobs it wrote. Never raises: the
+        recovery sweep repairs what it missed."""
+        return self._settled(jobs)[1]
+
+    def _settled(self, jobs: Iterable[Job]) -> tuple[ReleaseReport, list[Job]]:
+        finished: list[str] = []
+        waiting: list[Job] = []
+        for job in jobs:
+            if job.state in self._finals:
+                finished.append(job.id)
+            elif job.state in self.waiting:
+                waiting.append(job)
+        if not finished and not waiting:
+            return ReleaseReport(), []
+        try:
+            return self._cascade(finished, waiting)
+        except Exception:  # the writes that came before stand; the sweep finishes this
+            log.warning("releasing dependents failed; the recovery sweep will", exc_info=True)
+            return ReleaseReport(), []
+
+    def _cascade(self, finished: list[str], waiting: list[Job]) -> tuple[ReleaseReport, list[Job]]:
+        report = ReleaseReport()
+        out: list[Job] = []
+        for _ in range(RELEASE_ROUNDS):
+            room = RELEASE_LIMIT - report.examined
+            if room <= 0 or not (finished or waiting):
+                break
+            if finished:
+                waiting = [*waiting, *self.store.dependents(finished, self.waiting, room)]
+            done, written = self.release(waiting[:room])
+            report += done
+            out += written
+            finished = [j.id for j in written if j.state in self._finals]
+            waiting = []
+        if finished or waiting:
+            log.info("release stopped at %d jobs; the recovery sweep goes on", report.examined)
+        return report, out
+
+    # --- the release itself -------------------------------------------------------
+
+    def release(self, jobs: Sequence[Job]) -> tuple[ReleaseReport, list[Job]]:
+        """Offer each waiting job the release events with its prerequisites' states,
+        decided on the record as read and written in one compare-and-set batch; a job
+        that moved since is decided again on a fresh read. Returns what was written."""
+        if not jobs:
+            return ReleaseReport(), []
+        engine = self.engine
+        found = self.store.prerequisites([j.id for j in jobs])
+        now = engine.clock.now()
+        decisions: list[Decision] = []
+        for job in jobs:
+            states = found.get(job.id)
+            if not states or job.state not in self.waiting:
+                continue
+            decision = _first(engine, job, now, prerequisite_states(states))
+            if decision is not None:
+                decisions.append(decision)
+        written: list[Job] = []
+        conflicts = 0
+        if decisions:
+            for d, out in zip(decisions, engine.store.apply(decisions), strict=True):
+                if isinstance(out, Job):
+                    if d.entry is not None:
+                        engine._observe(out, d.entry)
+                    written.append(out)
+                    continue
+                again = self._again(d.job.id, prerequisite_states(found[d.job.id]))
+                if again is None:
+                    conflicts += 1
+                else:
+                    written.append(again)
+        report = ReleaseReport(
+            examined=len(jobs),
+            met=sum(1 for d in decisions if d.event == RELEASE_EVENTS[0]),
+            failed=sum(1 for d in decisions if d.event == RELEASE_EVENTS[1]),
+            conflicts=conflicts,
+        )
+        self._publish([j for j in written if j.state in engine._lease_states])
+        return report, written
+
+    def _again(self, job_id: str, states: dict[str, str]) -> Job | None:
+        """A release that lost its compare-and-set: re-read, decide again (bounded)."""
+        engine = self.engine
+        for event in RELEASE_EVENTS:
+            try:
+                return engine._decided(
+                    job_id, event, lambda d: engine.store.apply([d])[0], prerequisites=states
+                )
+            except IllegalTransition:
+                continue  # not this event (or no longer waiting: then neither applies)
+            except JobFSMError:  # lost every compare-and-set, or the store refused
+                return None
+        return None
+
+    def _publish(self, queued: list[Job]) -> None:
+        publisher = self.engine.publisher
+        if not queued or publisher is None:
+            return
+        try:
+            publisher.publish(queued)
+        except Exception:  # the store is the truth; a sweep republishes lost wake-ups
+            log.warning("publishing %d released jobs failed", len(queued), exc_info=True)
+
+    # --- the recovery sweep's backstop ---------------------------------------------
+
+    def sweep(self, *, limit: int = SWEEP_LIMIT) -> ReleaseReport:
+        """Look at the next `limit` waiting jobs (in id order, wrapping around), release
+        those whose prerequisites allow it, and what that release lets go in turn."""
+        with self._cursor_lock:
+            cursor = self._cursor
+        jobs = self.store.in_states_after(self.waiting, cursor, limit)
+        with self._cursor_lock:
+            self._cursor = jobs[-1].id if len(jobs) >= limit else ""
+        report, written = self.release(jobs)
+        finished = [j for j in written if j.state in self._finals]
+        if finished:
+            report += self._settled(finished)[0]
+        return report
+
+
+def _first(engine: Engine, job: Job, now: float, states: dict[str, str]) -> Decision | None:
+    """The first release event the spec allows for `job` now, decided; None if none."""
+    for event in RELEASE_EVENTS:
+        try:
+            return decide(job, event, now, engine.policy, spec=engine.spec, prerequisites=states)
+        except IllegalTransition:
+            continue
+    return None
+
+
+#: most dependents `dependents_of` lists (inspect shows a job's first ones)
+SHOWN_DEPENDENTS = 50
+
+
+def prerequisites_of(engine: Engine, job_id: str) -> dict[str, str | None]:
+    """The job's prerequisites and their states now (None: pruned); {} without any."""
+    store = engine.store
+    if not isinstance(store, TracksDependencies):
+        return {}
+    return store.prerequisites([job_id]).get(job_id, {})
+
+
+def dependents_of(engine: Engine, job_id: str, limit: int = SHOWN_DEPENDENTS) -> list[Job]:
+    """Up to `limit` jobs that name `job_id` as a prerequisite, in any state."""
+    store = engine.store
+    if not isinstance(store, TracksDependencies):
+        return []
+    return store.dependents([job_id], engine.spec.states, limit)
