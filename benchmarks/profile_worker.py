@@ -19,6 +19,7 @@ as the throughput suite does) and this one waits until all succeeded; it prints:
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import threading
@@ -37,10 +38,50 @@ from fsm.worker import Worker
 LIMIT_S = 600.0  # longest drain before the profile gives up
 
 
-def _cpu_self() -> float:
-    with open("/proc/self/stat") as stat:
+def _cpu_self(task: int | None = None) -> float:
+    """CPU seconds of this process, or of one of its threads (by native id)."""
+    path = "/proc/self/stat" if task is None else f"/proc/self/task/{task}/stat"
+    with open(path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _servers_cpu() -> dict[str, float]:
+    """CPU seconds so far of the RabbitMQ server (beam.smp) and of all PostgreSQL
+    processes on this machine, from /proc. Other clients of the same servers count too."""
+    out = {"RabbitMQ server (beam.smp)": 0.0, "PostgreSQL server processes": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        used = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if comm == "beam.smp":
+            out["RabbitMQ server (beam.smp)"] += used
+        elif comm == "postgres":
+            out["PostgreSQL server processes"] += used
+    return out
+
+
+def _role(name: str) -> str:
+    return "executor threads" if name.startswith("jobfsm-thread-") else name
+
+
+def _threads_cpu() -> dict[str, float]:
+    """CPU seconds so far per thread role (executor threads summed), from /proc."""
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        if t.native_id is None:
+            continue
+        try:
+            used = _cpu_self(t.native_id)
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        out[_role(t.name)] = out.get(_role(t.name), 0.0) + used
+    return out
 
 
 def submit(url: str, queue: str, delivery: str, jobs: int) -> None:
@@ -86,6 +127,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
 
                 yappi.set_clock_type("cpu")
                 yappi.start(builtins=False, profile_threads=True)
+            threads0, servers0 = _threads_cpu(), _servers_cpu()
             cpu0, began = _cpu_self(), time.perf_counter()
             child = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.profile_worker", "--submit", url, queue,
@@ -97,9 +139,14 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
                     raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
                 time.sleep(0.01)
             elapsed, cpu = time.perf_counter() - began, _cpu_self() - cpu0
+            threads, servers = _threads_cpu(), _servers_cpu()
             names = {t.ident or 0: t.name for t in threading.enumerate()}
             if child.wait(60) != 0:
                 raise RuntimeError(f"the submitting process exited with {child.returncode}")
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            servers["submitting process (submit_many + publishing)"] = (
+                usage.ru_utime + usage.ru_stime
+            )
         finally:
             if use_yappi:
                 import yappi
@@ -110,6 +157,14 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
         print(f"{store} + {delivery}: {jobs / elapsed:,.0f} jobs/s, {jobs:,} jobs submitted "
               f"from another process; worker process CPU {cpu / jobs * 1e6:.0f} us/job "
               "(includes the wait-for-done polling of this script)")  # fmt: skip
+        print("CPU per job of the servers (shared with other clients) and the submitter (us):")
+        for name, used in servers.items():
+            print(f"  {(used - servers0.get(name, 0.0)) / jobs * 1e6:8.1f}  {name}")
+        print("CPU per job by thread, from /proc (us; 10 ms ticks):")
+        spent = {name: used - threads0.get(name, 0.0) for name, used in threads.items()}
+        for name, used in sorted(spent.items(), key=lambda kv: -kv[1]):
+            if used > 0:
+                print(f"  {used / jobs * 1e6:8.1f}  {name}")
         if use_yappi:
             _print_yappi(jobs, names)
         if chosen is not None:
@@ -127,7 +182,7 @@ def _print_yappi(jobs: int, names: dict[int, str]) -> None:
     by_name: dict[str, float] = {}
     for t in yappi.get_thread_stats():
         name = names.get(t.tid, t.name)
-        name = "executor threads" if "ThreadPoolExecutor" in name or "jobfsm-exec" in name else name
+        name = _role(name)
         by_name[name] = by_name.get(name, 0.0) + t.ttot
     for name, total in sorted(by_name.items(), key=lambda kv: -kv[1]):
         print(f"  {total / jobs * 1e6:8.1f}  {name}")
