@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.core import OWNER
 
@@ -29,13 +30,13 @@ def _rounds(mode: str, n: int) -> None:
 
     from fsm import Policy
     from fsm.lifecycle.core import decide
-    from fsm.records import AuditEntry
+    from fsm.records import AuditEntry, Job
 
     policy, now = Policy.seeded(1), 1_000.0
     queued = decide(None, "submit", now, policy, id="B1", kind="k", payload_json="{}").job
     leased = decide(queued, "lease", now, policy, owner=OWNER).job
     running = decide(leased, "start", now, policy, fence=1).job
-    steps = [
+    steps: list[tuple[Job, str, dict[str, Any]]] = [
         (queued, "lease", {"owner": OWNER}),
         (leased, "start", {"fence": 1}),
         (running, "succeed", {"fence": 1, "result_json": "1"}),

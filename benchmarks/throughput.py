@@ -204,8 +204,8 @@ def cpu_seconds(pid: int) -> float:
 
 def process_rate(
     system: str, cfg: Config, workers: int, concurrency: int = CONCURRENCY
-) -> tuple[float, float]:
-    """(jobs/s, worker CPU microseconds per job), workers warm."""
+) -> tuple[float, float, list[float]]:
+    """(jobs/s, worker CPU microseconds per job, the same per worker process), workers warm."""
     with setup(system, cfg.tmp) as s:
         for _ in range(workers):
             s.start_worker(concurrency)
@@ -218,8 +218,8 @@ def process_rate(
         target = warm + cfg.jobs
         wait_for(lambda: s.succeeded() >= target, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
         elapsed = time.perf_counter() - began
-        used = sum(cpu_seconds(p.pid) for p in s.procs) - sum(cpu)
-        return cfg.jobs / elapsed, used / cfg.jobs * 1e6
+        each = [cpu_seconds(p.pid) - before for p, before in zip(s.procs, cpu, strict=True)]
+        return cfg.jobs / elapsed, sum(each) / cfg.jobs * 1e6, [u / cfg.jobs * 1e6 for u in each]
 
 
 def _settings(
@@ -266,7 +266,10 @@ def process_rows(
             "jobs/s",
             [r[0] for r in runs],
             settings,
-            facts={"worker CPU per job, us": [round(r[1], 1) for r in runs]},
+            facts={
+                "worker CPU per job, us (all worker processes)": [round(r[1], 1) for r in runs],
+                "worker CPU per job by process, us": [[round(u, 1) for u in r[2]] for r in runs],
+            },
         ),
         Measurement(
             f"throughput.jobfsm.{system}.{shape}.cpu",

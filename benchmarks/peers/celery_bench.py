@@ -95,8 +95,9 @@ def worker_argvs(queue: str, workers: int, concurrency: int) -> list[list[str]]:
 
 def process_rate(
     jobs: int, workers: int, concurrency: int, log: Path, durable: bool = False
-) -> tuple[float, float]:
-    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+) -> tuple[float, float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
+    worker CPU microseconds per job)."""
     queue = run_name("celery")
     app, noop = make_app(queue, durable)
     env = {QUEUE_ENV: queue, DURABLE_ENV: "1" if durable else "0"}
@@ -112,16 +113,18 @@ def process_rate(
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
             wait_drained(probe, queue, time.perf_counter(), warm, procs)
+            cpu = procs.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
             at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs)
+            cpu = procs.cpu_seconds() - cpu
     finally:
         app.close()
         probe.delete(queue, exchanges=(queue,))
         probe.close()
-    return jobs / at_ready, jobs / at_empty
+    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
 
 
 def enqueue_runs(cfg: Config, durable: bool = False) -> list[float]:
@@ -130,7 +133,7 @@ def enqueue_runs(cfg: Config, durable: bool = False) -> list[float]:
 
 def process_runs(
     cfg: Config, workers: int, concurrency: int, durable: bool = False
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     log = cfg.tmp / f"{run_name('celery')}.log"
     runs = [process_rate(cfg.jobs, workers, concurrency, log, durable) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]

@@ -77,8 +77,9 @@ def enqueue_rate(jobs: int, confirm: bool = False) -> float:
 
 def process_rate(
     jobs: int, processes: int, log: Path, threads: int = THREADS, confirm: bool = False
-) -> tuple[float, float]:
-    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+) -> tuple[float, float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
+    worker CPU microseconds per job)."""
     queue = run_name("dramatiq")
     broker, actor = make(queue, confirm)
     argv = ["dramatiq", "benchmarks.peers.dramatiq_app", "--processes", str(processes)]
@@ -91,16 +92,18 @@ def process_rate(
                 actor.send()
             _barrier(broker, queue)
             wait_drained(probe, queue, time.perf_counter(), processes * threads, workers)
+            cpu = workers.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 actor.send()
             _barrier(broker, queue)
             at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers)
+            cpu = workers.cpu_seconds() - cpu
     finally:
         broker.close()
         probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
         probe.close()
-    return jobs / at_ready, jobs / at_empty
+    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
 
 
 def enqueue_runs(cfg: Config, confirm: bool = False) -> list[float]:
@@ -109,7 +112,7 @@ def enqueue_runs(cfg: Config, confirm: bool = False) -> list[float]:
 
 def process_runs(
     cfg: Config, processes: int, threads: int = THREADS, confirm: bool = False
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     log = cfg.tmp / f"{run_name('dramatiq')}.log"
     runs = [process_rate(cfg.jobs, processes, log, threads, confirm) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]

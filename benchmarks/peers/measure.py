@@ -21,6 +21,13 @@ from benchmarks.peers import (
 )
 from benchmarks.peers import raw_pika as pika_raw
 
+CPU_FACT = "worker CPU per job, us (every worker process and its forks, from /proc)"
+
+
+def _rounded(values: list[float] | None) -> list[float]:
+    return [round(v, 1) for v in values or []]
+
+
 RAW_TX = "3 per job: insert; claim the oldest queued row (UPDATE ... RETURNING); complete"
 
 
@@ -172,10 +179,12 @@ def procrastinate_enqueue(cfg: Config) -> list[Measurement]:
 def procrastinate_sweep(cfg: Config) -> list[Measurement]:
     """Every swept processes x concurrency; rows: 1x1, the best 4-slot shape, the best."""
     grid = sweep.PROCRASTINATE_QUICK if cfg.quick else sweep.PROCRASTINATE
-    runs = {shape: procrastinate_bench.process_runs(cfg, *shape) for shape in grid}
+    both = {shape: procrastinate_bench.process_runs(cfg, *shape) for shape in grid}
+    runs = {shape: r[0] for shape, r in both.items()}
 
     def row(key: str, what: str, shapes: list[sweep.Shape]) -> Measurement:
         (p, c), values, facts = sweep.best(runs, shapes)
+        facts[CPU_FACT] = _rounded(both[(p, c)][1])
         settings = procrastinate_bench.settings(
             **{"worker processes": p, "concurrency per worker": c},
             **procrastinate_bench.WORKER_SETTINGS,
@@ -230,12 +239,12 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
     rates = {shape: r[0] for shape, r in runs.items()}
 
     def row(key: str, what: str, shapes: list[sweep.Shape], *, confirm: bool = False,
-            values: list[float] | None = None,
-            confirmed: list[float] | None = None) -> Measurement:  # fmt: skip
+            values: list[float] | None = None, confirmed: list[float] | None = None,
+            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
         (p, t), best_values, facts = sweep.best(rates, shapes)
         if values is None:
-            values, confirmed = best_values, runs[(p, t)][1]
-        prefetch = p * t * 2
+            values, confirmed, cpu = best_values, runs[(p, t)][1], runs[(p, t)][2]
+        facts[CPU_FACT] = _rounded(cpu)
         settings = dramatiq_bench.settings(
             confirm,
             **{
@@ -246,6 +255,7 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
                 "warm-up": "one job per slot, drained before the clock starts",
             },
         )
+        prefetch = p * t * 2
         label = f"dramatiq, {what}: {p} process(es) x {t} threads"
         return _m(key, label, values, settings,
                   facts={**facts, **_broker_facts(prefetch, confirmed or [])},
@@ -261,9 +271,9 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
             list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
-    values, confirmed = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
+    values, confirmed, cpu = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
     out.append(row("throughput.dramatiq.confirmed.process", "confirmed sends, best shape",
-                   [shape], confirm=True, values=values, confirmed=confirmed))  # fmt: skip
+                   [shape], confirm=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
     return out
 
 
@@ -291,11 +301,12 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
     rates = {shape: r[0] for shape, r in runs.items()}
 
     def row(key: str, what: str, shapes: list[sweep.Shape], *, durable: bool = False,
-            values: list[float] | None = None,
-            confirmed: list[float] | None = None) -> Measurement:  # fmt: skip
+            values: list[float] | None = None, confirmed: list[float] | None = None,
+            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
         (w, c), best_values, facts = sweep.best(rates, shapes)
         if values is None:
-            values, confirmed = best_values, runs[(w, c)][1]
+            values, confirmed, cpu = best_values, runs[(w, c)][1], runs[(w, c)][2]
+        facts[CPU_FACT] = _rounded(cpu)
         prefetch = w * c * celery_bench.PREFETCH_MULTIPLIER
         settings = celery_bench.settings(
             durable,
@@ -319,10 +330,10 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
             list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
-    values, confirmed = celery_bench.process_runs(cfg, *shape, durable=True)
+    values, confirmed, cpu = celery_bench.process_runs(cfg, *shape, durable=True)
     out.append(row("throughput.celery.durable.process",
                    "confirmed publishes + acks_late + reject_on_worker_lost, best shape",
-                   [shape], durable=True, values=values, confirmed=confirmed))  # fmt: skip
+                   [shape], durable=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
     return out
 
 
