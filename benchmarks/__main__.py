@@ -2,13 +2,16 @@
 
 Suites (all by default; pick with --suites):
   throughput  jobfsm end to end: SQLite, PostgreSQL, PostgreSQL + RabbitMQ; 1 and 4 workers
-  peers       procrastinate, dramatiq and celery the same way, and the raw baselines
-              (plain sqlite3, psycopg, pika) that bound every engine on this machine
+              and 4 equal slots, worker CPU per job; decide's cost; a recovered job's place
+  peers       procrastinate, dramatiq and celery the same way, each swept over processes x
+              concurrency (best shape reported), with equal-durability rows; and the raw
+              baselines (plain sqlite3, psycopg, pika; batched like a worker) on this machine
   recovery    kill -9 (and SIGSTOP) of a worker mid-job: jobfsm beside each peer
   scale       lease latency and throughput with 0 / 100k / 1M finished rows; worker memory
 
 Results go to a JSON-lines file (one line of machine facts, then one line per
-figure) and, in a full run, into the generated block of docs/benchmarks.md.
+figure) and, in a full run, into the generated block of docs/benchmarks.md. The
+report prints every goal (benchmarks/goals.py) as met, not met or not measured.
 --quick runs every suite at smoke size (CI checks that it completes); its figures
 are not fit to quote. Peers come from the `bench` extra: pip install -e '.[bench]'.
 """

@@ -9,111 +9,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.goals import (
+    AUDIT_NOTE,
+    BOUNDS,
+    RECOVERY_P99_S,
+    RECOVERY_TARGET_S,
+    RECOVERY_TARGETS,
+    SCALE_GOAL,
+    THROUGHPUT_COMPARISONS,
+    ZOMBIE_KEYS,
+    Bound,
+    Comparison,
+)
 from benchmarks.harness import Measurement
 
+__all__ = [
+    "BOUNDS",
+    "RECOVERY_TARGETS",
+    "THROUGHPUT_COMPARISONS",
+    "ZOMBIE_KEYS",
+    "Bound",
+    "Comparison",
+    "Report",
+    "fmt",
+    "splice",
+]
 
-@dataclass(frozen=True)
-class Comparison:
-    """`ours` against the best of `theirs` (higher is better unless `lower_is_better`)."""
 
-    label: str
-    ours: str
-    theirs: tuple[str, ...]
-    target: float | None = None
-    lower_is_better: bool = False
-
-
-T = "throughput"
-# The issue's targets, then the ratios a reader wants beside them.
-THROUGHPUT_COMPARISONS = (
-    Comparison(
-        "jobfsm PostgreSQL, 4 workers / procrastinate, best 4-way",
-        f"{T}.jobfsm.postgres.w4.process",
-        (f"{T}.procrastinate.w4.process", f"{T}.procrastinate.c4.process"),
-        1.5,
-    ),
-    Comparison(
-        "jobfsm SQLite (FULL), 4 workers / procrastinate, best 4-way",
-        f"{T}.jobfsm.sqlite.w4.process",
-        (f"{T}.procrastinate.w4.process", f"{T}.procrastinate.c4.process"),
-        1.5,
-    ),
-    Comparison(
-        "jobfsm RabbitMQ, 4 workers / dramatiq, 4 workers",
-        f"{T}.jobfsm.rabbitmq.w4.process",
-        (f"{T}.dramatiq.w4.process",),
-        1.0,
-    ),
-    Comparison(
-        "jobfsm SQLite, 1 worker / raw sqlite3 (FULL)",
-        f"{T}.jobfsm.sqlite.w1.process",
-        (f"{T}.raw.sqlite.full.process",),
-        0.6,
-    ),
-    Comparison(
-        "jobfsm PostgreSQL, 1 worker / raw psycopg, 1 client",
-        f"{T}.jobfsm.postgres.w1.process",
-        (f"{T}.raw.postgres.c1.process",),
-        0.6,
-    ),
-    Comparison(
-        "jobfsm PostgreSQL, 4 workers / raw psycopg, 4 clients",
-        f"{T}.jobfsm.postgres.w4.process",
-        (f"{T}.raw.postgres.c4.process",),
-        0.6,
-    ),
-    Comparison(
-        "jobfsm PostgreSQL, 1 worker / procrastinate, 1 worker",
-        f"{T}.jobfsm.postgres.w1.process",
-        (f"{T}.procrastinate.w1.process",),
-    ),
-    Comparison(
-        "jobfsm SQLite, 1 worker / procrastinate, 1 worker",
-        f"{T}.jobfsm.sqlite.w1.process",
-        (f"{T}.procrastinate.w1.process",),
-    ),
-    Comparison(
-        "jobfsm RabbitMQ, 1 worker / dramatiq, 1 worker",
-        f"{T}.jobfsm.rabbitmq.w1.process",
-        (f"{T}.dramatiq.w1.process",),
-    ),
-    Comparison(
-        "jobfsm RabbitMQ, 4 workers / celery, 4 workers",
-        f"{T}.jobfsm.rabbitmq.w4.process",
-        (f"{T}.celery.w4.process",),
-    ),
-    Comparison(
-        "jobfsm PostgreSQL enqueue, one `submit` / procrastinate `defer`",
-        f"{T}.jobfsm.postgres.w1.enqueue",
-        (f"{T}.procrastinate.w1.enqueue",),
-    ),
-    Comparison(
-        "jobfsm PostgreSQL enqueue, `submit_many` / procrastinate batch defer",
-        f"{T}.jobfsm.postgres.batch.enqueue",
-        (f"{T}.procrastinate.batch.enqueue",),
-    ),
-    Comparison(
-        "jobfsm RabbitMQ enqueue, one `submit` / dramatiq `send`",
-        f"{T}.jobfsm.rabbitmq.w1.enqueue",
-        (f"{T}.dramatiq.w1.enqueue",),
-    ),
-    Comparison(
-        "jobfsm RabbitMQ enqueue, one `submit` / raw pika publish with confirms",
-        f"{T}.jobfsm.rabbitmq.w1.enqueue",
-        (f"{T}.raw.pika.publish",),
-    ),
-)
-
-RECOVERY_TARGET_S = 1.0
-RECOVERY_TARGETS = (
-    "recovery.jobfsm.sqlite.same_host",
-    "recovery.jobfsm.postgres.same_host",
-    "recovery.jobfsm.postgres.cross_host",
-)
-ZOMBIE_KEYS = ("recovery.jobfsm.sqlite.zombie", "recovery.jobfsm.postgres.zombie")
+def _p99(values: list[float]) -> float:
+    """The 99th percentile (nearest rank): the largest value for fewer than 100 runs."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 def fmt(value: float, unit: str = "") -> str:
@@ -170,6 +98,34 @@ class Report:
                     met,
                 )
             )
+        for b in BOUNDS:
+            m = self.by_key.get(b.key)
+            if m is None or not m.values:
+                out.append((b.label, "not measured", f"<= {fmt(b.bound, b.unit)}", None))
+                continue
+            value = m.high if b.stat == "max" else m.median
+            shown = fmt(value, b.unit) + (f" (max of {len(m.values)})" if b.stat == "max" else "")
+            out.append((b.label, shown, f"<= {fmt(b.bound, b.unit)}", value <= b.bound))
+        for key in RECOVERY_TARGETS:
+            m = self.by_key.get(key)
+            if m is None or not m.values:
+                out.append((f"recovery p99, {key}", "not measured", "<= 1.5 s", None))
+                continue
+            never = int(m.facts.get("never_rerun", 0))
+            p99 = _p99(m.values)
+            ok = never == 0 and p99 <= RECOVERY_P99_S
+            what = f"{fmt(p99, 's')} (of {len(m.values)} runs)"
+            out.append((f"recovery p99 after kill -9: {m.label}", what, "<= 1.5 s", ok))
+        scale = [self.by_key.get(k) for k in SCALE_GOAL]
+        measured = all(m is not None and m.values for m in scale)
+        out.append(
+            (
+                "scale suite with 10M finished rows on PostgreSQL (lease latency, throughput)",
+                "measured" if measured else "not measured",
+                "measured",
+                True if measured else None,
+            )
+        )
         for key in RECOVERY_TARGETS:
             m = self.by_key.get(key)
             if m is None:
@@ -224,7 +180,7 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def _throughput(self) -> list[str]:
-        rows = [m for m in self.rows if m.key.startswith("throughput.")]
+        rows = [m for m in self.rows if m.key.startswith(("throughput.", "core."))]
         if not rows:
             return []
         lines = [
@@ -240,8 +196,8 @@ class Report:
             value, against = self.ratio(c)
             shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
             lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
-        lines += ["", "Settings of each figure:", ""]
-        lines += [f"- {m.label}: {_settings(m.settings)}" for m in rows]
+        lines += ["", AUDIT_NOTE, "", "Settings (and facts) of each figure:", ""]
+        lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
         return lines
 
     def _recovery(self) -> list[str]:

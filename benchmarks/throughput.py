@@ -8,9 +8,14 @@ the peers and the raw baselines the same way):
   (`Engine.submit_many`). With RabbitMQ delivery the clock stops only once every
   wake-up is confirmed by the broker.
 - process rate: `jobfsm worker` processes are started and ready (start-up sweep done,
-  first claim answered) before the first job exists; then the jobs are submitted in
-  batches of 1,000 and the clock runs from the first submit until the store counts
-  all of them succeeded.
+  first claim answered) before the first job exists, then warmed up the way every
+  peer is (one job per slot, run and drained before the clock starts); then the jobs
+  are submitted in batches of 1,000 and the clock runs from the first submit until
+  the store counts all of them succeeded. The worker processes' CPU time (user +
+  system, from /proc/<pid>/stat) over that window, divided by the jobs, is the
+  worker CPU per job: less sensitive to other load on the machine than the rate.
+- equal slots: the same with 1 process x 4 threads, the 4 job slots the peers'
+  equal-slot rows get.
 
 Stores are fresh per run (a new SQLite file, a new PostgreSQL database); SQLite keeps
 its default `synchronous=FULL`.
@@ -39,7 +44,18 @@ CONCURRENCY = 32  # thread slots per worker process
 POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
 BATCH = 1_000  # jobs per submit_many
 DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
-START_LIMIT = 60.0  # seconds a worker process may take to become ready
+START_LIMIT = 60.0  # seconds a worker process may take to become ready (or to warm up)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of utime/stime in /proc/<pid>/stat
+EQUAL_SLOTS = 4  # job slots of the equal-slot rows (1 process x 4 threads)
+AUDIT = (
+    "an audit row per transition, written in its transaction: 4 per job "
+    "(submit, lease, start, succeed)"
+)
+DURABILITY = {
+    "sqlite": "committed (fsync, synchronous=FULL) before submit returns",
+    "postgres": "committed (synchronous_commit on) before submit returns",
+    "rabbitmq": "committed to PostgreSQL before submit returns; wake-ups confirmed by the broker",
+}
 
 STORES = {"sqlite": "sqlite", "postgres": "postgres", "rabbitmq": "postgres"}
 LABELS = {
@@ -84,13 +100,13 @@ class Setup:
             self.engine.publisher = self.delivery
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start_worker(self) -> None:
+    def start_worker(self, concurrency: int = CONCURRENCY) -> None:
         n = len(self.procs)
         log = self.tmp / f"{self.queue}-w{n}.log"
         ready = log.with_suffix(".ready")
         cmd = [sys.executable, "-m", "fsm.cli", "worker", "--app", "benchmarks.throughput:handlers"]
         cmd += ["--store", self.url, "--queues", self.queue, "--log-level", "WARNING"]
-        cmd += ["--concurrency", str(CONCURRENCY), "--poll-interval", str(POLL_INTERVAL)]
+        cmd += ["--concurrency", str(concurrency), "--poll-interval", str(POLL_INTERVAL)]
         cmd += ["--ready-file", str(ready)]
         if self.delivery is not None:
             cmd += ["--delivery", AMQP_URL]
@@ -179,18 +195,41 @@ def enqueue_rate(system: str, cfg: Config, batched: bool) -> float:
         return cfg.jobs / (time.perf_counter() - began)
 
 
-def process_rate(system: str, cfg: Config, workers: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and all its threads, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
+
+
+def process_rate(
+    system: str, cfg: Config, workers: int, concurrency: int = CONCURRENCY
+) -> tuple[float, float, list[float]]:
+    """(jobs/s, worker CPU microseconds per job, the same per worker process), workers warm."""
     with setup(system, cfg.tmp) as s:
         for _ in range(workers):
-            s.start_worker()
+            s.start_worker(concurrency)
+        warm = workers * concurrency  # one job per slot, as every peer is warmed up
+        s.submit_batches(warm)
+        wait_for(lambda: s.succeeded() >= warm, START_LIMIT, f"{warm} warm-up jobs")
+        cpu = [cpu_seconds(p.pid) for p in s.procs]
         began = time.perf_counter()
         s.submit_batches(cfg.jobs)
-        wait_for(lambda: s.succeeded() >= cfg.jobs, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
-        return cfg.jobs / (time.perf_counter() - began)
+        target = warm + cfg.jobs
+        wait_for(lambda: s.succeeded() >= target, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
+        elapsed = time.perf_counter() - began
+        each = [cpu_seconds(p.pid) - before for p, before in zip(s.procs, cpu, strict=True)]
+        return cfg.jobs / elapsed, sum(each) / cfg.jobs * 1e6, [u / cfg.jobs * 1e6 for u in each]
 
 
-def _settings(system: str, workers: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"store": STORES[system]}
+def _settings(
+    system: str, workers: int | None = None, concurrency: int = CONCURRENCY
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "store": STORES[system],
+        "enqueue durability": DURABILITY[system],
+        "records written": AUDIT,
+    }
     if system == "sqlite":
         out["synchronous"] = "FULL (default)"
     if system == "rabbitmq":
@@ -202,12 +241,45 @@ def _settings(system: str, workers: int | None = None) -> dict[str, Any]:
         out.update(
             {
                 "worker processes": workers,
-                "threads per process": CONCURRENCY,
+                "threads per process": concurrency,
+                "warm-up": "one job per slot, drained before the clock starts",
                 "poll interval s": POLL_INTERVAL,
                 "submit": f"submit_many, batches of {BATCH}",
             }
         )
     return out
+
+
+def process_rows(
+    system: str, cfg: Config, workers: int, concurrency: int, shape: str
+) -> list[Measurement]:
+    """The rate and the worker CPU per job of `cfg.repeats` runs of one shape."""
+    runs = [process_rate(system, cfg, workers, concurrency) for _ in range(cfg.repeats)]
+    label = f"{LABELS[system]}: process, {workers} worker process{'es' if workers > 1 else ''}"
+    if concurrency != CONCURRENCY:
+        label += f" x {concurrency} threads ({workers * concurrency} slots)"
+    settings = _settings(system, workers, concurrency)
+    return [
+        Measurement(
+            f"throughput.jobfsm.{system}.{shape}.process",
+            label,
+            "jobs/s",
+            [r[0] for r in runs],
+            settings,
+            facts={
+                "worker CPU per job, us (all worker processes)": [round(r[1], 1) for r in runs],
+                "worker CPU per job by process, us": [[round(u, 1) for u in r[2]] for r in runs],
+            },
+        ),
+        Measurement(
+            f"throughput.jobfsm.{system}.{shape}.cpu",
+            f"{label}: worker CPU per job",
+            "us/job",
+            [r[1] for r in runs],
+            settings,
+            note="user + system CPU of the worker processes over the timed window (/proc)",
+        ),
+    ]
 
 
 def plan(cfg: Config) -> list[Task]:
@@ -236,20 +308,19 @@ def plan(cfg: Config) -> list[Task]:
             ]
 
         tasks.append(Task(f"jobfsm {system}: enqueue", enqueue))
-        for workers in (1, 4):
+        shapes = [(1, CONCURRENCY, "w1"), (4, CONCURRENCY, "w4")]
+        if system != "rabbitmq":
+            shapes.append((1, EQUAL_SLOTS, f"slots{EQUAL_SLOTS}"))
+        for workers, concurrency, shape in shapes:
 
             def process(
-                system: str = system, label: str = label, workers: int = workers
-            ) -> list[Measurement]:
-                return [
-                    Measurement(
-                        f"throughput.jobfsm.{system}.w{workers}.process",
-                        f"{label}: process, {workers} worker process{'es' if workers > 1 else ''}",
-                        "jobs/s",
-                        repeat(cfg.repeats, lambda: process_rate(system, cfg, workers)),
-                        _settings(system, workers),
-                    )
-                ]
+                system: str = system, workers: int = workers, concurrency: int = concurrency,
+                shape: str = shape,
+            ) -> list[Measurement]:  # fmt: skip
+                return process_rows(system, cfg, workers, concurrency, shape)
 
-            tasks.append(Task(f"jobfsm {system}: {workers} worker(s)", process))
+            tasks.append(Task(f"jobfsm {system}: {workers} worker(s) x {concurrency}", process))
+    from benchmarks import core_figures
+
+    tasks += core_figures.plan(cfg)
     return tasks

@@ -9,7 +9,13 @@
   runs from the first enqueue (the batch API where there is one) until the peer's
   own record says every job is done.
 - raw baselines, no engine: sqlite3 and psycopg running the three transactions of a
-  job lifecycle by hand, and pika publishing with confirms and consuming with acks.
+  job lifecycle by hand, one job at a time and (`raw_batched`) in a worker's claim
+  batches on jobfsm's own tables with its audit rows; and pika publishing with
+  confirms and consuming with acks.
+- each peer's processes x concurrency is swept (`sweep`) and its best shape reported,
+  beside its 1-slot and equal-slot shapes; dramatiq and celery are also run with
+  enqueue durability equal to jobfsm's (confirmed publishes; celery with acks_late
+  and reject_on_worker_lost).
 
 The submodules import their peer library; nothing heavy is imported here, because
 the peers' worker processes import `benchmarks.peers.<peer>_app` (and so this file).
@@ -30,17 +36,17 @@ def plan(cfg: Config) -> list[Task]:
     groups: list[tuple[str, Callable[[Config], list[Measurement]]]] = [
         ("raw sqlite3 lifecycles", measure.raw_sqlite),
         ("raw psycopg lifecycles", measure.raw_postgres),
+        ("raw sqlite3, batched like a worker", measure.raw_batched_sqlite),
+        ("raw psycopg, batched like a worker", measure.raw_batched_postgres),
         ("raw pika publish and consume", measure.raw_pika),
         ("procrastinate enqueue", measure.procrastinate_enqueue),
-        ("procrastinate process, 1 worker", measure.procrastinate_w1),
-        ("procrastinate process, 4 workers", measure.procrastinate_w4),
-        ("procrastinate process, concurrency 4", measure.procrastinate_c4),
+        ("procrastinate process, processes x concurrency swept", measure.procrastinate_sweep),
         ("dramatiq enqueue", measure.dramatiq_enqueue),
-        ("dramatiq process, 1 worker process", measure.dramatiq_w1),
-        ("dramatiq process, 4 worker processes", measure.dramatiq_w4),
+        ("dramatiq enqueue, confirmed", measure.dramatiq_confirmed_enqueue),
+        ("dramatiq process, processes x threads swept", measure.dramatiq_sweep),
         ("celery enqueue", measure.celery_enqueue),
-        ("celery process, 1 worker process", measure.celery_w1),
-        ("celery process, 4 worker processes", measure.celery_w4),
+        ("celery enqueue, confirmed", measure.celery_durable_enqueue),
+        ("celery process, workers x concurrency swept", measure.celery_sweep),
     ]
     return [Task(f"throughput peers: {label}", _bind(run, cfg)) for label, run in groups]
 

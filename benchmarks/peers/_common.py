@@ -28,6 +28,24 @@ import pika.exceptions
 from benchmarks.harness import AMQP_URL, REPO, wait_for
 
 START_TIMEOUT = 90.0  # seconds for worker processes to come up under load
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of the CPU times in /proc/<pid>/stat
+
+
+def group_cpu_seconds(groups: set[int]) -> float:
+    """User + system CPU seconds of every live process in the process groups `groups`,
+    and of the children they reaped (a pool's forks), from /proc."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) in groups:  # pgrp
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / CLOCK_TICKS
 
 
 def drain_timeout(jobs: int) -> float:
@@ -76,6 +94,10 @@ class Workers:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of every worker process and its forks (each is a group)."""
+        return group_cpu_seconds({proc.pid for proc in self.procs})
 
     def check(self) -> None:
         """Raise (with the log's tail) if a worker process has exited."""

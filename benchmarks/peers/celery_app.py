@@ -18,14 +18,24 @@ from celery import Celery
 from benchmarks.harness import AMQP_URL
 
 QUEUE_ENV = "BENCH_CELERY_QUEUE"
+DURABLE_ENV = "BENCH_CELERY_DURABLE"  # "1": confirmed publishes, acks_late, reject_on_worker_lost
 
 
 def nothing() -> None:
     return None
 
 
-def make_app(queue: str) -> tuple[Celery, Any]:
+def make_app(queue: str, durable: bool = False) -> tuple[Celery, Any]:
+    """The app at celery's defaults, or with `durable`: publisher confirms on, and a
+    message acked only after its task ran (acks_late) and requeued if the worker
+    process running it dies (reject_on_worker_lost)."""
     app = Celery("bench_celery", broker=AMQP_URL, backend=None)
+    if durable:
+        app.conf.update(
+            broker_transport_options={"confirm_publish": True},
+            task_acks_late=True,
+            task_reject_on_worker_lost=True,
+        )
     app.conf.update(
         task_ignore_result=True,
         task_default_queue=queue,  # the exchange and routing key default to it too
@@ -38,4 +48,6 @@ def make_app(queue: str) -> tuple[Celery, Any]:
     return app, app.task(name="noop")(nothing)
 
 
-app, noop = make_app(os.environ.get(QUEUE_ENV, "bench_celery_unset"))
+app, noop = make_app(
+    os.environ.get(QUEUE_ENV, "bench_celery_unset"), os.environ.get(DURABLE_ENV) == "1"
+)

@@ -20,13 +20,20 @@ from typing import Any
 
 from benchmarks.harness import Config, version_of
 from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
-from benchmarks.peers.celery_app import QUEUE_ENV, make_app
+from benchmarks.peers.celery_app import DURABLE_ENV, QUEUE_ENV, make_app
 
 DOCS = "https://docs.celeryq.dev/en/stable/userguide/configuration.html"
 PREFETCH_MULTIPLIER = 4  # celery's default worker_prefetch_multiplier
 
 
-def settings(**extra: Any) -> dict[str, Any]:
+def settings(durable: bool = False, **extra: Any) -> dict[str, Any]:
+    if durable:
+        extra = {
+            "acks_late": "on, with task_reject_on_worker_lost (ack after the task ran)",
+            "publisher confirms": "on (broker_transport_options confirm_publish=True)",
+            "enqueue durability": "apply_async waits for the broker's confirm",
+            **extra,
+        }
     return {
         "version": version_of("celery"),
         "kombu": version_of("kombu"),
@@ -37,6 +44,9 @@ def settings(**extra: Any) -> dict[str, Any]:
         "acks_late": "off (default: ack before the task runs)",
         "publisher confirms": "off (kombu default)",
         "delivery mode": "persistent (default)",
+        "enqueue durability": "apply_async returns before the broker has the message "
+        "(no confirm); acked before the task runs",
+        "records written": "none: the broker's message is the only record of a job",
         "remote control / events / gossip / mingle / heartbeat": "off",
         **extra,
         "docs": DOCS,
@@ -55,10 +65,10 @@ def _barrier(producer: Any, queue: str) -> None:
         producer.channel.basic_reject(message.delivery_tag, requeue=True)
 
 
-def enqueue_rate(jobs: int) -> float:
+def enqueue_rate(jobs: int, durable: bool = False) -> float:
     """Messages/s of `apply_async` one at a time, no worker running; then the queue is deleted."""
     queue = run_name("celery")
-    app, noop = make_app(queue)
+    app, noop = make_app(queue, durable)
     probe = QueueProbe()
     try:
         with app.producer_or_acquire() as producer:
@@ -83,39 +93,47 @@ def worker_argvs(queue: str, workers: int, concurrency: int) -> list[list[str]]:
     return [[*base, f"--hostname={queue}_{n}@{host}"] for n in range(workers)]
 
 
-def process_rate(jobs: int, workers: int, concurrency: int, log: Path) -> tuple[float, float]:
-    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+def process_rate(
+    jobs: int, workers: int, concurrency: int, log: Path, durable: bool = False
+) -> tuple[float, float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
+    worker CPU microseconds per job)."""
     queue = run_name("celery")
-    app, noop = make_app(queue)
+    app, noop = make_app(queue, durable)
+    env = {QUEUE_ENV: queue, DURABLE_ENV: "1" if durable else "0"}
     probe = QueueProbe()
     try:
         with (
-            Workers(worker_argvs(queue, workers, concurrency), {QUEUE_ENV: queue}, log) as procs,
+            Workers(worker_argvs(queue, workers, concurrency), env, log) as procs,
             app.producer_or_acquire() as producer,
         ):
             probe.wait_consumers(queue, workers, procs)  # one consumer per worker
-            warm = workers * concurrency * PREFETCH_MULTIPLIER
+            warm = workers * concurrency  # one job per slot, as every system is warmed up
             for _ in range(warm):  # warm-up, drained before the clock starts
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
             wait_drained(probe, queue, time.perf_counter(), warm, procs)
+            cpu = procs.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
             at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs)
+            cpu = procs.cpu_seconds() - cpu
     finally:
         app.close()
         probe.delete(queue, exchanges=(queue,))
         probe.close()
-    return jobs / at_ready, jobs / at_empty
+    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
 
 
-def enqueue_runs(cfg: Config) -> list[float]:
-    return [enqueue_rate(cfg.jobs) for _ in range(cfg.repeats)]
+def enqueue_runs(cfg: Config, durable: bool = False) -> list[float]:
+    return [enqueue_rate(cfg.jobs, durable) for _ in range(cfg.repeats)]
 
 
-def process_runs(cfg: Config, workers: int, concurrency: int) -> tuple[list[float], list[float]]:
+def process_runs(
+    cfg: Config, workers: int, concurrency: int, durable: bool = False
+) -> tuple[list[float], list[float], list[float]]:
     log = cfg.tmp / f"{run_name('celery')}.log"
-    runs = [process_rate(cfg.jobs, workers, concurrency, log) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs]
+    runs = [process_rate(cfg.jobs, workers, concurrency, log, durable) for _ in range(cfg.repeats)]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]

@@ -22,8 +22,9 @@ def nothing() -> None:
     return None
 
 
-def make(queue: str) -> tuple[RabbitmqBroker, dramatiq.Actor[[], None]]:
-    broker = RabbitmqBroker(url=AMQP_URL)
+def make(queue: str, confirm: bool = False) -> tuple[RabbitmqBroker, dramatiq.Actor[[], None]]:
+    """The broker (publisher confirms off by default, dramatiq's default) and the actor."""
+    broker = RabbitmqBroker(url=AMQP_URL, confirm_delivery=confirm)
     actor = dramatiq.actor(actor_name="noop", queue_name=queue, broker=broker)(nothing)
     return broker, actor
 

@@ -23,12 +23,18 @@ THREADS = 8  # dramatiq's CLI default --threads
 PREFETCH_PER_PROCESS = THREADS * 2  # dramatiq.worker: queue prefetch = worker_threads * 2
 
 
-def settings(**extra: Any) -> dict[str, Any]:
+def settings(confirm: bool = False, **extra: Any) -> dict[str, Any]:
     return {
         "version": version_of("dramatiq"),
         "pika": version_of("pika"),
         "broker": "RabbitmqBroker",
-        "publisher confirms": "off (default confirm_delivery=False)",
+        "publisher confirms": "on (confirm_delivery=True)"
+        if confirm
+        else "off (default confirm_delivery=False)",
+        "enqueue durability": "send waits for the broker's confirm (persistent message)"
+        if confirm
+        else "send returns before the broker has the message (no confirm)",
+        "records written": "none: the broker's message is the only record of a job",
         "delivery mode": "persistent (dramatiq always)",
         "middleware": "default (AgeLimit, TimeLimit, ShutdownNotifications, Callbacks, "
         "Pipelines, Retries)",
@@ -50,10 +56,10 @@ def _barrier(broker: Any, queue: str) -> None:
         channel.basic_reject(method.delivery_tag, requeue=True)
 
 
-def enqueue_rate(jobs: int) -> float:
+def enqueue_rate(jobs: int, confirm: bool = False) -> float:
     """Messages/s of `actor.send()` one at a time, no worker running; then the queue is deleted."""
     queue = run_name("dramatiq")
-    broker, actor = make(queue)
+    broker, actor = make(queue, confirm)
     probe = QueueProbe()
     try:
         actor.send()  # warm-up: connects and declares the queues; not timed
@@ -69,37 +75,44 @@ def enqueue_rate(jobs: int) -> float:
     return jobs / elapsed
 
 
-def process_rate(jobs: int, processes: int, log: Path) -> tuple[float, float]:
-    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0)."""
+def process_rate(
+    jobs: int, processes: int, log: Path, threads: int = THREADS, confirm: bool = False
+) -> tuple[float, float, float]:
+    """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
+    worker CPU microseconds per job)."""
     queue = run_name("dramatiq")
-    broker, actor = make(queue)
+    broker, actor = make(queue, confirm)
     argv = ["dramatiq", "benchmarks.peers.dramatiq_app", "--processes", str(processes)]
-    argv += ["--threads", str(THREADS), "--queues", queue]
+    argv += ["--threads", str(threads), "--queues", queue]
     probe = QueueProbe()
     try:
         with Workers([argv], {QUEUE_ENV: queue}, log) as workers:
             probe.wait_consumers(queue, processes, workers)  # one consumer per worker process
-            for _ in range(processes * THREADS):  # warm-up, drained before the clock starts
+            for _ in range(processes * threads):  # warm-up, drained before the clock starts
                 actor.send()
             _barrier(broker, queue)
-            wait_drained(probe, queue, time.perf_counter(), processes * THREADS, workers)
+            wait_drained(probe, queue, time.perf_counter(), processes * threads, workers)
+            cpu = workers.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 actor.send()
             _barrier(broker, queue)
             at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers)
+            cpu = workers.cpu_seconds() - cpu
     finally:
         broker.close()
         probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
         probe.close()
-    return jobs / at_ready, jobs / at_empty
+    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
 
 
-def enqueue_runs(cfg: Config) -> list[float]:
-    return [enqueue_rate(cfg.jobs) for _ in range(cfg.repeats)]
+def enqueue_runs(cfg: Config, confirm: bool = False) -> list[float]:
+    return [enqueue_rate(cfg.jobs, confirm) for _ in range(cfg.repeats)]
 
 
-def process_runs(cfg: Config, processes: int) -> tuple[list[float], list[float]]:
+def process_runs(
+    cfg: Config, processes: int, threads: int = THREADS, confirm: bool = False
+) -> tuple[list[float], list[float], list[float]]:
     log = cfg.tmp / f"{run_name('dramatiq')}.log"
-    runs = [process_rate(cfg.jobs, processes, log) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs]
+    runs = [process_rate(cfg.jobs, processes, log, threads, confirm) for _ in range(cfg.repeats)]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]

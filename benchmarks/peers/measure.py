@@ -11,8 +11,22 @@ import uuid
 from typing import Any
 
 from benchmarks.harness import Config, Measurement, version_of
-from benchmarks.peers import celery_bench, dramatiq_bench, procrastinate_bench, raw
+from benchmarks.peers import (
+    celery_bench,
+    dramatiq_bench,
+    procrastinate_bench,
+    raw,
+    raw_batched,
+    sweep,
+)
 from benchmarks.peers import raw_pika as pika_raw
+
+CPU_FACT = "worker CPU per job, us (every worker process and its forks, from /proc)"
+
+
+def _rounded(values: list[float] | None) -> list[float]:
+    return [round(v, 1) for v in values or []]
+
 
 RAW_TX = "3 per job: insert; claim the oldest queued row (UPDATE ... RETURNING); complete"
 
@@ -79,6 +93,46 @@ def raw_postgres(cfg: Config) -> list[Measurement]:
     return out
 
 
+BATCHED = (
+    f"3 per claim batch of up to {raw_batched.CLAIM} jobs: lease (claim), start, succeed; "
+    "each a compare-and-set on version with one audit row per job; inserts in batches of "
+    f"{raw_batched.SUBMIT_BATCH} from a second connection at the same time"
+)
+
+
+def raw_batched_sqlite(cfg: Config) -> list[Measurement]:
+    values = [
+        raw_batched.sqlite_batched(cfg.tmp / f"raw-batched-{uuid.uuid4().hex[:8]}.db", cfg.jobs)
+        for _ in range(cfg.repeats)
+    ]
+    settings = {
+        "sqlite": sqlite3.sqlite_version,
+        "driver": "python sqlite3",
+        "tables": "jobfsm's own (its migrations), every index",
+        "journal_mode": "WAL",
+        "synchronous": "FULL",
+        "transactions": BATCHED,
+        "claim": "BEGIN IMMEDIATE (the single writer); SELECT the due batch; UPDATE each",
+    }
+    note = "No engine: one worker's claim batches written by hand; the ratio's denominator."
+    return [_m("throughput.raw.sqlite.batched.process", "raw sqlite3, batched like a worker",
+               values, settings, note=note)]  # fmt: skip
+
+
+def raw_batched_postgres(cfg: Config) -> list[Measurement]:
+    values = [raw_batched.postgres_batched(cfg.jobs) for _ in range(cfg.repeats)]
+    settings = {
+        "psycopg": version_of("psycopg"),
+        **_pg_server_settings(),
+        "tables": "jobfsm's own (its migrations), every index",
+        "transactions": BATCHED,
+        "claim": "one UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING",
+    }
+    note = "No engine: one worker's claim batches written by hand; the ratio's denominator."
+    return [_m("throughput.raw.postgres.batched.process", "raw psycopg, batched like a worker",
+               values, settings, note=note)]  # fmt: skip
+
+
 def raw_pika(cfg: Config) -> list[Measurement]:
     runs = [pika_raw.publish_consume(cfg.jobs) for _ in range(cfg.repeats)]
     base = {
@@ -122,26 +176,30 @@ def procrastinate_enqueue(cfg: Config) -> list[Measurement]:
     ]  # fmt: skip
 
 
-def _procrastinate_process(cfg: Config, key: str, processes: int, concurrency: int) -> Measurement:
-    values = procrastinate_bench.process_runs(cfg, processes, concurrency)
-    settings = procrastinate_bench.settings(
-        **{"worker processes": processes, "concurrency per worker": concurrency},
-        **procrastinate_bench.WORKER_SETTINGS,
-    )
-    label = f"procrastinate, {processes} worker process(es), concurrency {concurrency}"
-    return _m(key, label, values, settings, note=PROCRASTINATE_DONE)
+def procrastinate_sweep(cfg: Config) -> list[Measurement]:
+    """Every swept processes x concurrency; rows: 1x1, the best 4-slot shape, the best."""
+    grid = sweep.PROCRASTINATE_QUICK if cfg.quick else sweep.PROCRASTINATE
+    both = {shape: procrastinate_bench.process_runs(cfg, *shape) for shape in grid}
+    runs = {shape: r[0] for shape, r in both.items()}
 
+    def row(key: str, what: str, shapes: list[sweep.Shape]) -> Measurement:
+        (p, c), values, facts = sweep.best(runs, shapes)
+        facts[CPU_FACT] = _rounded(both[(p, c)][1])
+        settings = procrastinate_bench.settings(
+            **{"worker processes": p, "concurrency per worker": c},
+            **procrastinate_bench.WORKER_SETTINGS,
+            **{"warm-up": "one job per slot, drained before the clock starts"},
+        )
+        label = f"procrastinate, {what}: {p} process(es) x concurrency {c}"
+        return _m(key, label, values, settings, facts=facts, note=PROCRASTINATE_DONE)
 
-def procrastinate_w1(cfg: Config) -> list[Measurement]:
-    return [_procrastinate_process(cfg, "throughput.procrastinate.w1.process", 1, 1)]
-
-
-def procrastinate_w4(cfg: Config) -> list[Measurement]:
-    return [_procrastinate_process(cfg, "throughput.procrastinate.w4.process", 4, 1)]
-
-
-def procrastinate_c4(cfg: Config) -> list[Measurement]:
-    return [_procrastinate_process(cfg, "throughput.procrastinate.c4.process", 1, 4)]
+    return [
+        row("throughput.procrastinate.w1.process", "1 slot", [(1, 1)]),
+        row("throughput.procrastinate.slots4.process",
+            f"best 4-slot shape of {sweep.names(sweep.slots(grid, 4))}", sweep.slots(grid, 4)),
+        row("throughput.procrastinate.best.process",
+            f"best of processes x concurrency {sweep.names(grid)}", list(grid)),
+    ]  # fmt: skip
 
 
 # --- RabbitMQ peers ---------------------------------------------------------------------
@@ -172,28 +230,59 @@ def dramatiq_enqueue(cfg: Config) -> list[Measurement]:
     return [_m("throughput.dramatiq.w1.enqueue", "dramatiq send", values, settings, note=note)]
 
 
-def _dramatiq_process(cfg: Config, key: str, processes: int) -> Measurement:
-    values, confirmed = dramatiq_bench.process_runs(cfg, processes)
-    prefetch = processes * dramatiq_bench.PREFETCH_PER_PROCESS
-    settings = dramatiq_bench.settings(
-        **{
-            "worker processes": processes,
-            "threads per process": f"{dramatiq_bench.THREADS} (CLI default)",
-            "prefetch per process": f"{dramatiq_bench.PREFETCH_PER_PROCESS} (2 x threads, default)",
-            "enqueue": "actor.send() loop from one client (dramatiq has no batch send)",
-        }
-    )
-    label = f"dramatiq, {processes} worker process(es) x {dramatiq_bench.THREADS} threads"
-    return _m(key, label, values, settings, facts=_broker_facts(prefetch, confirmed),
-              note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+def dramatiq_sweep(cfg: Config) -> list[Measurement]:
+    """Every swept processes x threads at dramatiq's defaults (no publisher confirms);
+    rows: best with 1 process, best with 4, best overall, and the best shape again
+    with confirmed sends (`confirm_delivery=True`)."""
+    grid = sweep.DRAMATIQ_QUICK if cfg.quick else sweep.DRAMATIQ
+    runs = {shape: dramatiq_bench.process_runs(cfg, *shape) for shape in grid}
+    rates = {shape: r[0] for shape, r in runs.items()}
+
+    def row(key: str, what: str, shapes: list[sweep.Shape], *, confirm: bool = False,
+            values: list[float] | None = None, confirmed: list[float] | None = None,
+            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
+        (p, t), best_values, facts = sweep.best(rates, shapes)
+        if values is None:
+            values, confirmed, cpu = best_values, runs[(p, t)][1], runs[(p, t)][2]
+        facts[CPU_FACT] = _rounded(cpu)
+        settings = dramatiq_bench.settings(
+            confirm,
+            **{
+                "worker processes": p,
+                "threads per process": t,
+                "prefetch per process": f"{2 * t} (2 x threads, default)",
+                "enqueue": "actor.send() loop from one client (dramatiq has no batch send)",
+                "warm-up": "one job per slot, drained before the clock starts",
+            },
+        )
+        prefetch = p * t * 2
+        label = f"dramatiq, {what}: {p} process(es) x {t} threads"
+        return _m(key, label, values, settings,
+                  facts={**facts, **_broker_facts(prefetch, confirmed or [])},
+                  note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+
+    names = sweep.names(grid)
+    out = [
+        row("throughput.dramatiq.w1.process", f"best 1-process shape of {names}",
+            sweep.processes(grid, 1)),
+        row("throughput.dramatiq.w4.process", f"best 4-process shape of {names}",
+            sweep.processes(grid, 4)),
+        row("throughput.dramatiq.best.process", f"best of processes x threads {names}",
+            list(grid)),
+    ]  # fmt: skip
+    shape, _values, _facts = sweep.best(rates, list(grid))
+    values, confirmed, cpu = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
+    out.append(row("throughput.dramatiq.confirmed.process", "confirmed sends, best shape",
+                   [shape], confirm=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
+    return out
 
 
-def dramatiq_w1(cfg: Config) -> list[Measurement]:
-    return [_dramatiq_process(cfg, "throughput.dramatiq.w1.process", 1)]
-
-
-def dramatiq_w4(cfg: Config) -> list[Measurement]:
-    return [_dramatiq_process(cfg, "throughput.dramatiq.w4.process", 4)]
+def dramatiq_confirmed_enqueue(cfg: Config) -> list[Measurement]:
+    values = dramatiq_bench.enqueue_runs(cfg, confirm=True)
+    settings = dramatiq_bench.settings(True, api="actor.send(), one message per call")
+    note = "No worker running; each send waits for the broker's publisher confirm."
+    return [_m("throughput.dramatiq.confirmed.enqueue", "dramatiq send, confirmed", values,
+               settings, note=note)]  # fmt: skip
 
 
 def celery_enqueue(cfg: Config) -> list[Measurement]:
@@ -203,28 +292,54 @@ def celery_enqueue(cfg: Config) -> list[Measurement]:
     return [_m("throughput.celery.w1.enqueue", "celery apply_async", values, settings, note=note)]
 
 
-def _celery_process(cfg: Config, key: str, workers: int, concurrency: int) -> Measurement:
-    values, confirmed = celery_bench.process_runs(cfg, workers, concurrency)
-    prefetch = workers * concurrency * celery_bench.PREFETCH_MULTIPLIER
-    settings = celery_bench.settings(
-        **{
-            "worker processes": f"{workers} worker(s) x prefork -c {concurrency}",
-            "enqueue": "apply_async loop from one client (celery has no batch publish)",
-        }
-    )
-    label = f"celery, {workers} worker(s) x prefork concurrency {concurrency}"
-    return _m(key, label, values, settings, facts=_broker_facts(prefetch, confirmed),
-              note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+def celery_sweep(cfg: Config) -> list[Measurement]:
+    """Every swept workers x prefork concurrency at celery's defaults; rows: 1 pool
+    process, the best with 4 pool processes in all, the best overall, and the best
+    shape again with confirmed publishes, acks_late and reject_on_worker_lost."""
+    grid = sweep.CELERY_QUICK if cfg.quick else sweep.CELERY
+    runs = {shape: celery_bench.process_runs(cfg, *shape) for shape in grid}
+    rates = {shape: r[0] for shape, r in runs.items()}
+
+    def row(key: str, what: str, shapes: list[sweep.Shape], *, durable: bool = False,
+            values: list[float] | None = None, confirmed: list[float] | None = None,
+            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
+        (w, c), best_values, facts = sweep.best(rates, shapes)
+        if values is None:
+            values, confirmed, cpu = best_values, runs[(w, c)][1], runs[(w, c)][2]
+        facts[CPU_FACT] = _rounded(cpu)
+        prefetch = w * c * celery_bench.PREFETCH_MULTIPLIER
+        settings = celery_bench.settings(
+            durable,
+            **{
+                "worker processes": f"{w} worker(s) x prefork -c {c}",
+                "enqueue": "apply_async loop from one client (celery has no batch publish)",
+                "warm-up": "one job per slot, drained before the clock starts",
+            },
+        )
+        label = f"celery, {what}: {w} worker(s) x prefork concurrency {c}"
+        return _m(key, label, values, settings,
+                  facts={**facts, **_broker_facts(prefetch, confirmed or [])},
+                  note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+
+    names = sweep.names(grid)
+    out = [
+        row("throughput.celery.w1.process", "1 pool process", [(1, 1)]),
+        row("throughput.celery.w4.process", f"best 4-process shape of {names}",
+            sweep.slots(grid, 4)),
+        row("throughput.celery.best.process", f"best of workers x concurrency {names}",
+            list(grid)),
+    ]  # fmt: skip
+    shape, _values, _facts = sweep.best(rates, list(grid))
+    values, confirmed, cpu = celery_bench.process_runs(cfg, *shape, durable=True)
+    out.append(row("throughput.celery.durable.process",
+                   "confirmed publishes + acks_late + reject_on_worker_lost, best shape",
+                   [shape], durable=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
+    return out
 
 
-def celery_w1(cfg: Config) -> list[Measurement]:
-    return [_celery_process(cfg, "throughput.celery.w1.process", 1, 1)]
-
-
-def celery_w4(cfg: Config) -> list[Measurement]:
-    """4 pool processes in one worker (celery's way), and 4 workers of 1 as a fact beside it."""
-    main = _celery_process(cfg, "throughput.celery.w4.process", 1, 4)
-    alt, alt_confirmed = celery_bench.process_runs(cfg, 4, 1)
-    main.facts["4 separate workers x prefork -c 1: rate until ready=0"] = alt
-    main.facts["4 separate workers x prefork -c 1: lower bound (rabbitmqctl)"] = alt_confirmed
-    return [main]
+def celery_durable_enqueue(cfg: Config) -> list[Measurement]:
+    values = celery_bench.enqueue_runs(cfg, durable=True)
+    settings = celery_bench.settings(True, api="task.apply_async(producer=p), one per call")
+    note = "No worker running; each publish waits for the broker's publisher confirm."
+    return [_m("throughput.celery.durable.enqueue", "celery apply_async, confirmed", values,
+               settings, note=note)]  # fmt: skip

@@ -321,7 +321,14 @@ def _schedule_retry(s: Step) -> None:
 
 
 def _retry_now(s: Step) -> None:
-    s.changes["run_after"] = s.now
+    """Due at once, in its original place: a recovered job is claimed ahead of newer work.
+
+    Claims take due jobs by (priority, run_after, id); a lease leaves `run_after` as it
+    was, so keeping it puts a job whose run was lost back where it stood in the queue,
+    not behind every job submitted while it ran (a 2,500-job backlog kept one waiting
+    for a minute). Never later than now, so it is due at once.
+    """
+    s.changes["run_after"] = min(s.job.run_after, s.now)
 
 
 def _count_recovery(s: Step) -> None:

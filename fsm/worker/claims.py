@@ -190,13 +190,13 @@ class Claims:
         assert run.spec is not None
         limits = s.engine.policy.limits
         limit = limits.max_payload_bytes
-        fn, ctx = run.spec.fn, run.ctx
+        fn, ctx, asynchronous = run.spec.fn, run.ctx, run.spec.asynchronous
         ctx.progress_limit = limit
         attempt = Attempt(
             job=run.job,
             timeout=float(run.job.timeout or limits.attempt_timeout),
             target=run.spec.target,
-            run=lambda: run_attempt(fn, ctx, limit),
+            run=lambda: run_attempt(fn, ctx, limit, asynchronous=asynchronous),
             cancelled=run.cancelled,
             result_limit=limit,
             arun=(lambda: run_attempt_async(fn, ctx, limit)) if run.spec.asynchronous else None,

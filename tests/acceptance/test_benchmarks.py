@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import read_jsonl
-from benchmarks.report import RECOVERY_TARGETS, THROUGHPUT_COMPARISONS, ZOMBIE_KEYS
+from benchmarks.report import BOUNDS, RECOVERY_TARGETS, THROUGHPUT_COMPARISONS, ZOMBIE_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the issue's bound for --quick on 2 cores is 5 minutes; a loaded CI machine gets 8
@@ -55,7 +55,7 @@ def test_quick_run_completes_with_every_compared_figure(
     keys = {m.key for m in rows}
     wanted = {c.ours for c in THROUGHPUT_COMPARISONS}
     wanted |= {k for c in THROUGHPUT_COMPARISONS for k in c.theirs}
-    wanted |= {*RECOVERY_TARGETS, *ZOMBIE_KEYS, *PEER_RECOVERY}
+    wanted |= {*RECOVERY_TARGETS, *ZOMBIE_KEYS, *PEER_RECOVERY, *(b.key for b in BOUNDS)}
     wanted |= {f"scale.{s}.worker_memory" for s in ("sqlite", "postgres")}
     wanted |= {f"scale.{s}.rows0.lease_p50" for s in ("sqlite", "postgres")}
     assert sorted(wanted - keys) == []
@@ -63,6 +63,9 @@ def test_quick_run_completes_with_every_compared_figure(
         assert m.unit, m.key
         assert all(v >= 0 for v in m.values), m.key
     # jobfsm's own runs always finish: a figure per key (peers may never re-run a job)
-    assert all(m.values for m in rows if m.key.startswith(("throughput.", "scale.")))
+    assert all(m.values for m in rows if m.key.startswith(("throughput.", "scale.", "core.")))
+    # a recovered job keeps its place: the next claim batch takes it
+    assert {m.key: m.values for m in rows}["core.recovered_place"] == [1.0]
     assert "### Targets" in done.stdout
+    assert "jobfsm writes an audit row for every transition" in done.stdout
     assert docs.read_text() == before

@@ -2,8 +2,8 @@
 
 A SQLite file at migration 2 and a PostgreSQL schema at migration 3, each holding a
 job written by that schema, are opened by this jobfsm: the migrations add schedules,
-progress, `job_deps` and `on_failed_dependency`, the old job reads back unchanged (no rule), and a new
-job can wait for it.
+progress, `job_deps` and `on_failed_dependency`, the old job reads back unchanged (no
+rule), and a new job can wait for it.
 """
 
 from __future__ import annotations

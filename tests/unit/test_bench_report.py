@@ -40,10 +40,11 @@ def test_a_missing_side_is_not_measured_rather_than_guessed() -> None:
     assert math.isnan(value)
     assert against == ""
     rows = {label: (shown, met) for label, shown, _bound, met in report.verdicts()}
-    assert rows["jobfsm PostgreSQL, 4 workers / procrastinate, best 4-way"] == (
+    assert rows["jobfsm PostgreSQL, 4 workers / procrastinate, best swept shape"] == (
         "not measured",
         None,
     )
+    assert rows["worker CPU per no-op job, PostgreSQL polling, 1 worker"] == ("not measured", None)
 
 
 def test_recovery_verdicts_need_every_run_rerun_within_a_second() -> None:
@@ -65,7 +66,7 @@ def test_recovery_verdicts_need_every_run_rerun_within_a_second() -> None:
 def test_results_round_trip_through_json_lines_and_render(tmp_path: Path) -> None:
     rows = [
         m("throughput.jobfsm.sqlite.w1.process", 2000, 2100),
-        m("throughput.raw.sqlite.full.process", 3000),
+        m("throughput.raw.sqlite.batched.process", 3000),
         m("recovery.celery.acks_early", unit="s", runs=1, rerun=0, never_rerun=1, lost=1),
         m("scale.sqlite.worker_memory", 40.0, 40.5, unit="MiB"),
     ]
@@ -87,7 +88,9 @@ def test_results_round_trip_through_json_lines_and_render(tmp_path: Path) -> Non
     facts2, command, rows2 = read_jsonl(path)
     assert (facts2, command, rows2) == (facts, "python -m benchmarks", rows)
     text = Report(rows2).markdown(facts2, command)
-    assert "| jobfsm SQLite, 1 worker / raw sqlite3 (FULL) | 0.68x | >= 0.6x | yes |" in text
+    batched = "jobfsm SQLite (FULL), 1 worker / raw sqlite3 (FULL) batched like a worker"
+    assert f"| {batched} | 0.68x | >= 0.6x | yes |" in text
+    assert "jobfsm writes an audit row for every transition" in text
     assert "| recovery.celery.acks_early | never | 0/1 |" in text
     assert "| scale.sqlite.worker_memory | 40.2 | 40.0-40.5 | MiB |" in text
 
@@ -98,3 +101,35 @@ def test_the_generated_block_is_replaced_and_the_hand_written_text_kept() -> Non
     assert once == f"# Benchmarks\n\nintro\n\n{BEGIN}\nfirst\n{END}\n"
     twice = splice(once + "\n## After\n", "second\n")
     assert twice == f"# Benchmarks\n\nintro\n\n{BEGIN}\nsecond\n{END}\n## After\n"
+
+
+def test_bounds_hold_a_figure_to_its_median_or_to_every_run() -> None:
+    # given a CPU figure whose median is within 60 us and a place whose worst run is not
+    cpu = m("throughput.jobfsm.postgres.w1.cpu", 50, 55, 90, unit="us/job")
+    place = m("core.recovered_place", 1, 2, unit="batches")
+    decide_cost = m("core.decide", 16.0, unit="us")
+    met = {label: ok for label, _shown, _bound, ok in Report([cpu, place, decide_cost]).verdicts()}
+    # then the median decides the CPU goal, the worst run the place goal
+    assert met["worker CPU per no-op job, PostgreSQL polling, 1 worker"] is True
+    assert met["a recovered job under a 2,500-job backlog: claim batches until leased"] is False
+    assert met["`decide`, median of one call"] is False
+
+
+def test_recovery_p99_is_the_nearest_rank_so_one_slow_run_of_five_fails_it() -> None:
+    slow = m("recovery.jobfsm.sqlite.same_host", 0.3, 0.4, 0.5, 0.6, 1.6, unit="s", never_rerun=0)
+    rows = {label: (shown, ok) for label, shown, _bound, ok in Report([slow]).verdicts()}
+    shown, ok = rows["recovery p99 after kill -9: recovery.jobfsm.sqlite.same_host"]
+    assert (shown, ok) == ("1.60 s (of 5 runs)", False)
+    assert rows["recovery p50 after kill -9: recovery.jobfsm.sqlite.same_host"][1] is True
+
+
+def test_the_best_shape_of_a_sweep_is_picked_by_median_and_every_shape_is_kept() -> None:
+    from benchmarks.peers import sweep
+
+    runs = {(1, 1): [100.0, 110.0, 900.0], (4, 1): [300.0, 310.0, 320.0], (1, 4): [200.0]}
+    shape, values, facts = sweep.best(runs, sweep.slots(list(runs), 4))
+    assert shape == (4, 1)
+    assert values == [300.0, 310.0, 320.0]
+    assert facts == {"medians of the shapes tried (jobs/s)": {"4x1": 310, "1x4": 200}}
+    assert sweep.processes(sweep.DRAMATIQ, 4) == [(4, 4), (4, 8), (4, 16)]
+    assert set(sweep.slots(sweep.PROCRASTINATE_QUICK, 4)) == {(4, 1), (1, 4)}

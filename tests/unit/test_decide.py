@@ -172,8 +172,21 @@ def test_expire_of_a_running_retry_safe_job_counts_a_recovery_and_retries_now() 
     d = decide(job, "expire", NOW, policy(), verdict="dead", reason="pid 4242 gone")
     assert d.job.state == "retry_wait"
     assert d.job.recoveries == 1
-    assert d.job.run_after == NOW
+    assert d.job.run_after <= NOW
     assert d.job.last_error == "pid 4242 gone"
+
+
+def test_a_recovered_job_keeps_its_place_in_the_queue_and_is_due_at_once() -> None:
+    # given a job that became due 10 s ago and was running when its owner died
+    job = job_in("running", run_after=NOW - 10, lease_until=NOW - 1)
+    # when it is expired
+    d = decide(job, "expire", NOW, policy(), verdict="dead")
+    # then it keeps its run_after (ahead of jobs submitted since), and is due now
+    assert d.job.state == "retry_wait"
+    assert d.job.run_after == NOW - 10
+    # and a run_after in the future (a clock step back) is pulled in to now
+    ahead = job_in("running", run_after=NOW + 5, lease_until=NOW - 1)
+    assert decide(ahead, "expire", NOW, policy(), verdict="dead").job.run_after == NOW
 
 
 @pytest.mark.parametrize(

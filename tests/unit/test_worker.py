@@ -686,3 +686,27 @@ def test_heartbeats_failing_lose_every_lease_before_it_can_lapse(
     last = engine.get(job.id).lease_until
     assert last is not None
     assert lost_at < last, f"given up {lost_at - last:.2f}s after the lease lapsed"
+
+
+def test_an_async_handler_on_a_thread_executor_runs_on_a_loop_of_its_own(
+    running: Callable[[Worker], Worker],
+) -> None:
+    # given an async def handler and a sync one on a plain thread executor
+    async def doubled(ctx: Context) -> int:
+        return int(ctx.payload["n"]) * 2
+
+    engine = _engine(ttl=60.0)
+    worker = _worker(
+        engine,
+        executor=ThreadExecutor(stop_grace=0.2),
+        handlers={"async": doubled, "sync": lambda ctx: "plain"},
+    )
+    async_job = engine.submit("async", {"n": 21})
+    sync_job = engine.submit("sync")
+    # when the worker runs them
+    running(worker)
+    wait_for(lambda: _state(engine, async_job) == "succeeded", what="async job")
+    wait_for(lambda: _state(engine, sync_job) == "succeeded", what="sync job")
+    # then the coroutine was awaited (its result stored), not returned as an object
+    assert engine.get(async_job.id).result_json == "42"
+    assert engine.get(sync_job.id).result_json == '"plain"'
