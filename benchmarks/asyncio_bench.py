@@ -3,6 +3,7 @@ procrastinate's async worker at the same concurrency, and jobfsm's thread execut
 
     python -m benchmarks.asyncio_bench --jobs 10000 --concurrency 200
     python -m benchmarks.asyncio_bench --jobs 2000 --systems jobfsm-async,procrastinate
+    python -m benchmarks.asyncio_bench --submits 2000    # AsyncEngine.submit, both paths
 
 Each job waits 0.05 s (`await asyncio.sleep(0.05)`; the thread executor's handler
 `time.sleep(0.05)`), so the floor is jobs * 0.05 / concurrency seconds. Every
@@ -12,6 +13,12 @@ enqueue (one batch: `submit_many`, `batch_defer`) until the system's own table
 counts every job succeeded (polled every 10 ms from another connection). CPU per
 job is the worker process's user + system time over the timed part
 (/proc/<pid>/stat), divided by the jobs.
+
+`--submits N`: N `AsyncEngine.submit` calls at once (`asyncio.gather`, distinct
+idempotency keys) on a fresh database, through the store's asyncio twin (psycopg's
+async pool, `path="async"`) and through the blocking store on threads
+(`path="threads"`, `max_threads` 8); CPU per submit is this process's CPU time
+over the timed part, divided by N. Each path is warmed with 200 submits first.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from benchmarks.harness import REPO, version_of, wait_for
 from benchmarks.peers.procrastinate_app import DSN_ENV
 from benchmarks.peers.procrastinate_async_app import SLEEP
 from benchmarks.peers.procrastinate_async_app import make_app as make_procrastinate
-from fsm import Engine, open_store
+from fsm import AsyncEngine, Engine, open_store
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
@@ -165,6 +172,31 @@ def procrastinate_run(jobs: int, concurrency: int, log: Path) -> dict[str, float
             app.close()
 
 
+async def _submits(url: str, path: str, n: int) -> dict[str, float]:
+    async with await AsyncEngine.open(url, path=path) as aengine:
+        await asyncio.gather(*(aengine.submit("io.async", None) for _ in range(200)))  # warm
+        cpu0, began = time.process_time(), time.perf_counter()
+        jobs = await asyncio.gather(
+            *(aengine.submit("io.async", i, idempotency_key=f"{path}-{i}") for i in range(n))
+        )
+        took, cpu = time.perf_counter() - began, time.process_time() - cpu0
+    assert len({j.id for j in jobs}) == n
+    return {"per_s": n / took, "seconds": took, "cpu_ms": 1000 * cpu / n}
+
+
+def submit_runs(n: int) -> None:
+    """AsyncEngine.submit throughput and CPU per submit, async pool against threads."""
+    print(f"{n} AsyncEngine.submit calls at once (asyncio.gather), PostgreSQL")
+    for path in ("async", "threads"):
+        with fresh_database() as url:
+            out = asyncio.run(_submits(url, path, n))
+        print(
+            f"path={path:8} {out['per_s']:8.0f} submits/s  {out['seconds']:6.2f} s  "
+            f"{out['cpu_ms']:.2f} ms CPU/submit",
+            flush=True,
+        )
+
+
 SYSTEMS = ("jobfsm-async", "procrastinate", "jobfsm-thread")
 
 
@@ -173,9 +205,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument(
+        "--submits", type=int, default=0, help="measure AsyncEngine.submit instead (N calls)"
+    )
     parser.add_argument("--log", type=Path, default=REPO / "benchmarks" / "results" / "asyncio.log")
     args = parser.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
+    if args.submits:
+        submit_runs(args.submits)
+        return
     print(
         f"{args.jobs} jobs of {SLEEP}s, concurrency {args.concurrency}, one worker process, "
         f"PostgreSQL; procrastinate {version_of('procrastinate')}; "

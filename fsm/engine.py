@@ -7,14 +7,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import jsonio, waiting
+from . import jsonio, steps, waiting
 from .clock import SystemClock
 from .errors import (
     BadInput,
     IllegalTransition,
     JobFSMError,
     JobNotFound,
-    LeaseLost,
     StoreError,
     UnknownKind,
     VersionConflict,
@@ -26,7 +25,6 @@ from .observe import Metrics, log_transition
 from .pausing import QueuePauses
 from .policies import Policy
 from .ports import (
-    Capacity,
     ClaimRequest,
     Clock,
     Delivery,
@@ -123,23 +121,7 @@ class Engine:
 
     def submit_many(self, items: Iterable[tuple[str, Any, Mapping[str, Any]]]) -> list[Job]:
         """Submit many jobs in one store transaction; validation happens before any write."""
-        now = self.clock.now()
-        decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
-        caps = self.policy.limits.queue_capacity
-        jobs = self.store.insert(decisions, Capacity(caps, self._lease_states) if caps else None)
-        fresh = []
-        for decision, job in zip(decisions, jobs, strict=True):
-            if job.id == decision.job.id and decision.entry is not None:
-                self._observe(job, decision.entry)
-                fresh.append(job)
-        if fresh and self.publisher is not None:
-            try:
-                self.publisher.publish(fresh)
-            except Exception:  # the store is the truth; a sweep republishes lost wake-ups
-                log.warning(
-                    "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
-                )
-        return jobs
+        return steps.drive(steps.submit_many(self, items), steps.sync_performer(self))
 
     # --- reads -------------------------------------------------------------------
 
@@ -193,27 +175,11 @@ class Engine:
         write: Callable[[Decision], Job | VersionConflict],
         **args: Any,
     ) -> Job:
-        """Read, `decide`, `write` with compare-and-set; re-read on a lost race (bounded)."""
-        tries = self.policy.limits.cas_retries
-        for _ in range(tries):
-            job = self.get(job_id)
-            now = self.clock.now()
-            try:
-                decision = decide(job, event, now, self.policy, spec=self.spec, **args)
-            except LeaseLost as err:
-                entry: AuditEntry = err.entry  # type: ignore[attr-defined]
-                self.store.record([entry])
-                log_transition(job, entry)
-                if self.metrics is not None:
-                    self.metrics.rejected_report(job.kind, event)
-                raise
-            outcome = write(decision)
-            if isinstance(outcome, VersionConflict):
-                continue
-            if decision.entry is not None:
-                self._observe(outcome, decision.entry)
-            return outcome
-        raise VersionConflict(job_id, -1, None)
+        """Read, `decide`, `write` with compare-and-set; re-read on a lost race (bounded).
+        The loop is `fsm.steps.decided`, shared with `AsyncEngine`."""
+        return steps.drive(
+            steps.decided(self, job_id, event, args), steps.sync_performer(self, write)
+        )
 
     def start(self, job_id: str, fence: int) -> Job:
         return self.transition(job_id, "start", fence=fence)
@@ -320,14 +286,9 @@ class Engine:
         self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
     ) -> Job:
         """Apply an operator event; repeating one that already took effect is a no-op."""
-        with self._operator_span(event, job_id, args["actor"]):
-            try:
-                return self.transition(job_id, event, **args)
-            except IllegalTransition:
-                job = self.get(job_id)
-                if settled(job):
-                    return job
-                raise
+        return steps.drive(
+            steps.operator(self, job_id, event, settled, args), steps.sync_performer(self)
+        )
 
     def _operator_span(
         self, event: str, job_id: str, actor: Any
@@ -338,36 +299,20 @@ class Engine:
         return tracing.operator_span(event, job_id, actor=str(actor), provider=self.tracer_provider)
 
     def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
-        return self._operator(
-            job_id,
-            "cancel",
-            lambda j: j.state in self._dests("cancel"),
-            actor=actor,
-            reason=reason,
-        )
+        plan = steps.cancel(self, job_id, actor=actor, reason=reason)
+        return steps.drive(plan, steps.sync_performer(self))
 
     def requeue(self, job_id: str, *, actor: str, reason: str, attempts: int) -> Job:
-        return self._operator(
-            job_id,
-            "requeue",
-            lambda j: False,
-            actor=actor,
-            reason=reason,
-            attempts=attempts,
-        )
+        plan = steps.requeue(self, job_id, actor=actor, reason=reason, attempts=attempts)
+        return steps.drive(plan, steps.sync_performer(self))
 
     def resolve(
         self, job_id: str, *, outcome: str, actor: str, reason: str, result: Any = None
     ) -> Job:
-        return self._operator(
-            job_id,
-            "resolve",
-            lambda j: j.state == outcome,
-            outcome=outcome,
-            actor=actor,
-            reason=reason,
-            result_json=self._result_json(job_id, result),
+        plan = steps.resolve(
+            self, job_id, outcome=outcome, actor=actor, reason=reason, result=result
         )
+        return steps.drive(plan, steps.sync_performer(self))
 
     def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
         """Blank a finished job's payload and result, in its record and in every audit
@@ -375,8 +320,8 @@ class Engine:
         store = self.store
         if not isinstance(store, Erasable):
             raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
-        with self._operator_span("erase", job_id, actor):
-            return self._decided(job_id, "erase", store.erase, actor=actor, reason=reason)
+        args = {"actor": actor, "reason": reason}
+        return steps.drive(steps.erase(self, job_id, args), steps.sync_performer(self, store.erase))
 
     # --- pausing queues (fsm.pausing) -------------------------------------------
 

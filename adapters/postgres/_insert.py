@@ -4,7 +4,8 @@ batches, and the capacity-checked transaction (a mixin of PostgresStore)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -13,6 +14,7 @@ from adapters._rows import check_storable
 from fsm.errors import QueueFull, TransientStoreError
 from fsm.ports import Capacity
 from fsm.records import Decision, Job
+from fsm.steps import drive
 
 from . import _schema
 from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
@@ -25,46 +27,81 @@ COPY_MIN = 200
 INSERT_ROUNDS = 3
 
 
+#: ("insert", batch, capacity) -> the ids inserted; ("existing", batch, None) -> the
+#: stored jobs by ("key", idempotency key) and ("id", id)
+InsertRequest = tuple[str, Sequence[Decision], Capacity | None]
+
+
+def insert_rounds(
+    decisions: Sequence[Decision], capacity: Capacity | None
+) -> Generator[InsertRequest, Any, list[Job]]:
+    """`Store.insert` without its I/O (shared by the blocking and the async store):
+    insert what is new, read back the stored twins of duplicate keys or ids, and
+    insert again those whose twin vanished meanwhile (pruned), at most INSERT_ROUNDS
+    times. Returns the jobs in order: the new ones, or their stored twins."""
+    if not decisions:
+        return []
+    check_storable((d.job for d in decisions), (d.entry for d in decisions))
+    if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
+        capacity = None
+    out: dict[int, Job] = {}
+    pending = list(enumerate(decisions))
+    for _ in range(INSERT_ROUNDS):
+        if not pending:
+            break
+        inserted: set[str] = yield ("insert", [d for _, d in pending], capacity)
+        missing = [(i, d) for i, d in pending if d.job.id not in inserted]
+        for i, d in pending:
+            if d.job.id in inserted:
+                out[i] = d.job
+        if not missing:
+            break
+        found: dict[tuple[str, str | None], Job] = yield ("existing", [d for _, d in missing], None)
+        pending = []
+        for i, d in missing:
+            key = d.job.idempotency_key
+            job = found.get(("key", key)) if key is not None else None
+            job = job or found.get(("id", d.job.id))
+            if job is None:
+                pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
+            else:
+                out[i] = job
+    if len(out) != len(decisions):
+        raise TransientStoreError(
+            f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
+            f"vanishing in {INSERT_ROUNDS} rounds; retry"
+        )
+    return [out[i] for i in range(len(decisions))]
+
+
+def existing_by_key(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str | None], Job]:
+    """The rows of `Statements.by_key`, by ("id", id) and ("key", idempotency key)."""
+    found: dict[tuple[str, str | None], Job] = {}
+    for row in rows:
+        job = _job(row)
+        found[("id", job.id)] = job
+        if job.idempotency_key is not None:
+            found[("key", job.idempotency_key)] = job
+    return found
+
+
+def insert_params(decisions: Sequence[Decision], channel: str) -> list[Any]:
+    """Parameters of `Statements.insert`."""
+    entries = [d.entry for d in decisions if d.entry is not None]
+    return [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), channel]
+
+
 class Inserts(Connected):
     """`insert` of the Store port; needs `channel` (the LISTEN channel) from the store."""
 
     channel: str
 
     def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
-        if not decisions:
-            return []
-        check_storable((d.job for d in decisions), (d.entry for d in decisions))
-        if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
-            capacity = None
-        out: dict[int, Job] = {}
-        pending = list(enumerate(decisions))
-        for _ in range(INSERT_ROUNDS):
-            if not pending:
-                break
-            batch = [d for _, d in pending]
-            inserted = self._insert_once(batch, capacity)
-            missing = [(i, d) for i, d in pending if d.job.id not in inserted]
-            for i, d in pending:
-                if d.job.id in inserted:
-                    out[i] = d.job
-            if not missing:
-                break
-            found = self._existing([d for _, d in missing])
-            pending = []
-            for i, d in missing:
-                key = d.job.idempotency_key
-                job = found.get(("key", key)) if key is not None else None
-                job = job or found.get(("id", d.job.id))
-                if job is None:
-                    pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
-                else:
-                    out[i] = job
-        if len(out) != len(decisions):
-            raise TransientStoreError(
-                f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
-                f"vanishing in {INSERT_ROUNDS} rounds; retry"
-            )
-        return [out[i] for i in range(len(decisions))]
+        def perform(request: InsertRequest) -> Any:
+            what, batch, capped = request
+            return self._insert_once(batch, capped) if what == "insert" else self._existing(batch)
+
+        return drive(insert_rounds(decisions, capacity), perform)
 
     def _insert_once(
         self, decisions: Sequence[Decision], capacity: Capacity | None = None
@@ -73,12 +110,7 @@ class Inserts(Connected):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
-            entries = [d.entry for d in decisions if d.entry is not None]
-            params = [
-                *_job_arrays(d.job for d in decisions),
-                *_audit_arrays(entries),
-                self.channel,
-            ]
+            params = insert_params(decisions, self.channel)
             return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
 
         def reconcile() -> set[str]:
@@ -100,8 +132,7 @@ class Inserts(Connected):
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
         queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        entries = [d.entry for d in decisions if d.entry is not None]
-        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
+        params = insert_params(decisions, self.channel)
         count = self.sql.waiting(tuple(capacity.states))
         queue_of = {d.job.id: d.job.queue for d in decisions}
         lost: psycopg.Error | None = None
@@ -185,10 +216,4 @@ class Inserts(Connected):
         ids = [d.job.id for d in decisions]
         with self.connection("insert (existing keys)") as conn:
             rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
-        found: dict[tuple[str, str | None], Job] = {}
-        for row in rows:
-            job = _job(row)
-            found[("id", job.id)] = job
-            if job.idempotency_key is not None:
-                found[("key", job.idempotency_key)] = job
-        return found
+        return existing_by_key(rows)

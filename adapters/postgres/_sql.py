@@ -170,6 +170,9 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
+        # erase: the job's trail, then each entry's data rewritten (erased_data_json)
+        self.trail_data = f"SELECT seq, data_json FROM {events} WHERE job_id = %s"
+        self.erase_entry = f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s"
         self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
         self._waiting: dict[tuple[str, ...], str] = {}
 

@@ -24,11 +24,14 @@ from fsm.testing.conformance import RECIPES, conformance_policy, reach, table_ro
 OPERATOR_EVENTS = ("cancel", "requeue", "resolve", "erase")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+@pytest.fixture(params=["sqlite", "postgres", "postgres-threads"])
+def store(request: pytest.FixtureRequest) -> Iterator[tuple[Store, str, bool]]:
+    """A store and the AsyncEngine path: SQLite on threads; PostgreSQL on its asyncio
+    twin (psycopg's async pool) and, for comparison, on threads."""
     url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
     s = open_store(url)
-    yield s
+    native = request.param == "postgres"  # the asyncio twin answers every store call
+    yield s, "auto" if request.param != "postgres-threads" else "threads", native
     s.close()
 
 
@@ -53,8 +56,9 @@ async def _apply(aengine: AsyncEngine, job_id: str, event: str, args: dict[str, 
 
 
 def test_every_operator_row_through_the_async_engine_equals_the_core_decision(
-    store: Store,
+    store: tuple[Store, str, bool],
 ) -> None:
+    store, path, native = store
     clock = FakeClock()
     engine = Engine(
         store,
@@ -67,7 +71,8 @@ def test_every_operator_row_through_the_async_engine_equals_the_core_decision(
 
     async def check_all() -> int:
         checked = 0
-        async with AsyncEngine(engine) as aengine:
+        async with AsyncEngine(engine, path=path) as aengine:
+            assert aengine.uses_async_store == native
             for source, event, dest in rows:
                 recipe = RECIPES[(source, event, dest)]
                 job = reach(engine, clock, source, **recipe.submit)
