@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from adapters._rows import check_storable
+from adapters._rows import AUDIT_COLUMNS, check_storable
 from fsm.errors import QueueFull, TransientStoreError
 from fsm.ports import Capacity
 from fsm.records import Decision, Job
@@ -18,6 +18,7 @@ from fsm.steps import drive
 
 from . import _schema
 from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
+from ._sql import Statements
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,16 @@ def existing_by_key(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str | None
     return found
 
 
-def insert_params(decisions: Sequence[Decision], channel: str) -> list[Any]:
-    """Parameters of `Statements.insert`."""
+def insert_statement(
+    sql: Statements, decisions: Sequence[Decision], channel: str
+) -> tuple[str, list[Any]]:
+    """`Statements.insert` (or `insert_one` for one audited job) and its parameters."""
+    if len(decisions) == 1 and (entry := decisions[0].entry) is not None:
+        values = [column[0] for column in _job_arrays([decisions[0].job])]
+        return sql.insert_one, [*values, *(getattr(entry, c) for c in AUDIT_COLUMNS), channel]
     entries = [d.entry for d in decisions if d.entry is not None]
-    return [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), channel]
+    params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), channel]
+    return sql.insert, params
 
 
 class Inserts(Connected):
@@ -110,8 +117,8 @@ class Inserts(Connected):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
-            params = insert_params(decisions, self.channel)
-            return {r[0] for r in conn.execute(self.sql.insert, params).fetchall()}
+            statement, params = insert_statement(self.sql, decisions, self.channel)
+            return {r[0] for r in conn.execute(statement, params).fetchall()}
 
         def reconcile() -> set[str]:
             return self._reconcile_insert(decisions)
@@ -132,7 +139,7 @@ class Inserts(Connected):
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
         queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        params = insert_params(decisions, self.channel)
+        statement, params = insert_statement(self.sql, decisions, self.channel)
         count = self.sql.waiting(tuple(capacity.states))
         queue_of = {d.job.id: d.job.queue for d in decisions}
         lost: psycopg.Error | None = None
@@ -145,7 +152,7 @@ class Inserts(Connected):
                         conn.execute(
                             "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
                         )
-                    inserted = conn.execute(self.sql.insert, params)
+                    inserted = conn.execute(statement, params)
                     counted = [
                         (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
                     ]

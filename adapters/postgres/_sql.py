@@ -127,6 +127,18 @@ class Statements:
             "FROM ins) qs) "
             "SELECT ins.id FROM ins, note"
         )
+        # insert of one job (a single submit): the same statement with scalar
+        # parameters, which cost the client far less to dump than one-element arrays
+        one_job = ", ".join(f"%s::{t}" for t in JOB_TYPES.values())
+        one_audit = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
+        self.insert_one = (
+            f"WITH ins AS (INSERT INTO {jobs} ({job_cols}) VALUES ({one_job}) "
+            "ON CONFLICT DO NOTHING RETURNING id, queue), "
+            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT * FROM "
+            f"(VALUES ({one_audit})) AS e({audit_cols}) WHERE EXISTS (SELECT 1 FROM ins)), "
+            "note AS (SELECT count(pg_notify(%s, queue)) AS n FROM ins) "
+            "SELECT ins.id FROM ins, note"
+        )
         # apply: compare-and-set on version for every decision; the audit entries of
         # the rows written go in with them, in the same statement.
         sets = ", ".join(f"{c} = d.{c}" for c in JOB_COLUMNS if c != "id")

@@ -16,6 +16,7 @@ one event loop: the pool is opened on the loop of its first call and closed by
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -33,7 +34,7 @@ from fsm.steps import adrive
 
 from . import _schema
 from ._base import _audit_arrays, _entry, _job, outcomes
-from ._insert import InsertRequest, existing_by_key, insert_params, insert_rounds
+from ._insert import InsertRequest, existing_by_key, insert_rounds, insert_statement
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -61,6 +62,7 @@ class AsyncPostgresStore:
             name=f"jobfsm-async-{settings.schema}",
             open=False,
         )
+        self._gate = asyncio.Semaphore(settings.pool_max)
         self._closed = False
 
     async def open(self) -> None:
@@ -80,9 +82,23 @@ class AsyncPostgresStore:
     async def connection(self, what: str) -> AsyncIterator[AConn]:
         if self._closed:
             raise StoreError(f"PostgreSQL store {self.settings.redacted} is closed ({what})")
+        # A turn first: at most `pool_max` calls ask the pool at once, the others queue
+        # on a Semaphore, in order (far cheaper for the loop than the pool's own waiting
+        # list when thousands of calls arrive together). `pool_timeout` bounds both waits.
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.pool_timeout
+        deadline = loop.time() + timeout
         try:
-            async with self.pool.connection() as conn:
-                yield conn
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._gate.acquire()
+            except TimeoutError:
+                raise PoolTimeout(f"waited {timeout} s for a turn at the pool") from None
+            try:
+                async with self.pool.connection(max(0.0, deadline - loop.time())) as conn:
+                    yield conn
+            finally:
+                self._gate.release()
         except (psycopg.Error, PoolTimeout) as err:
             if isinstance(err, psycopg.OperationalError | PoolTimeout):
                 await self._purge()
@@ -167,10 +183,10 @@ class AsyncPostgresStore:
     ) -> set[str]:
         if capacity is not None:
             return await self._insert_capped(decisions, capacity)
-        params = insert_params(decisions, self.channel)
+        statement, params = insert_statement(self.sql, decisions, self.channel)
 
         async def body(conn: AConn) -> set[str]:
-            cur = await conn.execute(self.sql.insert, params)
+            cur = await conn.execute(statement, params)
             return {r[0] for r in await cur.fetchall()}
 
         async def reconcile() -> set[str]:
@@ -182,7 +198,7 @@ class AsyncPostgresStore:
         """`Inserts._insert_capped`: advisory locks per capped queue, insert, count, in
         one transaction and one round trip; over a limit, ROLLBACK and QueueFull."""
         queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        params = insert_params(decisions, self.channel)
+        statement, params = insert_statement(self.sql, decisions, self.channel)
         count = self.sql.waiting(tuple(capacity.states))
         queue_of = {d.job.id: d.job.queue for d in decisions}
         async with self.connection("insert") as conn:
@@ -194,7 +210,7 @@ class AsyncPostgresStore:
                         await conn.execute(
                             "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
                         )
-                    inserted = await conn.execute(self.sql.insert, params)
+                    inserted = await conn.execute(statement, params)
                     counted = [
                         (q, await conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
                     ]
