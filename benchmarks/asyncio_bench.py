@@ -4,6 +4,7 @@ procrastinate's async worker at the same concurrency, and jobfsm's thread execut
     python -m benchmarks.asyncio_bench --jobs 10000 --concurrency 200
     python -m benchmarks.asyncio_bench --jobs 2000 --systems jobfsm-async,procrastinate
     python -m benchmarks.asyncio_bench --submits 2000    # AsyncEngine.submit, both paths
+    python -m benchmarks.asyncio_bench --attempts 4000   # the executors alone, in-process
 
 Each job waits 0.05 s (`await asyncio.sleep(0.05)`; the thread executor's handler
 `time.sleep(0.05)`), so the floor is jobs * 0.05 / concurrency seconds. Every
@@ -19,6 +20,12 @@ idempotency keys) on a fresh database, through the store's asyncio twin (psycopg
 async pool, `path="async"`) and through the blocking store on threads
 (`path="threads"`, `max_threads` 8); CPU per submit is this process's CPU time
 over the timed part, divided by N. Each path is warmed with 200 submits first.
+
+`--attempts N`: the executors alone, in this process, no store: N attempts of the
+same handlers through the asyncio executor and the thread executor with
+`--concurrency` slots, the free slots refilled together as a worker's claim does
+(after each wake-up, every attempt that ended meanwhile); CPU per attempt is
+this process's CPU time over the timed part, divided by N (one warm-up round).
 """
 
 from __future__ import annotations
@@ -197,6 +204,66 @@ def submit_runs(n: int) -> None:
         )
 
 
+def _executor_run(name: str, n: int, slots: int) -> dict[str, float]:
+    import itertools
+    import threading
+
+    from adapters.asyncio_executor import AsyncioExecutor
+    from adapters.executors import ThreadExecutor
+    from adapters.memory import MemoryStore
+    from fsm.owner import Identity
+    from fsm.ports import Attempt, Executor
+    from fsm.worker.context import handler_path, run_attempt, run_attempt_async
+
+    engine = Engine(MemoryStore())
+    engine.submit_many([("io", None, {})] * (n + slots))
+    jobs = engine.claim(Identity().owner, limit=n + slots)
+    handler = io_async if name == "asyncio" else io_thread
+    ended = threading.Semaphore(0)
+
+    def attempt(job: Any) -> Attempt:
+        token = threading.Event()
+        ctx = Context(job, token)
+        arun = (lambda: run_attempt_async(handler, ctx)) if name == "asyncio" else None
+        run = lambda: run_attempt(handler, ctx)  # noqa: E731
+        return Attempt(job, 60.0, handler_path(handler), run, token, arun=arun)
+
+    def feed(executor: Executor, batch: list[Any]) -> None:
+        """Fill every free slot at once, as a worker's claim does, until all ended."""
+        waiting, free, finished = iter(batch), slots, 0
+        while finished < len(batch):
+            for job in itertools.islice(waiting, free):
+                executor.submit(attempt(job), lambda a, o: ended.release())
+            ended.acquire()
+            free = 1
+            while ended.acquire(blocking=False):
+                free += 1
+            finished += free
+
+    executor: Executor = AsyncioExecutor() if name == "asyncio" else ThreadExecutor()
+    executor.start(slots)
+    try:
+        feed(executor, jobs[:slots])  # warm-up round
+        cpu0, began = time.process_time(), time.perf_counter()
+        feed(executor, jobs[slots:])
+        took, cpu = time.perf_counter() - began, time.process_time() - cpu0
+    finally:
+        executor.shutdown(5.0)
+    return {"per_s": n / took, "seconds": took, "cpu_us": 1e6 * cpu / n}
+
+
+def executor_runs(n: int, slots: int) -> None:
+    """CPU per attempt of the asyncio and the thread executor, without a store."""
+    print(f"{n} attempts of {SLEEP}s through each executor alone, {slots} slots, in-process")
+    for name in ("asyncio", "thread"):
+        out = _executor_run(name, n, slots)
+        print(
+            f"{name:8} {out['per_s']:8.0f} attempts/s  {out['seconds']:6.2f} s  "
+            f"{out['cpu_us']:.0f} us CPU/attempt",
+            flush=True,
+        )
+
+
 SYSTEMS = ("jobfsm-async", "procrastinate", "jobfsm-thread")
 
 
@@ -208,11 +275,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--submits", type=int, default=0, help="measure AsyncEngine.submit instead (N calls)"
     )
+    parser.add_argument(
+        "--attempts", type=int, default=0, help="measure the executors alone (N attempts)"
+    )
     parser.add_argument("--log", type=Path, default=REPO / "benchmarks" / "results" / "asyncio.log")
     args = parser.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
     if args.submits:
         submit_runs(args.submits)
+        return
+    if args.attempts:
+        executor_runs(args.attempts, args.concurrency)
         return
     print(
         f"{args.jobs} jobs of {SLEEP}s, concurrency {args.concurrency}, one worker process, "

@@ -89,11 +89,14 @@ class AsyncPostgresStore:
         timeout = self.settings.pool_timeout
         deadline = loop.time() + timeout
         try:
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._gate.acquire()
-            except TimeoutError:
-                raise PoolTimeout(f"waited {timeout} s for a turn at the pool") from None
+            if self._gate.locked():
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self._gate.acquire()
+                except TimeoutError:
+                    raise PoolTimeout(f"waited {timeout} s for a turn at the pool") from None
+            else:
+                await self._gate.acquire()  # a turn is free: taken at once, no timer
             try:
                 async with self.pool.connection(max(0.0, deadline - loop.time())) as conn:
                     yield conn
