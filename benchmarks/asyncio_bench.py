@@ -19,7 +19,8 @@ job is the worker process's user + system time over the timed part
 idempotency keys) on a fresh database, through the store's asyncio twin (psycopg's
 async pool, `path="async"`) and through the blocking store on threads
 (`path="threads"`, `max_threads` 8); CPU per submit is this process's CPU time
-over the timed part, divided by N. Each path is warmed with 200 submits first.
+over the timed part, divided by N. Each path is warmed with 200 submits first;
+then 300 `get`s and 300 `submit`s are timed one at a time (wall and CPU per call).
 
 `--attempts N`: the executors alone, in this process, no store: N attempts of the
 same handlers through the asyncio executor and the thread executor with
@@ -187,8 +188,18 @@ async def _submits(url: str, path: str, n: int) -> dict[str, float]:
             *(aengine.submit("io.async", i, idempotency_key=f"{path}-{i}") for i in range(n))
         )
         took, cpu = time.perf_counter() - began, time.process_time() - cpu0
+        one: dict[str, float] = {}
+        for what, call in (
+            ("get", lambda: aengine.get(jobs[0].id)),
+            ("submit", lambda: aengine.submit("io.async", None)),
+        ):
+            cpu1, t1 = time.process_time(), time.perf_counter()
+            for _ in range(ONE_AT_A_TIME):
+                await call()
+            one[f"{what}_us"] = 1e6 * (time.perf_counter() - t1) / ONE_AT_A_TIME
+            one[f"{what}_cpu_us"] = 1e6 * (time.process_time() - cpu1) / ONE_AT_A_TIME
     assert len({j.id for j in jobs}) == n
-    return {"per_s": n / took, "seconds": took, "cpu_ms": 1000 * cpu / n}
+    return {"per_s": n / took, "seconds": took, "cpu_ms": 1000 * cpu / n, **one}
 
 
 def submit_runs(n: int) -> None:
@@ -199,7 +210,9 @@ def submit_runs(n: int) -> None:
             out = asyncio.run(_submits(url, path, n))
         print(
             f"path={path:8} {out['per_s']:8.0f} submits/s  {out['seconds']:6.2f} s  "
-            f"{out['cpu_ms']:.2f} ms CPU/submit",
+            f"{out['cpu_ms']:.2f} ms CPU/submit; one at a time: "
+            f"get {out['get_us']:.0f} us ({out['get_cpu_us']:.0f} us CPU), "
+            f"submit {out['submit_us']:.0f} us ({out['submit_cpu_us']:.0f} us CPU)",
             flush=True,
         )
 
@@ -265,6 +278,8 @@ def executor_runs(n: int, slots: int) -> None:
 
 
 SYSTEMS = ("jobfsm-async", "procrastinate", "jobfsm-thread")
+#: `--submits`: calls of `get` and of `submit` timed one at a time, after the batch
+ONE_AT_A_TIME = 300
 
 
 def main(argv: list[str] | None = None) -> None:
