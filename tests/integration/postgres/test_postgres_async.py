@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 
 from adapters.postgres.aio import AsyncPostgresStore
@@ -359,3 +362,74 @@ def test_queue_capacity_holds_under_concurrent_async_submits(pg_url: str) -> Non
     assert sum(isinstance(o, Job) for o in outcomes) == 10
     assert all(isinstance(o, Job | QueueFull) for o in outcomes), outcomes
     assert counts == {("default", "queued"): 10}
+
+
+OPS = ("submit", "submit_key", "cancel", "requeue", "resolve", "erase", "park", "finish")
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.sampled_from(["a", "b"])),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_any_sequence_through_the_async_pool_replays_to_the_stored_record(
+    pg_url: str, steps: list[tuple[str, int, str]]
+) -> None:
+    """Operator actions and submits through the async pool, worker reports through the
+    blocking Engine, in any order: every refused action changes nothing, and every
+    job's audit trail replays through `decide` to its stored record."""
+    from fsm.lifecycle.core import replay, same_except_heartbeats
+
+    async def go() -> None:
+        async with await AsyncEngine.open(pg_url, clock=FakeClock()) as aengine:
+            engine = aengine.engine
+            prefix = uuid.uuid4().hex  # this example's keys (the database outlives it)
+            ids: list[str] = []
+            for op, i, key in steps:
+                if op in ("submit", "submit_key") or not ids:
+                    options = {"idempotency_key": f"{prefix}-{key}"} if op == "submit_key" else {}
+                    job = await aengine.submit("k", {"i": i}, **options)
+                    if job.id not in ids:
+                        ids.append(job.id)
+                    continue
+                job_id = ids[i % len(ids)]
+                before = await aengine.get(job_id)
+                try:
+                    if op == "cancel":
+                        await aengine.cancel(job_id, actor="op", reason="r")
+                    elif op == "requeue":
+                        await aengine.requeue(job_id, actor="op", reason="r", attempts=2)
+                    elif op == "resolve":
+                        await aengine.resolve(job_id, outcome="failed", actor="op", reason="r")
+                    elif op == "erase":
+                        await aengine.erase(job_id, actor="op", reason="r")
+                    else:
+                        await asyncio.to_thread(_work, engine, job_id, op)
+                except IllegalTransition:
+                    assert await aengine.get(job_id) == before  # refused: nothing changed
+            for job_id in ids:
+                stored = await aengine.get(job_id)
+                rebuilt = replay(await aengine.history(job_id), engine.policy)
+                assert rebuilt is not None
+                assert same_except_heartbeats(rebuilt, stored), job_id
+
+    run(go)
+
+
+def _work(engine: Engine, job_id: str, op: str) -> None:
+    """As a worker: lease, start, then park (ambiguous) or finish (succeed)."""
+    leased = engine.claim(OWNER, ids=[job_id])
+    if not leased:
+        raise IllegalTransition(job_id, engine.get(job_id).state, "lease")
+    engine.start(job_id, leased[0].fence)
+    if op == "park":
+        engine.ambiguous(job_id, leased[0].fence, "unknown")
+    else:
+        engine.succeed(job_id, leased[0].fence, {"ok": True})
