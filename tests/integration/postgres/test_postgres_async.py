@@ -5,6 +5,7 @@ input, pool bounds, connections released on close, commits lost with their conne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ from fsm.errors import (
     BadInput,
     IllegalTransition,
     JobNotFound,
+    LeaseLost,
     TransientStoreError,
     UnknownKind,
 )
@@ -433,3 +435,46 @@ def _work(engine: Engine, job_id: str, op: str) -> None:
         engine.ambiguous(job_id, leased[0].fence, "unknown")
     else:
         engine.succeed(job_id, leased[0].fence, {"ok": True})
+
+
+def test_async_operators_racing_a_blocking_worker_leave_a_trail_that_replays(
+    pg_url: str,
+) -> None:
+    """Cancels through the async pool race a worker's start and succeed through the
+    blocking store on another thread: every write is a compare-and-set, so whichever
+    order wins, the record is a legal end and its trail replays to it."""
+    from fsm.lifecycle.core import replay, same_except_heartbeats
+
+    async def go() -> list[tuple[Job, list[str]]]:
+        async with await AsyncEngine.open(pg_url) as aengine:
+            engine = aengine.engine
+            jobs = [await aengine.submit("k", i) for i in range(10)]
+            out = []
+            for job in jobs:
+
+                def work(job_id: str = job.id) -> None:
+                    leased = engine.claim(OWNER, ids=[job_id])
+                    if leased:
+                        with contextlib.suppress(IllegalTransition, LeaseLost):
+                            engine.start(job_id, leased[0].fence)
+                            engine.succeed(job_id, leased[0].fence, "done")
+
+                worker = asyncio.to_thread(work)
+                cancels = [aengine.cancel(job.id, actor=f"op{i}", reason="r") for i in range(10)]
+                await asyncio.gather(worker, *cancels, return_exceptions=True)
+                stored = await aengine.get(job.id)
+                trail = await aengine.history(job.id)
+                rebuilt = replay(trail, engine.policy)
+                assert rebuilt is not None
+                assert same_except_heartbeats(rebuilt, stored)
+                out.append((stored, [e.event for e in trail if e.outcome == "applied"]))
+            return out
+
+    results = run(go)
+    for stored, events in results:
+        # a cancel before the lease or the start wins; one of a running job makes it
+        # cancelling, and the worker's succeed then ends it; after the succeed, refused
+        assert stored.state in ("cancelled", "succeeded"), stored
+        assert events.count("cancel") <= 1, events  # repeats were no-ops, never re-applied
+        if stored.state != "succeeded":
+            assert events.count("cancel") == 1, events
