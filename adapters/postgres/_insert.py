@@ -98,6 +98,46 @@ def insert_statement(
     return sql.insert, params
 
 
+class CappedInsert:
+    """The capacity-checked insert without its I/O (both PostgreSQL stores run it).
+
+    `statements`, run in one transaction and one round trip: a transaction advisory
+    lock per capped queue (class CAPACITY_CLASS, in sorted order), the insert, then a
+    count of each capped queue's waiting jobs (at most limit + 1 rows). `check` takes
+    the rows of every statement, in order, and returns the ids inserted, or raises
+    QueueFull for a queue the new jobs took over its limit (the caller rolls back).
+    """
+
+    def __init__(
+        self,
+        sql: Statements,
+        schema: str,
+        channel: str,
+        decisions: Sequence[Decision],
+        capacity: Capacity,
+    ) -> None:
+        self.queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
+        self.limits = capacity.limits
+        self.queue_of = {d.job.id: d.job.queue for d in decisions}
+        count = sql.waiting(tuple(capacity.states))
+        locks = [
+            (sql.capacity_lock, [_schema.CAPACITY_CLASS, _schema.key32(f"{schema}\x00{q}")])
+            for q in self.queues
+        ]
+        counts = [(count, [q, capacity.limits[q] + 1]) for q in self.queues]
+        self.statements = [*locks, insert_statement(sql, decisions, channel), *counts]
+
+    def check(self, rows: Sequence[Sequence[Sequence[Any]]]) -> set[str]:
+        n = len(self.queues)
+        ids = {r[0] for r in rows[n]}
+        added = {self.queue_of[i] for i in ids}
+        for queue, counted in zip(self.queues, rows[n + 1 :], strict=True):
+            limit = self.limits[queue]
+            if queue in added and counted and counted[0][0] > limit:
+                raise QueueFull(queue, limit)
+        return ids
+
+
 class Inserts(Connected):
     """`insert` of the Store port; needs `channel` (the LISTEN channel) from the store."""
 
@@ -138,31 +178,14 @@ class Inserts(Connected):
         submitters to one queue are serialized by the lock, so the second counts
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
-        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        statement, params = insert_statement(self.sql, decisions, self.channel)
-        count = self.sql.waiting(tuple(capacity.states))
-        queue_of = {d.job.id: d.job.queue for d in decisions}
+        plan = CappedInsert(self.sql, self.schema, self.channel, decisions, capacity)
         lost: psycopg.Error | None = None
         with self.connection("insert") as conn:
             try:
                 with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
                     conn.execute("BEGIN")
-                    for queue in queues:
-                        key = _schema.key32(f"{self.schema}\x00{queue}")
-                        conn.execute(
-                            "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
-                        )
-                    inserted = conn.execute(statement, params)
-                    counted = [
-                        (q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
-                    ]
-                ids = {r[0] for r in inserted.fetchall()}
-                added = {queue_of[i] for i in ids}
-                for queue, cursor in counted:
-                    row = cursor.fetchone()
-                    limit = capacity.limits[queue]
-                    if queue in added and row is not None and row[0] > limit:
-                        raise QueueFull(queue, limit)
+                    cursors = [conn.execute(sql, params) for sql, params in plan.statements]
+                ids = plan.check([c.fetchall() for c in cursors])
             except BaseException:
                 _rollback(conn)
                 raise

@@ -182,6 +182,8 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
+        # the capacity-checked insert: a transaction lock per capped queue (class, key)
+        self.capacity_lock = "SELECT pg_advisory_xact_lock(%s, %s)"
         # erase: the job's trail, then each entry's data rewritten (erased_data_json)
         self.trail_data = f"SELECT seq, data_json FROM {events} WHERE job_id = %s"
         self.erase_entry = f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s"

@@ -26,15 +26,14 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from adapters._rows import check_storable, first_rejections
-from fsm.errors import BadInput, QueueFull, StoreError, TransientStoreError, VersionConflict
+from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
 from fsm.ports import Capacity, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 from fsm.steps import adrive
 
-from . import _schema
 from ._base import _audit_arrays, _entry, _job, outcomes
-from ._insert import InsertRequest, existing_by_key, insert_rounds, insert_statement
+from ._insert import CappedInsert, InsertRequest, existing_by_key, insert_rounds, insert_statement
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -198,32 +197,15 @@ class AsyncPostgresStore:
         return await self._write("insert", body, reconcile)
 
     async def _insert_capped(self, decisions: Sequence[Decision], capacity: Capacity) -> set[str]:
-        """`Inserts._insert_capped`: advisory locks per capped queue, insert, count, in
-        one transaction and one round trip; over a limit, ROLLBACK and QueueFull."""
-        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits))
-        statement, params = insert_statement(self.sql, decisions, self.channel)
-        count = self.sql.waiting(tuple(capacity.states))
-        queue_of = {d.job.id: d.job.queue for d in decisions}
+        """`Inserts._insert_capped`: `CappedInsert` in one transaction and one round
+        trip; over a limit, ROLLBACK and QueueFull."""
+        plan = CappedInsert(self.sql, self.settings.schema, self.channel, decisions, capacity)
         async with self.connection("insert") as conn:
             try:
-                async with conn.pipeline():
+                async with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
                     await conn.execute("BEGIN")
-                    for queue in queues:
-                        key = _schema.key32(f"{self.settings.schema}\x00{queue}")
-                        await conn.execute(
-                            "SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key)
-                        )
-                    inserted = await conn.execute(statement, params)
-                    counted = [
-                        (q, await conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues
-                    ]
-                ids = {r[0] for r in await inserted.fetchall()}
-                added = {queue_of[i] for i in ids}
-                for queue, cursor in counted:
-                    row = await cursor.fetchone()
-                    limit = capacity.limits[queue]
-                    if queue in added and row is not None and row[0] > limit:
-                        raise QueueFull(queue, limit)
+                    cursors = [await conn.execute(sql, params) for sql, params in plan.statements]
+                ids = plan.check([await c.fetchall() for c in cursors])
             except BaseException:
                 await _rollback(conn)
                 raise
