@@ -1,10 +1,18 @@
 """AsyncEngine: the Engine for asyncio code, without blocking the event loop.
 
-Every method runs the same `Engine` method on a bounded pool of threads
-(`max_threads`), so each write goes through the same `decide`, the same fenced
-compare-and-set and the same audit as a blocking call: there is no second copy
-of the lifecycle. The store's own bounds still hold (PostgreSQL: its connection
-pool, `pool_max`); `max_threads` bounds how many calls wait for it at once.
+Every write goes through the Engine's own loops (`fsm.steps`: read, `decide`,
+fenced compare-and-set with its audit entry, bounded re-reads; submit's
+validation and insert), driven by one of two drivers:
+
+- **async store** (`path="async"`, and `"auto"` when the store `HasAsyncStore`,
+  as PostgreSQL does): the store's asyncio twin (psycopg's `AsyncConnectionPool`)
+  answers each request; no thread is involved in a store call.
+- **threads** (`path="threads"`, and `"auto"` for SQLite and memory): the
+  blocking Engine method runs on a bounded pool of threads (`max_threads`).
+
+Either way the Engine's policy, kinds, spec, clock, metrics and publisher are the
+ones of `engine`: the AsyncEngine holds no configuration of its own. A publisher
+(blocking) runs on the thread pool.
 
 `wait` holds no thread while it waits: on a store that `WatchesJobs` (PostgreSQL,
 LISTEN/NOTIFY) the store's listener wakes it; on any other store it re-reads
@@ -17,80 +25,221 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import steps
 from .engine import Engine
-from .errors import BadInput, WaitTimeout
-from .ports import WatchesJobs
-from .records import AuditEntry, Job
+from .errors import BadInput, JobNotFound, VersionConflict, WaitTimeout
+from .ports import AsyncStore, Erasable, HasAsyncStore, ScanRequest, WatchesJobs
+from .records import AuditEntry, Decision, Job
+from .registry import open_store
 from .waiting import WAIT_POLL_FIRST, WAIT_POLL_MAX, WAIT_RECHECK, wait_timeout
 
 T = TypeVar("T")
 
-#: default bound on engine calls running at once for one AsyncEngine
+#: default bound on blocking calls running at once for one AsyncEngine
 DEFAULT_MAX_THREADS = 8
+#: `path`: how store calls are made (see the module docstring)
+PATHS = ("auto", "async", "threads")
 
 
 class AsyncEngine:
     """`await`-able submit, reads, operator actions and `wait` over one Engine.
 
-    async with AsyncEngine(Engine(open_store(url))) as engine:
+    async with await AsyncEngine.open("postgresql://app@db/app", kinds=...) as engine:
         job = await engine.submit("email.send", {"to": "a@b.c"}, idempotency_key="...")
         done = await engine.wait(job.id, timeout=10)
     """
 
-    def __init__(self, engine: Engine, *, max_threads: int = DEFAULT_MAX_THREADS) -> None:
+    def __init__(
+        self, engine: Engine, *, max_threads: int = DEFAULT_MAX_THREADS, path: str = "auto"
+    ) -> None:
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise BadInput(f"max_threads must be a positive integer, got {max_threads!r}")
+        if path not in PATHS:
+            raise BadInput(f"path must be one of {', '.join(PATHS)}; got {path!r}")
+        twin = isinstance(engine.store, HasAsyncStore)
+        if path == "async" and not twin:
+            raise BadInput(
+                f"{type(engine.store).__name__} has no asyncio twin (no `async_store`); "
+                "use path='threads' or 'auto'"
+            )
         self.engine = engine
         self.max_threads = max_threads
+        #: True: store calls go to the store's asyncio twin; False: to threads
+        self.uses_async_store = twin and path != "threads"
         self._pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="jobfsm-aio")
+        self._astore: AsyncStore | None = None
+        self._opened: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._owns_store = False
+
+    @classmethod
+    async def open(
+        cls,
+        url: str | None = None,
+        *,
+        max_threads: int = DEFAULT_MAX_THREADS,
+        path: str = "auto",
+        **engine_options: Any,
+    ) -> AsyncEngine:
+        """Open the store `url` names (`fsm.open_store`, off the loop), an Engine over it
+        with `engine_options` (policy, kinds, clock, metrics, publisher, ...), and the
+        store's asyncio twin where it has one. `aclose` closes all of it."""
+        store = await asyncio.to_thread(open_store, url)
+        try:
+            aengine = cls(Engine(store, **engine_options), max_threads=max_threads, path=path)
+            aengine._owns_store = True
+            if aengine.uses_async_store:
+                await aengine._store()
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            raise
+        return aengine
+
+    @property
+    def async_store(self) -> AsyncStore | None:
+        """The store's asyncio twin in use (None on the thread path, or before first use)."""
+        return self._astore
+
+    async def _store(self) -> AsyncStore:
+        """The asyncio twin, opened on the first call's loop (every call must use it)."""
+        loop = asyncio.get_running_loop()
+        if self._opened is None:
+            assert isinstance(self.engine.store, HasAsyncStore)
+            self._astore = self.engine.store.async_store()
+            self._loop = loop
+            self._opened = asyncio.ensure_future(self._astore.open())
+        elif loop is not self._loop:
+            raise BadInput(
+                "this AsyncEngine's connection pool belongs to another event loop; "
+                "make one AsyncEngine per loop"
+            )
+        await asyncio.shield(self._opened)
+        assert self._astore is not None
+        return self._astore
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
+    def _performer(
+        self,
+        store: AsyncStore,
+        write: Callable[[Decision], Awaitable[Job | VersionConflict]] | None = None,
+    ) -> Callable[[steps.Request], Awaitable[Any]]:
+        """Answer `fsm.steps` requests from the asyncio twin; `write` (default: apply)."""
+
+        async def perform(request: steps.Request) -> Any:
+            if isinstance(request, steps.Read):
+                return await store.get(request.job_id)
+            if isinstance(request, steps.Write):
+                if write is not None:
+                    return await write(request.decision)
+                return (await store.apply([request.decision]))[0]
+            if isinstance(request, steps.Record):
+                return await store.record(list(request.entries))
+            if isinstance(request, steps.Insert):
+                assert request.conn is None  # a caller's transaction goes the blocking way
+                return await store.insert(list(request.decisions), request.capacity)
+            if isinstance(request, steps.Release):
+                releaser = self.engine.releaser
+                assert releaser is not None
+                return await self._call(releaser.settled, request.jobs)
+            publisher = self.engine.publisher
+            assert publisher is not None
+            return await self._call(publisher.publish, list(request.jobs))
+
+        return perform
+
+    async def _run(self, plan: steps.Steps[T], fallback: Callable[[], T]) -> T:
+        """Drive `plan` over the asyncio twin, or run `fallback` (the Engine's blocking
+        method doing the same plan) on a thread."""
+        if not self.uses_async_store:
+            plan.close()
+            return await self._call(fallback)
+        return await steps.adrive(plan, self._performer(await self._store()))
+
     # --- submit and reads ----------------------------------------------------------
 
-    async def submit(self, kind: str, payload: Any = None, **opts: Any) -> Job:
-        """`Engine.submit`: one job; an idempotency key already used returns that job."""
-        return await self._call(self.engine.submit, kind, payload, **opts)
+    async def submit(self, kind: str, payload: Any = None, *, conn: Any = None, **opts: Any) -> Job:
+        """`Engine.submit`: one job; an idempotency key already used returns that job.
+        `conn`: see `submit_many`."""
+        (job,) = await self.submit_many([(kind, payload, opts)], conn=conn)
+        return job
 
-    async def submit_many(self, items: Iterable[tuple[str, Any, Mapping[str, Any]]]) -> list[Job]:
-        """`Engine.submit_many`: many jobs in one store transaction."""
-        return await self._call(self.engine.submit_many, list(items))
+    async def submit_many(
+        self, items: Iterable[tuple[str, Any, Mapping[str, Any]]], *, conn: Any = None
+    ) -> list[Job]:
+        """`Engine.submit_many`: many jobs in one store transaction. With `conn` (a
+        caller's open psycopg or sqlite3 connection, docs/transactional-submit.md) the
+        jobs are written in the caller's transaction, on a thread of the pool: the
+        connection is a blocking one."""
+        listed = list(items)
+        if conn is not None:
+            return await self._call(functools.partial(self.engine.submit_many, listed, conn=conn))
+        plan = steps.submit_many(self.engine, listed)
+        return await self._run(plan, functools.partial(self.engine.submit_many, listed))
 
     async def get(self, job_id: str) -> Job:
-        return await self._call(self.engine.get, job_id)
+        if not self.uses_async_store:
+            return await self._call(self.engine.get, job_id)
+        job = await (await self._store()).get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
 
     async def history(self, job_id: str) -> list[AuditEntry]:
-        return await self._call(self.engine.history, job_id)
+        if not self.uses_async_store:
+            return await self._call(self.engine.history, job_id)
+        await self.get(job_id)
+        return await (await self._store()).history(job_id)
 
     async def counts(self) -> dict[tuple[str, str], int]:
-        return await self._call(self.engine.counts)
+        if not self.uses_async_store:
+            return await self._call(self.engine.counts)
+        return await (await self._store()).counts()
+
+    async def scan(self, request: ScanRequest) -> list[Job]:
+        if not self.uses_async_store:
+            return await self._call(self.engine.scan, request)
+        return await (await self._store()).scan(request)
 
     # --- operator actions ------------------------------------------------------------
 
     async def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
-        return await self._call(self.engine.cancel, job_id, actor=actor, reason=reason)
+        plan = steps.cancel(self.engine, job_id, actor=actor, reason=reason)
+        fallback = functools.partial(self.engine.cancel, job_id, actor=actor, reason=reason)
+        return await self._run(plan, fallback)
 
     async def requeue(self, job_id: str, *, actor: str, reason: str, attempts: int) -> Job:
-        return await self._call(
+        plan = steps.requeue(self.engine, job_id, actor=actor, reason=reason, attempts=attempts)
+        fallback = functools.partial(
             self.engine.requeue, job_id, actor=actor, reason=reason, attempts=attempts
         )
+        return await self._run(plan, fallback)
 
     async def resolve(
         self, job_id: str, *, outcome: str, actor: str, reason: str, result: Any = None
     ) -> Job:
-        return await self._call(
-            self.engine.resolve, job_id, outcome=outcome, actor=actor, reason=reason, result=result
-        )
+        options: dict[str, Any] = {
+            "outcome": outcome,
+            "actor": actor,
+            "reason": reason,
+            "result": result,
+        }
+        plan = steps.resolve(self.engine, job_id, **options)
+        return await self._run(plan, functools.partial(self.engine.resolve, job_id, **options))
 
     async def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
         """`Engine.erase`: blank a finished job's payload and result, audited."""
-        return await self._call(self.engine.erase, job_id, actor=actor, reason=reason)
+        if not self.uses_async_store or not isinstance(self.engine.store, Erasable):
+            return await self._call(self.engine.erase, job_id, actor=actor, reason=reason)
+        store = await self._store()
+        plan = steps.erase(self.engine, job_id, {"actor": actor, "reason": reason})
+        return await steps.adrive(plan, self._performer(store, store.erase))
 
     # --- waiting ---------------------------------------------------------------------
 
@@ -134,10 +283,18 @@ class AsyncEngine:
     # --- closing -----------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop the thread pool (calls in flight finish); the store is the caller's to close."""
+        """Close the asyncio twin's pool (its connections) and stop the thread pool
+        (calls in flight finish). The blocking store is closed too if `open` opened
+        it; otherwise it is its opener's to close."""
+        if self._opened is not None and self._astore is not None:
+            with contextlib.suppress(Exception):
+                await self._opened  # an open that failed has nothing to close
+            await self._astore.aclose()
         await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(self._pool.shutdown, wait=True)
         )
+        if self._owns_store:
+            await asyncio.to_thread(self.engine.store.close)
 
     async def __aenter__(self) -> AsyncEngine:
         return self

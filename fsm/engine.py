@@ -7,14 +7,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import jsonio, waiting
+from . import jsonio, steps, waiting
 from .clock import SystemClock
 from .errors import (
     BadInput,
     IllegalTransition,
     JobFSMError,
     JobNotFound,
-    LeaseLost,
     StoreError,
     UnknownKind,
     VersionConflict,
@@ -26,12 +25,10 @@ from .observe import Metrics, log_transition
 from .pausing import QueuePauses
 from .policies import Policy
 from .ports import (
-    Capacity,
     ClaimRequest,
     Clock,
     Delivery,
     Erasable,
-    JoinsTransactions,
     ProgressRequest,
     PruneRequest,
     QueuePause,
@@ -141,45 +138,10 @@ class Engine:
 
         With `conn`, in the caller's transaction instead (see `submit`); a publisher is
         not told of those jobs (they are not committed yet): workers find them by
-        polling or NOTIFY on commit, and a RabbitMQ sweep republishes them."""
-        now = self.clock.now()
-        decisions = [self._submit_decision(now, k, p, **dict(o)) for k, p, o in items]
-        if self.releaser is None and any(d.prerequisites for d in decisions):
-            raise BadInput(
-                f"{type(self.store).__name__} keeps no dependencies: submit with after= "
-                "needs a store that does (memory, SQLite, PostgreSQL)"
-            )
-        caps = self.policy.limits.queue_capacity
-        capacity = Capacity(caps, self._lease_states) if caps else None
-        if conn is None:
-            jobs = self.store.insert(decisions, capacity)
-        elif isinstance(self.store, JoinsTransactions):
-            jobs = self.store.insert_in(conn, decisions, capacity)
-        else:
-            raise BadInput(
-                f"{type(self.store).__name__} cannot submit inside a caller's transaction "
-                "(conn=...): use a SQLite or PostgreSQL store"
-            )
-        fresh = []
-        for decision, job in zip(decisions, jobs, strict=True):
-            if job.id == decision.job.id and decision.entry is not None:
-                self._observe(job, decision.entry)
-                fresh.append(job)
-        if conn is None and self.releaser is not None and any(d.prerequisites for d in decisions):
-            # prerequisites that finished before the submit: release at once
-            done = {j.id: j for j in self.releaser.settled(fresh)}
-            jobs = [done.get(j.id, j) for j in jobs]
-            # a waiting job gets no wake-up here: its release announces it (the ones
-            # released just now were announced by the releaser)
-            fresh = [j for j in fresh if j.id not in done and j.state in self._lease_states]
-        if fresh and self.publisher is not None and conn is None:
-            try:
-                self.publisher.publish(fresh)
-            except Exception:  # the store is the truth; a sweep republishes lost wake-ups
-                log.warning(
-                    "publishing %d new jobs failed; sweeps will repair", len(fresh), exc_info=True
-                )
-        return jobs
+        polling or NOTIFY on commit, and a RabbitMQ sweep republishes them. The loop is
+        `fsm.steps.submit_many`, shared with `AsyncEngine`."""
+        plan = steps.submit_many(self, items, conn=conn)
+        return steps.drive(plan, steps.sync_performer(self))
 
     # --- reads -------------------------------------------------------------------
 
@@ -236,27 +198,11 @@ class Engine:
         write: Callable[[Decision], Job | VersionConflict],
         **args: Any,
     ) -> Job:
-        """Read, `decide`, `write` with compare-and-set; re-read on a lost race (bounded)."""
-        tries = self.policy.limits.cas_retries
-        for _ in range(tries):
-            job = self.get(job_id)
-            now = self.clock.now()
-            try:
-                decision = decide(job, event, now, self.policy, spec=self.spec, **args)
-            except LeaseLost as err:
-                entry: AuditEntry = err.entry  # type: ignore[attr-defined]
-                self.store.record([entry])
-                log_transition(job, entry)
-                if self.metrics is not None:
-                    self.metrics.rejected_report(job.kind, event)
-                raise
-            outcome = write(decision)
-            if isinstance(outcome, VersionConflict):
-                continue
-            if decision.entry is not None:
-                self._observe(outcome, decision.entry)
-            return outcome
-        raise VersionConflict(job_id, -1, None)
+        """Read, `decide`, `write` with compare-and-set; re-read on a lost race (bounded).
+        The loop is `fsm.steps.decided`, shared with `AsyncEngine`."""
+        return steps.drive(
+            steps.decided(self, job_id, event, args), steps.sync_performer(self, write)
+        )
 
     def start(self, job_id: str, fence: int) -> Job:
         return self.transition(job_id, "start", fence=fence)
@@ -372,14 +318,9 @@ class Engine:
         self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
     ) -> Job:
         """Apply an operator event; repeating one that already took effect is a no-op."""
-        with self._operator_span(event, job_id, args["actor"]):
-            try:
-                return self.transition(job_id, event, **args)
-            except IllegalTransition:
-                job = self.get(job_id)
-                if settled(job):
-                    return job
-                raise
+        return steps.drive(
+            steps.operator(self, job_id, event, settled, args), steps.sync_performer(self)
+        )
 
     def _operator_span(
         self, event: str, job_id: str, actor: Any
@@ -390,36 +331,20 @@ class Engine:
         return tracing.operator_span(event, job_id, actor=str(actor), provider=self.tracer_provider)
 
     def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
-        return self._operator(
-            job_id,
-            "cancel",
-            lambda j: j.state in self._dests("cancel"),
-            actor=actor,
-            reason=reason,
-        )
+        plan = steps.cancel(self, job_id, actor=actor, reason=reason)
+        return steps.drive(plan, steps.sync_performer(self))
 
     def requeue(self, job_id: str, *, actor: str, reason: str, attempts: int) -> Job:
-        return self._operator(
-            job_id,
-            "requeue",
-            lambda j: False,
-            actor=actor,
-            reason=reason,
-            attempts=attempts,
-        )
+        plan = steps.requeue(self, job_id, actor=actor, reason=reason, attempts=attempts)
+        return steps.drive(plan, steps.sync_performer(self))
 
     def resolve(
         self, job_id: str, *, outcome: str, actor: str, reason: str, result: Any = None
     ) -> Job:
-        return self._operator(
-            job_id,
-            "resolve",
-            lambda j: j.state == outcome,
-            outcome=outcome,
-            actor=actor,
-            reason=reason,
-            result_json=self._result_json(job_id, result),
+        plan = steps.resolve(
+            self, job_id, outcome=outcome, actor=actor, reason=reason, result=result
         )
+        return steps.drive(plan, steps.sync_performer(self))
 
     def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
         """Blank a finished job's payload and result, in its record and in every audit
@@ -427,8 +352,8 @@ class Engine:
         store = self.store
         if not isinstance(store, Erasable):
             raise BadInput(f"{type(store).__name__} cannot erase jobs (no `erase`)")
-        with self._operator_span("erase", job_id, actor):
-            return self._decided(job_id, "erase", store.erase, actor=actor, reason=reason)
+        args = {"actor": actor, "reason": reason}
+        return steps.drive(steps.erase(self, job_id, args), steps.sync_performer(self, store.erase))
 
     # --- pausing queues (fsm.pausing) -------------------------------------------
 

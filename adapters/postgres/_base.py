@@ -19,7 +19,14 @@ from adapters._rows import (
     job_from_values,
     owner_to_text,
 )
-from fsm.errors import BadInput, JobFSMError, SchemaError, StoreError, TransientStoreError
+from fsm.errors import (
+    BadInput,
+    JobFSMError,
+    SchemaError,
+    StoreError,
+    TransientStoreError,
+    VersionConflict,
+)
 from fsm.records import AuditEntry, Decision, Job
 
 from . import _schema
@@ -52,6 +59,21 @@ def _job_arrays(jobs: Iterable[Job]) -> list[list[Any]]:
 def _audit_arrays(entries: Iterable[AuditEntry]) -> list[list[Any]]:
     listed = list(entries)
     return [[getattr(e, c) for e in listed] for c in AUDIT_COLUMNS]
+
+
+def outcomes(
+    decisions: Sequence[Decision], written: set[str], current: dict[str, int]
+) -> list[Job | VersionConflict]:
+    """`apply`'s answer: each decision's job if `written`, else its VersionConflict
+    (`current`: the stored versions of the ids not written)."""
+    out: list[Job | VersionConflict] = []
+    for d in decisions:
+        if d.job.id in written:
+            out.append(d.job)
+        else:
+            assert d.previous is not None
+            out.append(VersionConflict(d.job.id, d.previous.version, current.get(d.job.id)))
+    return out
 
 
 def _lease_order(job: Job) -> tuple[int, float, str]:

@@ -4,19 +4,22 @@ batches, and the capacity-checked transaction (a mixin of PostgresStore)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import errors as pgerrors
 
-from adapters._rows import check_storable
+from adapters._rows import AUDIT_COLUMNS, check_storable
 from fsm.errors import QueueFull, TransientStoreError
 from fsm.ports import Capacity
 from fsm.records import Decision, Job
+from fsm.steps import drive
 
 from . import _schema
 from ._base import Conn, Connected, _audit_arrays, _commit, _job, _job_arrays, _rollback
-from .deps import lock_prerequisites, store_prerequisites
+from ._sql import Statements
+from .deps import check_prerequisites, lock_prerequisites, prerequisite_rows
 
 log = logging.getLogger(__name__)
 
@@ -26,46 +29,150 @@ COPY_MIN = 200
 INSERT_ROUNDS = 3
 
 
+#: ("insert", batch, capacity) -> the ids inserted; ("existing", batch, None) -> the
+#: stored jobs by ("key", idempotency key) and ("id", id)
+InsertRequest = tuple[str, Sequence[Decision], Capacity | None]
+
+
+def insert_rounds(
+    decisions: Sequence[Decision], capacity: Capacity | None
+) -> Generator[InsertRequest, Any, list[Job]]:
+    """`Store.insert` without its I/O (shared by the blocking and the async store):
+    insert what is new, read back the stored twins of duplicate keys or ids, and
+    insert again those whose twin vanished meanwhile (pruned), at most INSERT_ROUNDS
+    times. Returns the jobs in order: the new ones, or their stored twins."""
+    if not decisions:
+        return []
+    check_storable((d.job for d in decisions), (d.entry for d in decisions))
+    if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
+        capacity = None
+    out: dict[int, Job] = {}
+    pending = list(enumerate(decisions))
+    for _ in range(INSERT_ROUNDS):
+        if not pending:
+            break
+        inserted: set[str] = yield ("insert", [d for _, d in pending], capacity)
+        missing = [(i, d) for i, d in pending if d.job.id not in inserted]
+        for i, d in pending:
+            if d.job.id in inserted:
+                out[i] = d.job
+        if not missing:
+            break
+        found: dict[tuple[str, str | None], Job] = yield ("existing", [d for _, d in missing], None)
+        pending = []
+        for i, d in missing:
+            key = d.job.idempotency_key
+            job = found.get(("key", key)) if key is not None else None
+            job = job or found.get(("id", d.job.id))
+            if job is None:
+                pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
+            else:
+                out[i] = job
+    if len(out) != len(decisions):
+        raise TransientStoreError(
+            f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
+            f"vanishing in {INSERT_ROUNDS} rounds; retry"
+        )
+    return [out[i] for i in range(len(decisions))]
+
+
+def existing_by_key(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str | None], Job]:
+    """The rows of `Statements.by_key`, by ("id", id) and ("key", idempotency key)."""
+    found: dict[tuple[str, str | None], Job] = {}
+    for row in rows:
+        job = _job(row)
+        found[("id", job.id)] = job
+        if job.idempotency_key is not None:
+            found[("key", job.idempotency_key)] = job
+    return found
+
+
+def insert_statement(
+    sql: Statements, decisions: Sequence[Decision], channel: str
+) -> tuple[str, list[Any]]:
+    """`Statements.insert` (or `insert_one` for one audited job) and its parameters."""
+    if len(decisions) == 1 and (entry := decisions[0].entry) is not None:
+        values = [column[0] for column in _job_arrays([decisions[0].job])]
+        return sql.insert_one, [*values, *(getattr(entry, c) for c in AUDIT_COLUMNS), channel]
+    entries = [d.entry for d in decisions if d.entry is not None]
+    params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), channel]
+    return sql.insert, params
+
+
+class CappedInsert:
+    """The checked insert without its I/O (both PostgreSQL stores run it): capacity
+    (`capacity`, or None) and prerequisites (`Decision.prerequisites`).
+
+    `statements`, run in one transaction and one round trip: a transaction advisory
+    lock per capped queue (class CAPACITY_CLASS, in sorted order), the prerequisites
+    locked FOR KEY SHARE (adapters/postgres/deps.py), the insert, then a count of each
+    capped queue's waiting jobs (at most limit + 1 rows). `check` takes the rows of
+    every statement, in order, and returns the ids inserted, or raises QueueFull for
+    a queue the new jobs took over its limit or UnknownPrerequisite (the caller rolls
+    back); `after(ids)` are the statements that store the new jobs' prerequisites.
+    """
+
+    def __init__(
+        self,
+        sql: Statements,
+        schema: str,
+        channel: str,
+        decisions: Sequence[Decision],
+        capacity: Capacity | None,
+    ) -> None:
+        self.schema = schema
+        self.decisions = decisions
+        self.limits = capacity.limits if capacity is not None else {}
+        self.queues = sorted({d.job.queue for d in decisions} & set(self.limits))
+        self.queue_of = {d.job.id: d.job.queue for d in decisions}
+        prerequisites = sorted({a for d in decisions for a in d.prerequisites})
+        locks = [
+            (sql.capacity_lock, [_schema.CAPACITY_CLASS, _schema.key32(f"{schema}\x00{q}")])
+            for q in self.queues
+        ]
+        self.prerequisites: list[tuple[str, list[Any]]] = (
+            [(lock_prerequisites(sql.jobs), [prerequisites])] if prerequisites else []
+        )
+        counts = (
+            [(sql.waiting(tuple(capacity.states)), [q, self.limits[q] + 1]) for q in self.queues]
+            if capacity is not None
+            else []
+        )
+        self.statements: list[tuple[str, Sequence[Any]]] = [
+            *locks,
+            *self.prerequisites,
+            insert_statement(sql, decisions, channel),
+            *counts,
+        ]
+
+    def check(self, rows: Sequence[Sequence[Sequence[Any]]]) -> set[str]:
+        n = len(self.queues) + len(self.prerequisites)
+        if self.prerequisites:
+            check_prerequisites(self.decisions, rows[n - 1])
+        ids = {r[0] for r in rows[n]}
+        added = {self.queue_of[i] for i in ids}
+        for queue, counted in zip(self.queues, rows[n + 1 :], strict=True):
+            limit = self.limits[queue]
+            if queue in added and counted and counted[0][0] > limit:
+                raise QueueFull(queue, limit)
+        return ids
+
+    def after(self, ids: set[str]) -> list[tuple[str, list[Any]]]:
+        rows = prerequisite_rows(self.schema, self.decisions, ids)
+        return [] if rows is None else [rows]
+
+
 class Inserts(Connected):
     """`insert` of the Store port; needs `channel` (the LISTEN channel) from the store."""
 
     channel: str
 
     def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
-        if not decisions:
-            return []
-        check_storable((d.job for d in decisions), (d.entry for d in decisions))
-        if capacity is not None and not {d.job.queue for d in decisions} & set(capacity.limits):
-            capacity = None
-        out: dict[int, Job] = {}
-        pending = list(enumerate(decisions))
-        for _ in range(INSERT_ROUNDS):
-            if not pending:
-                break
-            batch = [d for _, d in pending]
-            inserted = self._insert_once(batch, capacity)
-            missing = [(i, d) for i, d in pending if d.job.id not in inserted]
-            for i, d in pending:
-                if d.job.id in inserted:
-                    out[i] = d.job
-            if not missing:
-                break
-            found = self._existing([d for _, d in missing])
-            pending = []
-            for i, d in missing:
-                key = d.job.idempotency_key
-                job = found.get(("key", key)) if key is not None else None
-                job = job or found.get(("id", d.job.id))
-                if job is None:
-                    pending.append((i, d))  # its twin vanished (pruned) meanwhile: retry
-                else:
-                    out[i] = job
-        if len(out) != len(decisions):
-            raise TransientStoreError(
-                f"insert: {len(decisions) - len(out)} jobs collided with jobs that kept "
-                f"vanishing in {INSERT_ROUNDS} rounds; retry"
-            )
-        return [out[i] for i in range(len(decisions))]
+        def perform(request: InsertRequest) -> Any:
+            what, batch, capped = request
+            return self._insert_once(batch, capped) if what == "insert" else self._existing(batch)
+
+        return drive(insert_rounds(decisions, capacity), perform)
 
     def _insert_once(
         self, decisions: Sequence[Decision], capacity: Capacity | None = None
@@ -74,7 +181,8 @@ class Inserts(Connected):
             return self._insert_capped(decisions, capacity)
 
         def body(conn: Conn) -> set[str]:
-            return self.insert_statements(conn, decisions, None)()
+            statement, params = insert_statement(self.sql, decisions, self.channel)
+            return {r[0] for r in conn.execute(statement, params).fetchall()}
 
         def reconcile() -> set[str]:
             return self._reconcile_insert(decisions)
@@ -95,13 +203,16 @@ class Inserts(Connected):
         submitters to one queue are serialized by the lock, so the second counts
         the first's committed jobs: no overshoot. Over the limit: ROLLBACK, QueueFull.
         """
+        plan = CappedInsert(self.sql, self.schema, self.channel, decisions, capacity)
         lost: psycopg.Error | None = None
         with self.connection("insert") as conn:
             try:
                 with conn.pipeline():  # one round trip: BEGIN, locks, insert, counts
                     conn.execute("BEGIN")
-                    finish = self.insert_statements(conn, decisions, capacity)
-                ids = finish()
+                    cursors = [conn.execute(sql, params) for sql, params in plan.statements]
+                ids = plan.check([c.fetchall() for c in cursors])
+                for sql, params in plan.after(ids):
+                    conn.execute(sql, params)
             except BaseException:
                 _rollback(conn)
                 raise
@@ -115,42 +226,17 @@ class Inserts(Connected):
     def insert_statements(
         self, conn: Conn, decisions: Sequence[Decision], capacity: Capacity | None
     ) -> Callable[[], set[str]]:
-        """Send one insert's statements on `conn` (inside a transaction, or alone in
-        autocommit when uncapped); the function returned reads the ids inserted and
-        raises QueueFull if a capped queue went over its limit. Shared by the store's
-        own transactions and a caller's (`insert_in`); it never commits.
-
-        Capped: a lock per capped queue (a transaction advisory lock, class
-        CAPACITY_CLASS, in sorted order), the insert, then a count of the queue's
-        waiting jobs (at most limit + 1 rows of the partial index jobs_due). With
-        prerequisites (`Decision.prerequisites`): they are locked before the insert
-        and checked and stored after it (adapters/postgres/deps.py).
-        """
-        entries = [d.entry for d in decisions if d.entry is not None]
-        params = [*_job_arrays(d.job for d in decisions), *_audit_arrays(entries), self.channel]
-        queues = sorted({d.job.queue for d in decisions} & set(capacity.limits)) if capacity else []
-        for queue in queues:
-            key = _schema.key32(f"{self.schema}\x00{queue}")
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_schema.CAPACITY_CLASS, key))
-        after = sorted({a for d in decisions for a in d.prerequisites})
-        locked = conn.execute(lock_prerequisites(self.sql.jobs), (after,)) if after else None
-        inserted = conn.execute(self.sql.insert, params)
-        counted = []
-        if capacity is not None:
-            count = self.sql.waiting(tuple(capacity.states))
-            counted = [(q, conn.execute(count, (q, capacity.limits[q] + 1))) for q in queues]
-        queue_of = {d.job.id: d.job.queue for d in decisions}
+        """Send one insert's statements (`CappedInsert`) on `conn`, inside a transaction
+        the caller holds; the function returned reads the ids inserted, raises QueueFull
+        or UnknownPrerequisite, and stores the new jobs' prerequisites. It never commits
+        (a caller's transaction: `JoinsPostgres.insert_in`)."""
+        plan = CappedInsert(self.sql, self.schema, self.channel, decisions, capacity)
+        cursors = [conn.execute(sql, params) for sql, params in plan.statements]
 
         def finish() -> set[str]:
-            ids = {r[0] for r in inserted.fetchall()}
-            if locked is not None:
-                store_prerequisites(conn, self.schema, decisions, ids, locked.fetchall())
-            added = {queue_of[i] for i in ids}
-            for queue, cursor in counted:
-                row = cursor.fetchone()
-                limit = capacity.limits[queue] if capacity is not None else 0
-                if queue in added and row is not None and row[0] > limit:
-                    raise QueueFull(queue, limit)
+            ids = plan.check([c.fetchall() for c in cursors])
+            for sql, params in plan.after(ids):
+                conn.execute(sql, params)
             return ids
 
         return finish
@@ -205,10 +291,4 @@ class Inserts(Connected):
         ids = [d.job.id for d in decisions]
         with self.connection("insert (existing keys)") as conn:
             rows = conn.execute(self.sql.by_key, (keys, ids)).fetchall()
-        found: dict[tuple[str, str | None], Job] = {}
-        for row in rows:
-            job = _job(row)
-            found[("id", job.id)] = job
-            if job.idempotency_key is not None:
-                found[("key", job.idempotency_key)] = job
-        return found
+        return existing_by_key(rows)

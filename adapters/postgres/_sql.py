@@ -129,6 +129,18 @@ class Statements:
             "FROM ins) qs) "
             "SELECT ins.id FROM ins, note"
         )
+        # insert of one job (a single submit): the same statement with scalar
+        # parameters, which cost the client far less to dump than one-element arrays
+        one_job = ", ".join(f"%s::{t}" for t in JOB_TYPES.values())
+        one_audit = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
+        self.insert_one = (
+            f"WITH ins AS (INSERT INTO {jobs} ({job_cols}) VALUES ({one_job}) "
+            "ON CONFLICT DO NOTHING RETURNING id, queue), "
+            f"aud AS (INSERT INTO {events} ({audit_cols}) SELECT * FROM "
+            f"(VALUES ({one_audit})) AS e({audit_cols}) WHERE EXISTS (SELECT 1 FROM ins)), "
+            "note AS (SELECT count(pg_notify(%s, queue)) AS n FROM ins) "
+            "SELECT ins.id FROM ins, note"
+        )
         # apply: compare-and-set on version for every decision; the audit entries of
         # the rows written go in with them, in the same statement.
         # progress_json is the owner's, written by `save_progress` without a version
@@ -181,6 +193,11 @@ class Statements:
             "AND event = %s AND fence = %s AND data_json = %s"
         )
         self.counts = f"SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state"
+        # the capacity-checked insert: a transaction lock per capped queue (class, key)
+        self.capacity_lock = "SELECT pg_advisory_xact_lock(%s, %s)"
+        # erase: the job's trail, then each entry's data rewritten (erased_data_json)
+        self.trail_data = f"SELECT seq, data_json FROM {events} WHERE job_id = %s"
+        self.erase_entry = f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s"
         self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
         self._waiting: dict[tuple[str, ...], str] = {}
 

@@ -22,27 +22,29 @@ def lock_prerequisites(jobs: str) -> str:
     return f"SELECT id FROM {jobs} WHERE id = ANY(%s::text[]) FOR KEY SHARE"
 
 
-def store_prerequisites(
-    conn: Any,
-    schema: str,
-    decisions: Sequence[Decision],
-    inserted: Collection[str],
-    stored: Sequence[Sequence[Any]],
-) -> None:
-    """Refuse prerequisites that are not stored (the caller rolls the transaction back),
-    then record those of the jobs this insert wrote (a duplicate key's are the first's)."""
+def check_prerequisites(decisions: Sequence[Decision], stored: Sequence[Sequence[Any]]) -> None:
+    """Refuse prerequisites that are not stored (`stored`: the rows of
+    `lock_prerequisites`); the caller rolls the transaction back."""
     found = {r[0] for r in stored}
     for d in decisions:
         missing = [a for a in d.prerequisites if a not in found]
         if missing:
             raise UnknownPrerequisite(d.job.id, missing)
+
+
+def prerequisite_rows(
+    schema: str, decisions: Sequence[Decision], inserted: Collection[str]
+) -> tuple[str, list[Any]] | None:
+    """The statement that records the prerequisites of the jobs this insert wrote (a
+    duplicate key's are the first's), or None when there are none."""
     pairs = [(d.job.id, a) for d in decisions if d.job.id in inserted for a in d.prerequisites]
-    if pairs:
-        conn.execute(
-            f"INSERT INTO {_schema.quote(schema)}.job_deps (job_id, after_id) "
-            "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
-            ([p[0] for p in pairs], [p[1] for p in pairs]),
-        )
+    if not pairs:
+        return None
+    return (
+        f"INSERT INTO {_schema.quote(schema)}.job_deps (job_id, after_id) "
+        "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+        [[p[0] for p in pairs], [p[1] for p in pairs]],
+    )
 
 
 class PostgresDependencies:

@@ -48,9 +48,11 @@ from ._base import (
     _job_arrays,
     _lease_order,
     _rollback,
+    outcomes,
 )
 from ._insert import COPY_MIN, INSERT_ROUNDS
 from ._url import CHANNEL_PREFIX, Settings
+from .aio import AsyncPostgresStore
 from .browse import PostgresBrowse
 from .deps import PostgresDependencies
 from .listen import Listener
@@ -238,19 +240,16 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
             raise BadInput(f"job {decision.job.id}: erase needs a decision on an existing job")
         check_storable([decision.job], [decision.entry])
         job_id = decision.job.id
-        events = self.sql.events
 
         def body(conn: Conn) -> set[str]:
             with conn.transaction():
                 statement, params = self._apply_statement([decision])
                 written = {r[0] for r in conn.execute(statement, params).fetchall()}
                 if job_id in written:
-                    rows = conn.execute(
-                        f"SELECT seq, data_json FROM {events} WHERE job_id = %s", (job_id,)
-                    ).fetchall()
+                    rows = conn.execute(self.sql.trail_data, (job_id,)).fetchall()
                     with conn.cursor() as cur:
                         cur.executemany(
-                            f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s",
+                            self.sql.erase_entry,
                             [(erased_data_json(text), job_id, seq) for seq, text in rows],
                         )
             return written
@@ -316,14 +315,7 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         if lost:
             with self.connection("apply (versions)") as conn:
                 current = dict(conn.execute(self.sql.versions, (lost,)).fetchall())
-        out: list[Job | VersionConflict] = []
-        for d in decisions:
-            if d.job.id in written:
-                out.append(d.job)
-            else:
-                assert d.previous is not None
-                out.append(VersionConflict(d.job.id, d.previous.version, current.get(d.job.id)))
-        return out
+        return outcomes(decisions, written, current)
 
     def _apply_in_order(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         """Several decisions for one job: apply them one by one in one transaction."""
@@ -443,6 +435,11 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
     def scan(self, request: ScanRequest) -> list[Job]:
         if not request.states or request.limit < 1:
             return []
+        statement, params = self._scan_statement(request)
+        with self.connection("scan") as conn:
+            return [_job(r) for r in conn.execute(statement, params).fetchall()]
+
+    def _scan_statement(self, request: ScanRequest) -> tuple[str, dict[str, Any]]:
         statement = self.sql.scan(
             tuple(request.states),
             lease=request.lease_expired_at is not None,
@@ -459,8 +456,7 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
             "kinds": None if request.kinds is None else list(request.kinds),
             "limit": request.limit,
         }
-        with self.connection("scan") as conn:
-            return [_job(r) for r in conn.execute(statement, params).fetchall()]
+        return statement, params
 
     def history(self, job_id: str) -> list[AuditEntry]:
         with self.connection("history") as conn:
@@ -506,6 +502,11 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         A hint only (LISTEN/NOTIFY, see adapters.postgres.listen): poll the store anyway.
         """
         return self._listener.wait(queues, timeout)
+
+    def async_store(self) -> AsyncPostgresStore:
+        """`fsm.ports.HasAsyncStore`: this store's twin on psycopg's async pool (not yet
+        open: `await twin.open()` on the loop that uses it)."""
+        return AsyncPostgresStore(self)
 
     def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
         """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""

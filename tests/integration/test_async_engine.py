@@ -249,3 +249,17 @@ def test_a_role_that_cannot_make_the_trigger_still_waits_by_re_reading(
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+def test_the_async_engine_path_is_checked(sqlite_url: str) -> None:
+    engine = Engine(open_store(sqlite_url))
+    try:
+        # an unknown path, and the async path on a store without an asyncio twin
+        with pytest.raises(BadInput, match="path must be one of auto, async, threads"):
+            AsyncEngine(engine, path="fast")
+        with pytest.raises(BadInput, match="SqliteStore has no asyncio twin"):
+            AsyncEngine(engine, path="async")
+        # auto: SQLite goes to threads
+        assert not AsyncEngine(engine).uses_async_store
+    finally:
+        engine.store.close()
