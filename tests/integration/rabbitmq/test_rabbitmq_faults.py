@@ -92,7 +92,8 @@ def test_the_model_catches_a_multiple_ack_below_unsettled_deliveries(
 
     monkeypatch.setattr(Consumer, "_ack", greedy_ack)
     # when a worker settles wake-ups out of order
-    faults = ["late_settle", "submit", "pause", "late_settle", "submit", "pause", "submit"]
+    late = ["late_settle", "old_format", "pause"]
+    faults = [*late, *late, "late_settle", "batch", "old_format", "pause", "submit"]
     report = _model(rabbit_url, fresh).run(faults)
     # then the acks of unsettled deliveries are reported
     assert any("before its lease was settled" in v for v in report.violations)
