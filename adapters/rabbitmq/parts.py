@@ -11,8 +11,10 @@ delivery, and under the same bounds:
   plus one message's ids;
 - a message still unsettled after `max_hold` seconds is returned to the broker by the
   consumer (`Consumer._return_held`) and redelivered whole; its parts still waiting here
-  are dropped (`Consumer.holds` says so), and the ids already leased are found not
-  claimable when it comes back, so nothing runs twice (the store's fences decide);
+  are dropped when next looked at (`Consumer.holds` says so), and the ids already leased
+  are found not claimable when it comes back, so nothing runs twice (the store's fences
+  decide); a message whose handed-out parts are never settled is forgotten here once
+  the consumer has given it back (checked at most every PURGE_EVERY seconds);
 - a channel lost, or a worker killed, returns the unacked message to the broker, which
   redelivers every id it names.
 
@@ -78,10 +80,14 @@ class Parts:
         out: list[Wakeup] = []
         with self._lock:
             self._purge()
-            generation = self._consumer.generation
+            held: dict[Token, bool] = {}  # one look per message and call
             while self._waiting and len(out) < capacity:
                 part, job_id = self._waiting.popleft()
-                if part.message not in self._unsettled or part.message.generation != generation:
+                message = part.message
+                if message not in held:
+                    held[message] = message in self._unsettled and self._consumer.holds(message)
+                if not held[message]:
+                    self._unsettled.pop(message, None)
                     continue  # its message went back to the broker, which redelivers it
                 out.append(Wakeup(job_id, part))
         return out

@@ -198,6 +198,42 @@ def test_a_multi_job_message_is_not_acked_while_one_of_its_jobs_is_unsettled(
     assert ready_count(rabbit_url, f"{prefix}default") == 0
 
 
+def test_a_multi_job_message_held_past_max_hold_goes_back_whole_and_its_ids_come_again(
+    rabbit_url: str, prefix: str, pg_engine: Engine
+) -> None:
+    # given a message naming 5 jobs, 2 of them handed out and never settled
+    delivery = RabbitDelivery(
+        rabbit_url, engine=pg_engine, prefix=prefix, prefetch=1, max_hold=1.0, idle_check=0.05
+    )
+    jobs = _unannounced(pg_engine, 5)
+    delivery.publish(jobs, wait=True)
+    delivery.start(["default"])
+    try:
+        first: list[Any] = []
+        wait_until(lambda: bool(first.extend(delivery.poll(2, 0.2))) or bool(first), 10, "ids")
+        # when the hold passes max_hold
+        wait_until(lambda: delivery.consumer.stats["returned"] == 1, 10, "the message returned")
+        again: list[Any] = []
+        wait_until(lambda: bool(again.extend(delivery.poll(10, 0.2))) or bool(again), 10, "ids")
+        for wakeup in again:
+            delivery.settle(wakeup)
+        wait_until(lambda: delivery.consumer.stats["acked"] == 1, 10, "the ack")
+        # a late settle of a part of the returned delivery acks nothing
+        for wakeup in first:
+            delivery.settle(wakeup)
+        time.sleep(0.3)
+        acked = delivery.consumer.stats["acked"]
+    finally:
+        delivery.close()
+    # then the message came back whole: its 5 ids once each, none of the 3 that were
+    # waiting from the returned copy; the redelivery alone was acked
+    assert len(first) == 2
+    assert [w.job_id for w in again] == [j.id for j in jobs]
+    assert {w.token.message for w in again} != {w.token.message for w in first}
+    assert acked == 1
+    assert ready_count(rabbit_url, f"{prefix}default") == 0
+
+
 def test_old_format_messages_still_wake_a_new_worker(
     rabbit_url: str, prefix: str, pg_engine: Engine
 ) -> None:
