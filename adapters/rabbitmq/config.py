@@ -107,7 +107,10 @@ class RabbitConfig:
     publish_retries: int = attrs.field(default=1, validator=_integer(0, 100))
     #: False: `publish` returns once wake-ups are queued (commits handled by sender threads)
     publish_wait: bool = attrs.field(default=False, validator=_flag)
-    #: wake-ups published in one AMQP transaction (one durable commit at the broker)
+    #: job ids one wake-up message names at most (version-2 messages); 1: one message per
+    #: job in the version-1 format, which workers older than version 2 also read
+    wakeup_ids: int = attrs.field(default=64, validator=_integer(1, 256))
+    #: wake-up messages published in one AMQP transaction (one durable commit at the broker)
     publish_batch: int = attrs.field(default=100, validator=_integer(1, 10_000))
     #: sender threads, one connection each, for asynchronous publishing
     publisher_threads: int = attrs.field(default=4, validator=_integer(1, 64))

@@ -162,6 +162,12 @@ class Consumer:
             self._interrupted = True
             self._cond.notify_all()
 
+    def holds(self, token: Token) -> bool:
+        """True while the delivery is handed out and still ours (not settled, not returned
+        to the broker, not on a channel that was lost since)."""
+        with self._cond:
+            return token.generation == self._generation and token in self._outstanding
+
     def ack(self, token: Token) -> None:
         self._for_io_thread(lambda: self._acks.append(token))
 

@@ -18,6 +18,7 @@ from .consumer import Consumer, Token
 from .errors import DeliveryFailed
 from .messages import PoisonMessage, decode, id_only
 from .outbox import Outbox
+from .parts import Part, Parts
 from .publisher import Publisher, Skipped
 from .repair import Repairer
 
@@ -54,6 +55,8 @@ class RabbitDelivery:
         self.publisher = Publisher(config, self.skipped)
         self.outbox = Outbox(config, self.skipped)
         self.consumer = Consumer(config, self._recovered)
+        #: the ids of multi-job messages, handed out as free slots allow
+        self._parts = Parts(self.consumer)
         self.repairer = (
             None if engine is None else Repairer(engine, self.publisher, config, self.outbox.lost)
         )
@@ -61,7 +64,7 @@ class RabbitDelivery:
         # Unknown-job checks run after settle, off the claim loop (one store read each).
         self._verifying = engine is not None and config.verify_job_ids
         # Only job ids wait for the check, never message bodies (bounded by VERIFY_LIMIT).
-        self._unverified: dict[Token, str] = {}
+        self._unverified: dict[Token | Part, str] = {}
         self._to_verify: deque[tuple[str, str]] = deque(maxlen=VERIFY_LIMIT)
         self._verify_wanted = threading.Event()
         self.unknown_jobs = 0
@@ -122,14 +125,23 @@ class RabbitDelivery:
             self._verifier.start()
 
     def poll(self, capacity: int, timeout: float) -> list[Wakeup]:
+        """At most `capacity` wake-ups: first the ids left over from multi-job messages
+        (`Parts`), then new messages, taken one at a time until `capacity` ids are had.
+        Waits up to `timeout` only when nothing at all is at hand."""
         self.check()
         if capacity < 1:
             return []
         self.consumer.want_prefetch(capacity)
-        wakeups: list[Wakeup] = []
-        for item in self.consumer.take(capacity, timeout):
+        wakeups = self._parts.take(capacity)
+        wait = timeout if not wakeups else 0.0
+        while len(wakeups) < capacity:
+            items = self.consumer.take(1, wait)
+            if not items:
+                break
+            wait = 0.0
+            item = items[0]
             try:
-                job_id = str(decode(item.body, limit=self.config.max_message_bytes)["job_id"])
+                job_ids = decode(item.body, limit=self.config.max_message_bytes)
             except Exception as err:  # any message that is not a wake-up fails alone, at once
                 reason = (
                     err.reason
@@ -143,24 +155,37 @@ class RabbitDelivery:
                 )
                 self.consumer.dead_letter(item.token, item.body, reason)
                 continue
-            if self._verifying:
-                self._unverified[item.token] = job_id
-                while len(self._unverified) > VERIFY_LIMIT:
-                    del self._unverified[next(iter(self._unverified))]
-            wakeups.append(Wakeup(job_id, item.token))
+            if len(job_ids) == 1:
+                wakeups.append(Wakeup(job_ids[0], item.token))
+            else:
+                self._parts.add(item.token, job_ids)
+                wakeups += self._parts.take(capacity - len(wakeups))
+        if self._verifying:
+            for wakeup in wakeups:
+                assert wakeup.job_id is not None
+                assert isinstance(wakeup.token, Token | Part)
+                self._unverified[wakeup.token] = wakeup.job_id
+            while len(self._unverified) > VERIFY_LIMIT:
+                del self._unverified[next(iter(self._unverified))]
         return wakeups
 
     def settle(self, wakeup: Wakeup, claimed: bool = False) -> None:
-        """Ack the delivery: the job is durably leased, or it was not claimable.
+        """Ack the delivery once the job is durably leased, or was not claimable; a
+        multi-job message once every job it names is settled.
 
         A wake-up that led to no lease is checked later against the store (an
         unknown job id is dead-lettered); a claimed one needs no check.
         """
         token = wakeup.token
-        if not isinstance(token, Token):
+        if isinstance(token, Part):
+            message = self._parts.settle(token)
+            if message is not None and self.config.ack_on_settle:
+                self.consumer.ack(message)
+        elif isinstance(token, Token):
+            if self.config.ack_on_settle:
+                self.consumer.ack(token)
+        else:
             raise ValueError(f"settle() got a wake-up RabbitDelivery did not hand out: {wakeup}")
-        if self.config.ack_on_settle:
-            self.consumer.ack(token)
         job_id = self._unverified.pop(token, None) if self._verifying else None
         if job_id is not None and not claimed:
             self._to_verify.append((job_id, token.queue))

@@ -1,10 +1,20 @@
-"""Wake-up messages: small JSON hints about a committed job. The store stays the truth."""
+"""Wake-up messages: small JSON hints about committed jobs. The store stays the truth.
+
+Two formats, both one flat JSON object (docs/rabbitmq.md, "Message format"):
+
+- version 1, one job: `{"job_id": "...", "kind": ..., "fence": ..., "version": ...,
+  "correlation_id": ...}` (the hints are optional; `"v": 1` may be present);
+- version 2, several jobs: `{"v": 2, "job_ids": ["...", ...]}` with 1 to `MAX_IDS` ids.
+
+A worker reads both (old publishers keep working while workers are upgraded).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeGuard
 
 from fsm.records import Job
 
@@ -20,6 +30,10 @@ _MAX_ID = 200
 MAX_SHORT_STRING = 255
 #: a JSON string literal, escapes included
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+#: the most job ids one wake-up may name (a bound on what one message can ask of a worker)
+MAX_IDS = 256
+#: message format versions this code reads
+VERSIONS = (1, 2)
 #: optional hint fields and the types a well-formed wake-up gives them
 _HINT_TYPES: dict[str, tuple[type, ...]] = {
     "kind": (str,),
@@ -49,6 +63,13 @@ def encode(job: Job) -> bytes:
     return json.dumps(hint, separators=(",", ":")).encode("utf-8")
 
 
+def encode_many(job_ids: Sequence[str]) -> bytes:
+    """A version-2 wake-up naming `job_ids` (1 to MAX_IDS of them)."""
+    if not 0 < len(job_ids) <= MAX_IDS:
+        raise ValueError(f"a wake-up names 1 to {MAX_IDS} jobs, not {len(job_ids)}")
+    return json.dumps({"v": 2, "job_ids": list(job_ids)}, separators=(",", ":")).encode("utf-8")
+
+
 def id_only(job_id: str) -> bytes:
     """A body naming only a job id (what the unknown-job check dead-letters)."""
     return json.dumps({"job_id": job_id}, separators=(",", ":")).encode("utf-8")
@@ -76,11 +97,14 @@ def dead_letter_properties(reason: str, queue_name: str) -> Any:
     )
 
 
-def decode(body: bytes, *, limit: int) -> dict[str, Any]:
-    """The hint in `body`, or PoisonMessage naming what is wrong with it.
+def decode(body: bytes, *, limit: int) -> tuple[str, ...]:
+    """The job ids `body` names (version 1: one, version 2: several), or PoisonMessage
+    naming what is wrong with it.
 
     Checked in order of cost: size, UTF-8, flatness (a wake-up is one flat JSON object,
-    so anything nested is refused before the parser could recurse), JSON, shape.
+    holding at most one array of ids, so anything nested is refused before the parser
+    could recurse), JSON, shape. One bad id makes the whole message poison: a message
+    is read whole or not at all.
     """
     if len(body) > limit:
         raise PoisonMessage(f"message is {len(body)} bytes, over the limit of {limit}")
@@ -90,7 +114,7 @@ def decode(body: bytes, *, limit: int) -> dict[str, Any]:
         reason = f"message is not UTF-8 text ({err.reason} at byte {err.start})"
         raise PoisonMessage(reason) from None
     outside_strings = _JSON_STRING.sub("", text)
-    if outside_strings.count("{") + outside_strings.count("[") > 1:
+    if outside_strings.count("{") > 1 or outside_strings.count("[") > 1:
         raise PoisonMessage("message nests JSON objects or arrays; a wake-up is one flat object")
     try:
         hint = json.loads(text)
@@ -100,8 +124,16 @@ def decode(body: bytes, *, limit: int) -> dict[str, Any]:
         raise PoisonMessage(f"message is not JSON: {err}") from None
     if not isinstance(hint, dict):
         raise PoisonMessage(f"message is JSON {type(hint).__name__}, not an object")
+    version = hint.get("v", 1)
+    if version not in VERSIONS or isinstance(version, bool):
+        raise PoisonMessage(
+            f"message format version {version!r:.40} is not known (this worker reads "
+            f"{' and '.join(map(str, VERSIONS))})"
+        )
+    if version == 2:
+        return _many(hint)
     job_id = hint.get("job_id")
-    if not isinstance(job_id, str) or not 0 < len(job_id) <= _MAX_ID or not job_id.isprintable():
+    if not _valid_id(job_id):
         raise PoisonMessage(f"message has no valid job_id (got {job_id!r:.80})")
     for field, types in _HINT_TYPES.items():
         if field in hint and (not isinstance(hint[field], types) or isinstance(hint[field], bool)):
@@ -109,4 +141,21 @@ def decode(body: bytes, *, limit: int) -> dict[str, Any]:
                 f"message field {field!r} is JSON {type(hint[field]).__name__}, "
                 f"not {' or '.join(t.__name__ for t in types)}"
             )
-    return hint
+    return (job_id,)
+
+
+def _valid_id(job_id: object) -> TypeGuard[str]:
+    return isinstance(job_id, str) and 0 < len(job_id) <= _MAX_ID and job_id.isprintable()
+
+
+def _many(hint: dict[str, Any]) -> tuple[str, ...]:
+    ids = hint.get("job_ids")
+    if not isinstance(ids, list) or not 0 < len(ids) <= MAX_IDS:
+        count = f"{len(ids)} ids" if isinstance(ids, list) else repr(ids)[:80]
+        raise PoisonMessage(
+            f"version-2 message needs job_ids, a list of 1 to {MAX_IDS} ids (got {count})"
+        )
+    for n, job_id in enumerate(ids):
+        if not _valid_id(job_id):
+            raise PoisonMessage(f"version-2 message has an invalid job id at {n} ({job_id!r:.80})")
+    return tuple(dict.fromkeys(ids))  # a repeated id is one wake-up

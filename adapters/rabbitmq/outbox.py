@@ -5,9 +5,10 @@ a failure (the store is the truth and the repair sweep republishes). Waiting for
 the broker inside submit therefore buys the caller nothing but latency. Here a few
 sender threads, each with its own connection (pika connections are not
 thread-safe), take wake-ups from a bounded in-memory queue and publish what is
-waiting, up to `publish_batch` at a time, in one AMQP transaction with `mandatory`:
-one durable commit per batch instead of one confirm per message. Several
-connections keep several commits in flight.
+waiting, up to `publish_batch` messages of up to `wakeup_ids` job ids at a time, in
+one AMQP transaction with `mandatory`: one durable commit per batch instead of one
+confirm per message, and one message per `wakeup_ids` jobs of a queue instead of one
+per job. Several connections keep several commits in flight.
 
 Every failure (unroutable, connection lost after the retry) is logged and the job
 ids of the batch are kept, boundedly, for the next repair sweep, which republishes it at
@@ -83,7 +84,8 @@ class Outbox:
     def _take(self, first: Job) -> tuple[list[Job], bool]:
         """`first` and what else is queued now, up to one batch; True if a stop was taken."""
         batch = [first]
-        while len(batch) < self._config.publish_batch:
+        most = self._config.publish_batch * self._config.wakeup_ids
+        while len(batch) < most:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:

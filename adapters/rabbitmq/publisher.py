@@ -16,11 +16,14 @@ publish never stalls consumption.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import attrs
 
 from fsm.errors import BadInput
 from fsm.records import Job
@@ -37,6 +40,29 @@ log = logging.getLogger(__name__)
 SKIPPED_LIMIT = 10_000
 #: what pika raises while encoding a message, before anything is written to the socket
 _ENCODING_ERRORS = (pika_errors.ShortStringTooLong, UnicodeEncodeError, TypeError, ValueError)
+
+
+#: bytes of a version-2 body besides its ids: `{"v":2,"job_ids":[]}`
+_MANY_OVERHEAD = len(b'{"v":2,"job_ids":[]}')
+
+
+def _short(value: str) -> str | None:
+    """`value` as an AMQP short-string property, or None if it cannot be one."""
+    return None if messages.short_string_problem("message_id", value) else value
+
+
+@attrs.frozen
+class Outgoing:
+    """One wake-up message ready to publish: the jobs it names and how it goes out."""
+
+    jobs: tuple[Job, ...]
+    routing_key: str
+    body: bytes
+    properties: Any
+
+    @property
+    def message_id(self) -> str:
+        return str(self.properties.message_id)
 
 
 class Unpublishable(Exception):
@@ -151,9 +177,10 @@ class Publisher:
     # --- publishing ------------------------------------------------------------------
 
     def publish(self, jobs: Sequence[Job]) -> None:
-        """Publish one durable, persistent, mandatory wake-up per job, in order.
+        """Publish durable, persistent, mandatory wake-ups for `jobs`, in order.
 
-        Batches of `publish_batch` are committed one transaction each. A lost
+        The jobs of one queue share a message, up to `wakeup_ids` ids each (`wakeups`).
+        Batches of `publish_batch` messages are committed one transaction each. A lost
         connection is retried `publish_retries` times from the first uncommitted
         batch; an unroutable message, or a fatal broker error, raises PublishFailed
         at once. The jobs stay queued either way.
@@ -162,17 +189,19 @@ class Publisher:
             return
         size = self._config.publish_batch
         with self._lock:
+            wakeups = self.wakeups(jobs)
             done = 0
             for round_ in range(self._config.publish_retries + 1):
                 try:
                     channel = self._ensure()
-                    while done < len(jobs):
-                        batch = jobs[done : done + size]
-                        ready = self._prepare(channel, batch)
-                        if len(ready) == 1:
-                            self._publish_confirmed(*ready[0])
-                        elif ready:
-                            self._publish_batch(channel, ready)
+                    while done < len(wakeups):
+                        batch = wakeups[done : done + size]
+                        for wakeup in batch:
+                            self._declare(channel, wakeup.jobs[0].queue)
+                        if len(batch) == 1:
+                            self._publish_confirmed(batch[0])
+                        else:
+                            self._publish_batch(channel, batch)
                         done += len(batch)
                     return
                 except PublishFailed:
@@ -182,34 +211,64 @@ class Publisher:
                     detail = self._config.scrub(verdict.detail)
                     self._drop()
                     if not verdict.recoverable or round_ == self._config.publish_retries:
+                        left = sum(len(w.jobs) for w in wakeups[done:])
                         raise PublishFailed(
-                            f"publishing wake-ups for {len(jobs) - done} jobs failed "
-                            f"({verdict.kind}): {detail}"
+                            f"publishing wake-ups for {left} jobs failed ({verdict.kind}): {detail}"
                         ) from None
                     log.info("publisher connection lost (%s); reconnecting once", detail)
 
-    def _prepare(self, channel: Any, batch: Sequence[Job]) -> list[tuple[Job, str, bytes, Any]]:
-        """(job, routing key, body, properties) for each job of `batch` whose wake-up can be
-        made; the others are skipped (logged once) and never fail the batch."""
-        out = []
-        for job in batch:
-            if self.skipped.blocked(job.id):
-                continue
+    def wakeups(self, jobs: Sequence[Job]) -> list[Outgoing]:
+        """The messages announcing `jobs`: per queue, in order of first appearance, up to
+        `wakeup_ids` ids and `max_message_bytes` each; a lone job gets a version-1 message
+        with its hints. Jobs whose wake-up cannot be made are skipped (logged once) and
+        never fail the others."""
+        by_queue: dict[str, list[Job]] = {}
+        for job in jobs:
+            if not self.skipped.blocked(job.id):
+                by_queue.setdefault(job.queue, []).append(job)
+        out: list[Outgoing] = []
+        for waiting in by_queue.values():
             try:
-                routing_key, body, properties = self._wakeup(job)
+                routing_key = self._routing_key(waiting[0])
             except Unpublishable as err:
-                self.skipped.note(job, err.reason, blocked=True)
+                for job in waiting:
+                    self.skipped.note(job, err.reason, blocked=True)
                 continue
-            self._declare(channel, job.queue)
-            out.append((job, routing_key, body, properties))
+            for group in self._groups(waiting):
+                if len(group) == 1:
+                    try:
+                        out.append(Outgoing((group[0],), *self._wakeup(group[0], routing_key)))
+                    except Unpublishable as err:
+                        self.skipped.note(group[0], err.reason, blocked=True)
+                    continue
+                body = messages.encode_many([j.id for j in group])
+                properties = pika.BasicProperties(
+                    content_type=messages.CONTENT_TYPE,
+                    delivery_mode=pika.DeliveryMode.Persistent,
+                    message_id=_short(group[0].id),
+                )
+                out.append(Outgoing(tuple(group), routing_key, body, properties))
         return out
 
-    def _wakeup(self, job: Job) -> tuple[str, bytes, Any]:
-        """Routing key, body and properties of `job`'s wake-up, or Unpublishable.
+    def _groups(self, jobs: list[Job]) -> list[list[Job]]:
+        """`jobs` cut into groups of at most `wakeup_ids` whose message fits the size bound."""
+        most = self._config.wakeup_ids
+        budget = self._config.max_message_bytes - _MANY_OVERHEAD
+        groups: list[list[Job]] = []
+        group: list[Job] = []
+        used = 0
+        for job in jobs:
+            cost = len(json.dumps(job.id).encode("utf-8")) + 1
+            if group and (len(group) >= most or used + cost > budget):
+                groups.append(group)
+                group, used = [], 0
+            group.append(job)
+            used += cost
+        if group:
+            groups.append(group)
+        return groups
 
-        The properties are hints: one AMQP cannot carry (a `correlation_id` over 255
-        bytes, a lone surrogate) is left out, and the body still names the job.
-        """
+    def _routing_key(self, job: Job) -> str:
         try:
             routing_key = self._config.queue_name(job.queue)
         except BadInput as err:
@@ -217,6 +276,14 @@ class Publisher:
         problem = messages.short_string_problem("the routing key (queue name)", routing_key)
         if problem is not None:
             raise Unpublishable(job, problem)
+        return routing_key
+
+    def _wakeup(self, job: Job, routing_key: str) -> tuple[str, bytes, Any]:
+        """Routing key, body and properties of `job`'s version-1 wake-up, or Unpublishable.
+
+        The properties are hints: one AMQP cannot carry (a `correlation_id` over 255
+        bytes, a lone surrogate) is left out, and the body still names the job.
+        """
         try:
             body = messages.encode(job)
         except (TypeError, ValueError) as err:
@@ -234,48 +301,53 @@ class Publisher:
         )
         return routing_key, body, properties
 
-    def _publish_batch(self, channel: Any, ready: list[tuple[Job, str, bytes, Any]]) -> None:
-        sent: list[Job] = []
-        for job, routing_key, body, properties in ready:
+    def _publish_batch(self, channel: Any, batch: list[Outgoing]) -> None:
+        sent: list[Outgoing] = []
+        for wakeup in batch:
             try:
                 channel.basic_publish(
                     exchange="",
-                    routing_key=routing_key,
-                    body=body,
-                    properties=properties,
+                    routing_key=wakeup.routing_key,
+                    body=wakeup.body,
+                    properties=wakeup.properties,
                     mandatory=True,
                 )
             except _ENCODING_ERRORS as err:  # pika encodes a frame fully before sending it
-                self.skipped.note(job, f"{type(err).__name__}: {err}", blocked=True)
+                for job in wakeup.jobs:
+                    self.skipped.note(job, f"{type(err).__name__}: {err}", blocked=True)
                 continue
-            sent.append(job)
+            sent.append(wakeup)
         if not sent:
             return
         returned = self._commit(channel)
-        self.published += len(sent) - len(returned)
+        self.published += sum(len(w.jobs) for w in sent if w.message_id not in returned)
         if returned:
-            queue = next(j.queue for j in sent if j.id == returned[0])
-            raise self._unroutable(returned[0], queue, len(returned))
+            lost = [w for w in sent if w.message_id in returned] or sent[:1]
+            count = sum(len(w.jobs) for w in lost)
+            raise self._unroutable(lost[0].jobs[0].id, lost[0].jobs[0].queue, count)
 
-    def _publish_confirmed(self, job: Job, routing_key: str, body: bytes, properties: Any) -> None:
+    def _publish_confirmed(self, wakeup: Outgoing) -> None:
+        job = wakeup.jobs[0]
         try:
             self._single.basic_publish(
                 exchange="",
-                routing_key=routing_key,
-                body=body,
-                properties=properties,
+                routing_key=wakeup.routing_key,
+                body=wakeup.body,
+                properties=wakeup.properties,
                 mandatory=True,
             )
         except _ENCODING_ERRORS as err:
-            self.skipped.note(job, f"{type(err).__name__}: {err}", blocked=True)
+            for each in wakeup.jobs:
+                self.skipped.note(each, f"{type(err).__name__}: {err}", blocked=True)
             return
         except pika_errors.UnroutableError as err:
-            raise self._unroutable(job.id, job.queue, 1) from err
+            raise self._unroutable(job.id, job.queue, len(wakeup.jobs)) from err
         except pika_errors.NackError as err:
             raise PublishFailed(
                 f"the broker refused (nacked) the wake-up for job {job.id}"
+                + (f" and {len(wakeup.jobs) - 1} more" if len(wakeup.jobs) > 1 else "")
             ) from err
-        self.published += 1
+        self.published += len(wakeup.jobs)
 
     def _unroutable(self, job_id: str, queue: str, count: int) -> PublishFailed:
         more = f" ({count} in all)" if count > 1 else ""

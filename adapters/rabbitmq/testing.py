@@ -10,13 +10,20 @@ promises:
   republished by the repair sweep);
 - no job runs twice: each job's handler ran exactly once, under one fence.
 
-Faults: `submit` (a few new jobs), `duplicate` (wake-ups published again for jobs that
-exist, finished or not), `reorder` (a batch of wake-ups in shuffled order), `close_connections`
-(the broker closes every connection: `rabbitmqctl close_all_connections`),
-`close_channel` (the consumer's channel closes under it), `slow_store` (the next claims
-take 0.3 s: an ack sent before the lease would reach the broker first), `late_settle`
-(the worker settles the first wake-up of its next batches one round after the others, as
-a worker whose claims finish out of order does), `pause` (time passes).
+Wake-ups come in both message formats: `submit` and `reorder` publish multi-job
+(version-2) messages, `batch` one message naming more jobs than the worker's free slots
+(its ids wait for later polls; the message is acked only once every one is settled),
+`old_format` one-job (version-1) messages as an old publisher sends them.
+
+Faults: `submit` (a few new jobs), `batch` (12 new jobs in one message, more than the 8
+slots of a poll), `old_format` (3 new jobs, one version-1 message each), `duplicate`
+(wake-ups published again for jobs that exist, finished or not), `reorder` (a batch of
+wake-ups in shuffled order), `close_connections` (the broker closes every connection:
+`rabbitmqctl close_all_connections`), `close_channel` (the consumer's channel closes
+under it), `slow_store` (the next claims take 0.3 s: an ack sent before the lease would
+reach the broker first), `late_settle` (the worker settles the wake-ups of the first
+message of its next batches one round after the others, as a worker whose claims finish
+out of order does), `pause` (time passes).
 
 The model watches the consumer through its I/O-thread hooks (`_open`, `_on_message`),
 so it lives beside the adapter; `fsm` imports none of it.
@@ -41,9 +48,13 @@ from fsm.records import Job, Owner
 
 from .consumer import Consumer, Token
 from .delivery import RabbitDelivery
+from .parts import Part
+from .publisher import Publisher
 
 FAULTS = (
     "submit",
+    "batch",
+    "old_format",
     "duplicate",
     "reorder",
     "close_connections",
@@ -55,6 +66,10 @@ FAULTS = (
 #: how long a claim takes under the `slow_store` fault, and for how many claims
 SLOW_CLAIM = 0.3
 SLOW_CLAIMS = 3
+#: jobs of the `batch` fault's one message: more than the worker loop's 8 slots per poll
+BATCH_JOBS = 12
+#: the worker loop's slots per poll
+POLL_CAPACITY = 8
 #: bound of one rabbitmqctl call
 RABBITMQCTL_TIMEOUT = 60.0
 
@@ -84,6 +99,7 @@ class _AckAudit:
         self._lock = threading.Lock()
         self._unacked: set[tuple[int, int]] = set()
         self._settled: set[tuple[int, int]] = set()
+        self._parts: dict[tuple[int, int], set[int]] = {}
         original_open = consumer._open
         original_on_message = consumer._on_message
         original_dead_letter = consumer._dead_letter
@@ -127,6 +143,15 @@ class _AckAudit:
     def settled(self, generation: int, tag: int) -> None:
         with self._lock:
             self._settled.add((generation, tag))
+
+    def settled_part(self, part: Part) -> None:
+        """One id of a multi-job message settled; the message is settled with its last."""
+        key = (part.message.generation, part.message.tag)
+        with self._lock:
+            done = self._parts.setdefault(key, set())
+            done.add(part.index)
+            if len(done) == part.of:
+                self._settled.add(key)
 
     def _on_ack(self, generation: int, tag: int, multiple: bool) -> None:
         with self._lock:
@@ -218,6 +243,30 @@ class AmqpFaultModel:
             jobs = list(self._jobs)
         return [self._rng.choice(jobs) for _ in range(count)] if jobs else []
 
+    def _unannounced(self, count: int) -> list[Job]:
+        """`count` new jobs submitted without a wake-up (the fault publishes its own)."""
+        publisher, self.engine.publisher = self.engine.publisher, None
+        try:
+            jobs = self.engine.submit_many(
+                [("noop", {"n": len(self._jobs) + i}, {"queue": self.queue}) for i in range(count)]
+            )
+        finally:
+            self.engine.publisher = publisher
+        with self._lock:
+            self._jobs.extend(jobs)
+        return jobs
+
+    def _fault_batch(self) -> None:
+        self.delivery.publish(self._unannounced(BATCH_JOBS), wait=True)
+
+    def _fault_old_format(self) -> None:
+        # a publisher with wakeup_ids=1 sends what publishers before version 2 sent
+        old = Publisher(attrs.evolve(self.delivery.config, wakeup_ids=1))
+        try:
+            old.publish(self._unannounced(3))
+        finally:
+            old.close()
+
     def _fault_duplicate(self) -> None:
         for job in self._known(3):
             self.delivery.publish([job], wait=False)
@@ -258,11 +307,14 @@ class AmqpFaultModel:
         held: list[Wakeup] = []
         try:
             while not self._stop.is_set():
-                wakeups = self.delivery.poll(8, 0.2)
+                wakeups = self.delivery.poll(POLL_CAPACITY, 0.2)
                 late, held = held, []
-                if self._late_settles > 0 and len(wakeups) >= 2:
+                messages = {_message(w) for w in wakeups}
+                if self._late_settles > 0 and len(messages) >= 2:
                     self._late_settles -= 1
-                    held, wakeups = wakeups[:1], wakeups[1:]
+                    first = _message(wakeups[0])
+                    held = [w for w in wakeups if _message(w) == first]
+                    wakeups = [w for w in wakeups if _message(w) != first]
                 for batch in (wakeups, late):
                     if batch:
                         self._handle(batch)
@@ -281,8 +333,11 @@ class AmqpFaultModel:
         leased_ids = {job.id for job in leased}
         for wakeup in wakeups:
             token = wakeup.token
-            assert isinstance(token, Token)  # handed out by this model's delivery
-            self._audit.settled(token.generation, token.tag)
+            if isinstance(token, Part):
+                self._audit.settled_part(token)
+            else:
+                assert isinstance(token, Token)  # handed out by this model's delivery
+                self._audit.settled(token.generation, token.tag)
             self.delivery.settle(wakeup, claimed=wakeup.job_id in leased_ids)
         for job in leased:
             running = self.engine.start(job.id, job.fence)
@@ -320,6 +375,15 @@ class AmqpFaultModel:
         failure = self.delivery.consumer.failure
         if failure is not None:
             self.report.violations.append(f"the delivery failed for good: {failure}")
+
+
+def _message(wakeup: Wakeup) -> Token:
+    """The delivery a wake-up came in (a multi-job message's parts share one)."""
+    token = wakeup.token
+    if isinstance(token, Part):
+        return token.message
+    assert isinstance(token, Token)
+    return token
 
 
 def _rabbitmqctl(*args: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import REASON_HEADER, PublishFailed, RabbitDelivery
+from adapters.rabbitmq.messages import decode
 from fsm import Engine, Owner
 from fsm.recovery import sweep
 
@@ -159,10 +160,12 @@ def test_poison_messages_are_dead_lettered_with_reason_and_consumption_continues
 def test_duplicate_wakeups_for_a_leased_job_are_acked_and_dropped(
     rabbit_url: str, prefix: str, memory_engine: Engine
 ) -> None:
-    # given a job whose wake-up was published three times
+    # given a job whose wake-up was published three times (three calls: one call names a
+    # job once, whatever its list repeats)
     delivery = RabbitDelivery(rabbit_url, engine=memory_engine, prefix=prefix)
     job = memory_engine.submit("noop")
-    delivery.publish([job, job, job])
+    for _ in range(3):
+        delivery.publish([job], wait=True)
     loop = DriverLoop(memory_engine, delivery).start()
     try:
         # when the loop handles them
@@ -202,8 +205,10 @@ def test_repair_sweep_republishes_a_lost_wakeup_after_the_bound(
 def test_repair_sweep_republishes_only_the_deficit_over_wakeups_still_in_the_broker(
     rabbit_url: str, prefix: str, memory_engine: Engine
 ) -> None:
-    # given three stale queued jobs whose wake-ups still sit in the broker
-    delivery = RabbitDelivery(rabbit_url, engine=memory_engine, prefix=prefix, repair_after=0.0)
+    # given three stale queued jobs whose wake-ups (one message per job) still sit in the broker
+    delivery = RabbitDelivery(
+        rabbit_url, engine=memory_engine, prefix=prefix, repair_after=0.0, wakeup_ids=1
+    )
     memory_engine.publisher = delivery
     jobs = [memory_engine.submit("noop") for _ in range(3)]
     assert delivery.flush(10)
@@ -327,9 +332,9 @@ def test_repair_sweep_does_not_republish_the_same_job_twice_within_the_bound(
 def test_a_batch_is_published_in_transactions_of_publish_batch_in_order(
     rabbit_url: str, prefix: str
 ) -> None:
-    # given a delivery that commits 100 wake-ups per transaction
+    # given a delivery that commits 100 one-job wake-ups per transaction
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, prefix=prefix, publish_batch=100)
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, publish_batch=100, wakeup_ids=1)
     try:
         # when 250 jobs are published and waited for (transactions of 100, 100, then 50)
         jobs = engine.submit_many([("noop", {"n": n}, {}) for n in range(250)])
@@ -341,6 +346,50 @@ def test_a_batch_is_published_in_transactions_of_publish_batch_in_order(
         assert delivery.publisher.published == 250
     finally:
         delivery.close()
+
+
+def test_the_jobs_of_one_publish_share_messages_of_at_most_wakeup_ids_in_order(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given a delivery whose wake-ups name up to 64 jobs, two messages per transaction
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, wakeup_ids=64, publish_batch=2)
+    try:
+        # when 250 jobs of one queue and 3 of another are published and waited for
+        jobs = engine.submit_many([("noop", {"n": n}, {}) for n in range(250)])
+        others = engine.submit_many([("noop", None, {"queue": "other"})] * 3)
+        delivery.publish([*jobs[:100], *others, *jobs[100:]], wait=True)
+        # then four version-2 messages of 64, 64, 64 and 58 ids name every job once, in
+        # order, persistent; the other queue got one message naming its three jobs
+        messages = drain_queue(rabbit_url, f"{prefix}default")
+        bodies = [json.loads(body) for _, body in messages]
+        assert [b["v"] for b in bodies] == [2, 2, 2, 2]
+        assert [len(b["job_ids"]) for b in bodies] == [64, 64, 64, 58]
+        assert [i for b in bodies for i in b["job_ids"]] == [j.id for j in jobs]
+        assert {props.delivery_mode for props, _ in messages} == {2}
+        other = [json.loads(body) for _, body in drain_queue(rabbit_url, f"{prefix}other")]
+        assert other == [{"v": 2, "job_ids": [j.id for j in others]}]
+        assert delivery.publisher.published == 253
+    finally:
+        delivery.close()
+
+
+def test_a_wakeup_is_cut_to_fit_max_message_bytes(rabbit_url: str, prefix: str) -> None:
+    # given a delivery whose messages may hold 256 bytes
+    engine = Engine(MemoryStore())
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, max_message_bytes=256)
+    try:
+        # when 20 jobs are published
+        jobs = engine.submit_many([("noop", None, {})] * 20)
+        delivery.publish(jobs, wait=True)
+        messages = drain_queue(rabbit_url, f"{prefix}default")
+    finally:
+        delivery.close()
+    # then every message fits and together they name every job once
+    assert len(messages) > 1
+    assert all(len(body) <= 256 for _, body in messages)
+    named = [i for _, body in messages for i in decode(body, limit=256)]
+    assert named == [j.id for j in jobs]
 
 
 def test_an_unroutable_batch_raises_and_its_jobs_stay_queued(rabbit_url: str, prefix: str) -> None:
@@ -406,9 +455,9 @@ def test_only_wakeups_that_led_to_no_lease_are_checked_against_the_store(
 def test_settling_many_at_once_never_acks_a_delivery_still_held(
     rabbit_url: str, prefix: str
 ) -> None:
-    # given ten wake-ups handed to the worker
+    # given ten one-job wake-ups handed to the worker
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, prefix=prefix, prefetch=10)
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, prefetch=10, wakeup_ids=1)
     engine.publisher = delivery
     delivery.start(["default"])
     jobs = engine.submit_many([("noop", None, {})] * 10)

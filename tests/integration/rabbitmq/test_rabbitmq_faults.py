@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitDelivery
 from adapters.rabbitmq.consumer import Consumer, Token
+from adapters.rabbitmq.parts import Part, Parts
 from adapters.rabbitmq.testing import FAULTS, AmqpFaultModel
 from fsm import Engine
 
@@ -92,7 +93,8 @@ def test_the_model_catches_a_multiple_ack_below_unsettled_deliveries(
 
     monkeypatch.setattr(Consumer, "_ack", greedy_ack)
     # when a worker settles wake-ups out of order
-    faults = ["late_settle", "submit", "pause", "late_settle", "submit", "pause", "submit"]
+    late = ["late_settle", "old_format", "pause"]
+    faults = [*late, *late, "late_settle", "batch", "old_format", "pause", "submit"]
     report = _model(rabbit_url, fresh).run(faults)
     # then the acks of unsettled deliveries are reported
     assert any("before its lease was settled" in v for v in report.violations)
@@ -113,3 +115,22 @@ def test_jobfsm_faults_runs_the_delivery_model_against_the_broker(rabbit_url: st
     assert "no wake-up acked before its lease committed" in done.stdout
     assert "delivery faults" in done.stdout
     assert "guest:guest" not in done.stdout + done.stderr
+
+
+def test_the_model_catches_a_multi_job_message_acked_before_its_last_job_is_settled(
+    rabbit_url: str, fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a broken adapter that acks a multi-job message when its first job is settled
+    def eager_settle(self: Parts, part: Part) -> Token | None:
+        first = part.message not in self._acked
+        self._acked.add(part.message)
+        return part.message if first else None
+
+    monkeypatch.setattr(Parts, "_acked", set(), raising=False)
+    monkeypatch.setattr(Parts, "settle", eager_settle)
+    # when messages of 12 jobs are handed out 8 at a time, their claims slow (0.3 s), so
+    # the last 4 of each are settled well after the first 8
+    faults = ["slow_store", "batch", "pause", "slow_store", "batch", "pause"]
+    report = _model(rabbit_url, fresh).run(faults)
+    # then the early acks are reported
+    assert any("before its lease was settled" in v for v in report.violations)

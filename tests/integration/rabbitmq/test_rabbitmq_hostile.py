@@ -12,6 +12,7 @@ import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import REASON_HEADER, RabbitDelivery
+from adapters.rabbitmq.messages import decode
 from fsm import Engine, Owner, open_store
 
 from .helpers import (
@@ -28,19 +29,22 @@ LONG_CORRELATION = "c" * 300  # AMQP short strings hold 255 bytes: pika refuses 
 
 
 def _wakeups(rabbit_url: str, queue: str) -> dict[str, object]:
-    """job id -> correlation_id property of every wake-up now in `queue` (drained)."""
+    """job id -> correlation_id property of every wake-up now in `queue` (drained); a
+    multi-job wake-up carries none."""
     return {
-        json.loads(body)["job_id"]: props.correlation_id
+        job_id: props.correlation_id
         for props, body in drain_queue(rabbit_url, queue)
+        for job_id in decode(body, limit=2**16)
     }
 
 
 def test_an_overlong_correlation_id_never_fails_its_batch_and_its_wakeup_goes_without_it(
     rabbit_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # given a batch whose middle job holds a correlation id pika cannot put in a property
+    # given a batch of one-job wake-ups (each with its hints as properties) whose middle
+    # job holds a correlation id pika cannot put in a property
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, wakeup_ids=1)
     first = stored_job(engine, correlation_id="ok-1")
     bad = stored_job(engine, correlation_id=LONG_CORRELATION)
     last = stored_job(engine, correlation_id="ok-2")

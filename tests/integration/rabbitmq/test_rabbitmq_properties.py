@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitConfig, RabbitDelivery
-from adapters.rabbitmq.messages import PoisonMessage, decode
+from adapters.rabbitmq.messages import MAX_IDS, PoisonMessage, decode
 from fsm import Engine, Owner
 from fsm.errors import BadInput
 
@@ -45,10 +45,16 @@ _hint_like = st.fixed_dictionaries(
         "correlation_id": _json,
     },
 )
+#: objects shaped like version-2 wake-ups: a version and a list of anything (ids mostly)
+_many_like = st.fixed_dictionaries(
+    {"job_ids": st.lists(st.one_of(st.text(max_size=12), _json_leaf), max_size=300)},
+    optional={"v": st.one_of(st.just(2), _json_leaf)},
+)
 HOSTILE = st.one_of(
     st.binary(max_size=512),
     _json.map(lambda v: json.dumps(v).encode()),
     _hint_like.map(lambda v: json.dumps(v).encode()),
+    _many_like.map(lambda v: json.dumps(v).encode()),
     st.integers(1, 20_000).map(lambda n: b"[" * n + b"]" * n),
     st.integers(1, 5_000).map(lambda n: b'{"job_id":"x","a":' + b"{" * n + b"}" * n + b"}"),
     st.integers(LIMIT + 1, LIMIT + 4096).map(lambda n: b" " * n),
@@ -57,17 +63,19 @@ HOSTILE = st.one_of(
 
 
 @given(HOSTILE)
-def test_any_body_is_a_wakeup_with_a_valid_job_id_or_poison_with_a_reason(body: bytes) -> None:
+def test_any_body_is_a_wakeup_with_valid_job_ids_or_poison_with_a_reason(body: bytes) -> None:
     try:
-        hint = decode(body, limit=LIMIT)
+        job_ids = decode(body, limit=LIMIT)
     except PoisonMessage as err:
         reason = err.reason
         assert 0 < len(reason) <= 500
         return
-    job_id = hint["job_id"]
-    assert isinstance(job_id, str)
-    assert 0 < len(job_id) <= 200
-    assert job_id.isprintable()
+    assert 0 < len(job_ids) <= MAX_IDS
+    assert len(set(job_ids)) == len(job_ids)
+    for job_id in job_ids:
+        assert isinstance(job_id, str)
+        assert 0 < len(job_id) <= 200
+        assert job_id.isprintable()
 
 
 MARK_START, MARK_END = "ZQXW", "WXQZ"
