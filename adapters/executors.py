@@ -35,7 +35,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
-from fsm.worker.context import run_target
+from fsm.worker.context import MARK_OP, mark_reply, raise_mark_reply, run_target
 
 log = logging.getLogger(__name__)
 
@@ -300,11 +300,34 @@ def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent
         task = json.loads(text)
         if task.get("op") == "stop":
             return
-        outcome = run_target(task["target"], task["job_json"], cancel, int(task["result_limit"]))
+        outcome = run_target(
+            task["target"],
+            task["job_json"],
+            cancel,
+            int(task["result_limit"]),
+            marker=_child_marker(conn, task["job_json"]),
+        )
         try:
             conn.send_bytes(outcome.to_json().encode("utf-8"))
         except (BrokenPipeError, OSError):
             return
+
+
+def _child_marker(
+    conn: multiprocessing.connection.Connection, job_json: str
+) -> Callable[[str, str | None], None]:
+    """`ctx.mark` in a child: the mark goes to the parent as JSON, and the handler waits
+    for the parent's reply (stored, or the error to raise) before it goes on."""
+    from fsm.records import job_from_json
+
+    job = job_from_json(job_json)
+
+    def mark(label: str, external_id: str | None) -> None:
+        message = {"op": MARK_OP, "label": label, "external_id": external_id}
+        conn.send_bytes(json.dumps(message).encode("utf-8"))
+        raise_mark_reply(job, json.loads(conn.recv_bytes().decode("utf-8")))
+
+    return mark
 
 
 class _Child:
@@ -498,11 +521,35 @@ class ProcessExecutor:
             text = child.conn.recv_bytes().decode("utf-8")
         except (EOFError, OSError):
             return  # the sentinel tells how it died
+        if text.startswith('{"op": "mark"'):
+            self._mark(gen, child, text)
+            return
         try:
             outcome = Outcome.from_json(text)
         except ValueError as err:
             outcome = Outcome(status="failed", error=f"bad outcome from child: {err}")
         self._finish(gen, child, outcome)
+
+    def _mark(self, gen: _ProcGen, child: _Child, text: str) -> None:
+        """Store a child's mark (on a thread of its own: the store write must not hold up
+        the monitor) and send the child the reply its handler is waiting for."""
+        with self._lock:
+            record = None if child.token is None else gen.records.get(child.token)
+        marker = None if record is None else record.attempt.mark
+
+        def store() -> None:
+            err: BaseException | None = None
+            try:
+                message = json.loads(text)
+                if marker is None:
+                    raise RuntimeError("this attempt cannot record marks")
+                marker(str(message["label"]), message.get("external_id"))
+            except Exception as failure:  # the handler gets it and must not call outside
+                err = failure
+            with contextlib.suppress(OSError):
+                child.conn.send_bytes(json.dumps(mark_reply(err)).encode("utf-8"))
+
+        threading.Thread(target=store, name="jobfsm-mark", daemon=True).start()
 
     def restart(self, reason: str) -> None:
         """Kill the current children and start a new generation; old results are dropped."""

@@ -224,6 +224,22 @@ def render_table(lc: Lifecycle) -> str:
     return "\n".join(rows) + "\n"
 
 
+def render_codes(lc: Lifecycle) -> str:
+    """The reason codes as a Markdown table: each code, its meaning, the transitions
+    whose audit entries can carry it (a `code_rule` picks one of several)."""
+    given: dict[str, list[str]] = {code: [] for code in lc.codes}
+    for rule in lc.rules:
+        where = f"{rule.source or '(none)'} {rule.event} {rule.dest}"
+        for code in rule.codes():
+            if where not in given.setdefault(code, []):
+                given[code].append(where)
+    rows = ["| code | meaning | given by |", "|---|---|---|"]
+    for code, meaning in lc.codes.items():
+        by = "; ".join(f"`{w}`" for w in given[code]) or "a rejected report (any fenced event)"
+        rows.append(f"| `{code}` | {meaning} | {by} |")
+    return "\n".join(rows) + "\n"
+
+
 def render_image(dot_text: str, fmt: str) -> bytes:
     """SVG or PNG bytes from DOT text through Graphviz `dot` (bounded by DOT_TIMEOUT)."""
     if fmt not in IMAGE_FORMATS:

@@ -391,6 +391,11 @@ class Attempt:
         default=None, kw_only=True, repr=False
     )
     _job_json: str | None = attrs.field(default=None, kw_only=True, alias="job_json", repr=False)
+    #: stores one of the handler's marks (label, external_id), for executors whose
+    #: handler runs in another process and sends its marks back (`ctx.mark`)
+    mark: Callable[[str, str | None], None] | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
 
     @property
     def job_json(self) -> str:

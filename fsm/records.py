@@ -77,6 +77,9 @@ class Job:
     correlation_id: str | None = None
     last_error: str | None = None
     result_json: str | None = None
+    #: marks of the current attempt; None when its handler does not declare that it
+    #: marks before every outside call (then whether one began is unknown)
+    marks: int | None = None
 
     @property
     def payload(self) -> Any:
@@ -142,6 +145,9 @@ class AuditEntry:
     correlation_id: str | None = None
     outcome: str = "applied"
     data_json: str = "{}"
+    #: the machine-readable reason (a code of the spec's [codes]); None only on
+    #: entries written before reason codes existed
+    code: str | None = None
 
     @property
     def data(self) -> dict[str, Any]:

@@ -129,11 +129,23 @@ CREATE TABLE {s}.queue_pauses (
 );
 """
 
+# Run marks and reason codes: the current attempt's mark count (NULL: its handler does
+# not declare its outside calls) and every audit entry's reason code.
+# A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
+_V4 = """
+ALTER TABLE {s}.jobs ADD COLUMN marks bigint;
+ALTER TABLE {s}.job_events ADD COLUMN code text;
+DROP INDEX {s}.jobs_leased;
+CREATE INDEX jobs_leased ON {s}.jobs (lease_until)
+    WHERE state IN ('leased', 'running', 'cancelling', 'reconciling');
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
     (2, "dashboard: jobs by kind, correlation id search, audit entries by time", _V2),
     (3, "paused queues", _V3),
+    (4, "run marks and audit reason codes", _V4),
 )
 LATEST = MIGRATIONS[-1][0]
 

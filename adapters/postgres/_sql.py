@@ -35,6 +35,7 @@ JOB_TYPES: dict[str, str] = {
     "correlation_id": "text",
     "last_error": "text",
     "result_json": "text",
+    "marks": "int8",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",
@@ -51,6 +52,7 @@ AUDIT_TYPES: dict[str, str] = {
     "correlation_id": "text",
     "outcome": "text",
     "data_json": "text",
+    "code": "text",
 }
 assert tuple(JOB_TYPES) == JOB_COLUMNS, "JOB_TYPES must follow fsm.records.Job"
 assert tuple(AUDIT_TYPES) == AUDIT_COLUMNS, "AUDIT_TYPES must follow fsm.records.AuditEntry"

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 #: literals in the partial indexes below; queries render the same literal lists
 #: (see `in_list`) so SQLite's planner can prove the index applies.
 CLAIMABLE_STATES = ("queued", "retry_wait")
-LEASED_STATES = ("cancelling", "leased", "running")
+LEASED_STATES = ("cancelling", "leased", "reconciling", "running")
+#: the held states of the released version-1 index (a released migration never changes)
+_V1_LEASED_STATES = ("cancelling", "leased", "running")
 ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
 
 _STATE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # always fullmatch: "$" admits a final newline
@@ -70,7 +72,7 @@ _V1 = [
     # Recovery sweep: held leases by expiry; only jobs that hold a lease.
     f"""
     CREATE INDEX jobs_lease ON jobs (lease_until)
-    WHERE state IN {in_list(LEASED_STATES)}
+    WHERE state IN {in_list(_V1_LEASED_STATES)}
     """,
     # Deadline sweep: unfinished jobs that have a deadline.
     f"""
@@ -126,8 +128,25 @@ _V2 = [
     """,
 ]
 
+# Run marks and reason codes: the current attempt's mark count (NULL: its handler does
+# not declare its outside calls) and every audit entry's reason code.
+# A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
+_V3 = [
+    "ALTER TABLE jobs ADD COLUMN marks INTEGER",
+    "ALTER TABLE job_events ADD COLUMN code TEXT",
+    "DROP INDEX jobs_lease",
+    f"""
+    CREATE INDEX jobs_lease ON jobs (lease_until)
+    WHERE state IN {in_list(LEASED_STATES)}
+    """,
+]
+
 #: (number, statements): applied in order, each exactly once.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, tuple(_V1)), (2, tuple(_V2)))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, tuple(_V1)),
+    (2, tuple(_V2)),
+    (3, tuple(_V3)),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 CREATE_VERSION_TABLE = """

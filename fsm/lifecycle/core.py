@@ -21,7 +21,7 @@ from ..inputs import check_operator_text
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
 from .rules import EFFECTS, ERASED, GUARDS, Step
-from .spec import Lifecycle, lifecycle
+from .spec import REJECTED_CODE, Lifecycle, lifecycle
 
 _CREATE_FIELDS = {
     "id",
@@ -79,6 +79,7 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
         attempt=0,
         correlation_id=job.correlation_id,
         data_json=_data_json(data),
+        code=lc.create_rule.code,
     )
     return Decision(job=job, entry=entry, event=lc.create_rule.event, previous=None)
 
@@ -107,6 +108,7 @@ def rejected_entry(job: Job, event: str, now: float, fence: int, error: str) -> 
         error=error,
         correlation_id=job.correlation_id,
         outcome="rejected",
+        code=REJECTED_CODE,
     )
 
 
@@ -178,6 +180,7 @@ def decide(
             error=step.error,
             correlation_id=job.correlation_id,
             data_json=_data_json(step.data),
+            code=rule.code_for(step),
         )
     return Decision(job=new, entry=entry, event=event, previous=job)
 

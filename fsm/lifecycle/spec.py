@@ -19,14 +19,16 @@ import attrs
 from transitions import Machine
 
 from ..errors import SpecError
-from .rules import EFFECTS, GUARDS, Step
+from .rules import CODE_RULES, EFFECTS, GUARDS, Step
 
 #: state and event names: they reach SQL literals, diagrams and log lines as they are
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 _STATE_KEYS = {"doc", "terminal", "parked"}
 _EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
-_TRANSITION_KEYS = {"from", "to", "guards", "effects"}
+_TRANSITION_KEYS = {"from", "to", "guards", "effects", "code", "code_rule"}
+#: the code of a rejected (stale) report's audit entry: the spec must declare it
+REJECTED_CODE = "stale_fence"
 
 
 @attrs.frozen
@@ -38,6 +40,21 @@ class Rule:
     dest: str
     guards: tuple[str, ...]
     effects: tuple[str, ...]
+    #: the reason code of the audit entry: fixed, or picked by a rule of CODE_RULES
+    code: str | None = None
+    code_rule: str | None = None
+
+    def codes(self) -> tuple[str, ...]:
+        """Every code an entry of this transition can carry."""
+        if self.code_rule is not None:
+            return CODE_RULES[self.code_rule][1]
+        return () if self.code is None else (self.code,)
+
+    def code_for(self, step: Step) -> str | None:
+        """The reason code of this transition's audit entry, for this step."""
+        if self.code_rule is not None:
+            return CODE_RULES[self.code_rule][0](step)
+        return self.code
 
 
 @attrs.frozen
@@ -65,6 +82,8 @@ class Lifecycle:
     table: Mapping[tuple[str, str], tuple[Rule, ...]]
     create_rule: Rule
     machine: Any = attrs.field(eq=False, repr=False)
+    #: every reason code an audit entry may carry, with its meaning ([codes])
+    codes: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -92,6 +111,18 @@ class _GuardCondition:
     def __call__(self, event_data: Any) -> bool:
         step: Step = event_data.kwargs["step"]
         return GUARDS[self.guard_name](step)
+
+
+class _CodeTag:
+    """A no-op `prepare` callback that carries a transition's reason code into the machine."""
+
+    def __init__(self, code: str | None, code_rule: str | None) -> None:
+        self.code = code
+        self.code_rule = code_rule
+        self.__name__ = f"code:{code or code_rule}"
+
+    def __call__(self, event_data: Any) -> None:
+        return None
 
 
 class _EffectCallback:
@@ -205,9 +236,61 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                             f"{at}.{kind}",
                             f"unknown {kind[:-1]} {n!r} (not in fsm/lifecycle/rules.py)",
                         )
+    found += _code_problems(data, events, path)
     creators = [n for n, b in events.items() if isinstance(b, dict) and b.get("creates")]
     if len(creators) != 1:
         bad("events", f"exactly one event must have creates = true, found {creators}")
+    return found
+
+
+def _code_problems(data: dict[str, Any], events: dict[str, Any], path: str) -> list[SpecError]:
+    """Every audited transition names one declared reason code (or a rule giving only
+    declared ones); an unaudited one names none."""
+    found: list[SpecError] = []
+    codes = data.get("codes", {})
+    if not isinstance(codes, dict) or not all(isinstance(v, str) for v in codes.values()):
+        return [SpecError(path, "codes", 'must be a table of code = "meaning"')]
+    for name in codes:
+        if not _IDENTIFIER.fullmatch(name):
+            found.append(SpecError(path, f"codes.{name}", "a code must be a lower-case identifier"))
+    if REJECTED_CODE not in codes:
+        found.append(SpecError(path, "codes", f"must declare {REJECTED_CODE!r} (rejected reports)"))
+    for name, body in events.items():
+        if not isinstance(body, dict) or not isinstance(body.get("transitions"), list):
+            continue
+        audited = body.get("audited", True)
+        for i, rule in enumerate(body["transitions"]):
+            if not isinstance(rule, dict):
+                continue
+            at = f"events.{name}.transitions[{i}]"
+            code, code_rule = rule.get("code"), rule.get("code_rule")
+            if not audited:
+                if code is not None or code_rule is not None:
+                    found.append(SpecError(path, at, "an unaudited event carries no code"))
+                continue
+            if (code is None) == (code_rule is None):
+                found.append(SpecError(path, at, "needs exactly one of code or code_rule"))
+            elif code is not None and code not in codes:
+                found.append(SpecError(path, f"{at}.code", f"{code!r} is not declared in [codes]"))
+            elif code_rule is not None:
+                if code_rule not in CODE_RULES:
+                    found.append(
+                        SpecError(
+                            path,
+                            f"{at}.code_rule",
+                            f"unknown code rule {code_rule!r} (not in fsm/lifecycle/rules.py)",
+                        )
+                    )
+                    continue
+                for given in CODE_RULES[code_rule][1]:
+                    if given not in codes:
+                        found.append(
+                            SpecError(
+                                path,
+                                f"{at}.code_rule",
+                                f"{code_rule!r} can give {given!r}, not declared in [codes]",
+                            )
+                        )
     return found
 
 
@@ -286,6 +369,13 @@ def _named(callback: object, attr: str) -> str:
     return name
 
 
+def _tag(callbacks: list[Any]) -> _CodeTag:
+    tags = [c for c in callbacks if isinstance(c, _CodeTag)]
+    if len(tags) != 1:
+        raise TypeError("machine transition was not built from the spec (no code tag)")
+    return tags[0]
+
+
 def _compile(data: dict[str, Any], path: str) -> Lifecycle:
     states_data: dict[str, dict[str, Any]] = data["states"]
     events_data: dict[str, dict[str, Any]] = data["events"]
@@ -305,8 +395,9 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         for rule in body["transitions"]:
             guards = tuple(rule.get("guards", []))
             effects = tuple(rule.get("effects", []))
+            code, code_rule = rule.get("code"), rule.get("code_rule")
             if body.get("creates"):
-                create_rule = Rule(None, name, rule["to"], guards, effects)
+                create_rule = Rule(None, name, rule["to"], guards, effects, code, code_rule)
                 continue
             transitions_list.append(
                 {
@@ -315,6 +406,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                     "dest": rule["to"],
                     "conditions": [_GuardCondition(g) for g in guards],
                     "after": [_EffectCallback(e) for e in effects],
+                    "prepare": [_CodeTag(code, code_rule)],
                 }
             )
     machine = Machine(
@@ -338,6 +430,8 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                         dest=source if t.dest is None else t.dest,
                         guards=tuple(_named(c.func, "guard_name") for c in t.conditions),
                         effects=tuple(_named(cb, "effect_name") for cb in t.after),
+                        code=_tag(t.prepare).code,
+                        code_rule=_tag(t.prepare).code_rule,
                     )
                 )
     assert create_rule is not None  # _problems checked there is exactly one
@@ -353,6 +447,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         table=MappingProxyType({k: tuple(v) for k, v in table.items()}),
         create_rule=create_rule,
         machine=machine,
+        codes=MappingProxyType(dict(data.get("codes", {}))),
     )
 
 

@@ -41,7 +41,7 @@ class Sweeper:
     def sweep(self) -> RecoveryReport:
         s = self.s
         probe = None if s.liveness is None else s.liveness.probe
-        report = sweep(s.engine, s.identity, probe)
+        report = sweep(s.engine, s.identity, probe, reconcilers=s.handlers.reconcilers())
         self.last = report
         if report.expired:
             s.wake()

@@ -34,8 +34,13 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "ambiguous"): {"investigate"},
     ("leased", "release"): {"queued"},
     ("leased", "expire"): {"queued"},
-    ("running", "expire"): {"retry_wait", "failed", "investigate"},
+    ("running", "expire"): {"retry_wait", "failed", "reconciling", "investigate"},
     ("cancelling", "expire"): {"cancelled"},
+    ("reconciling", "expire"): {"investigate"},
+    ("running", "mark"): {"running"},
+    ("cancelling", "mark"): {"cancelling"},
+    ("reconciling", "reconcile"): {"succeeded", "retry_wait", "reconciling", "investigate"},
+    ("reconciling", "recheck"): {"reconciling"},
     ("queued", "cancel"): {"cancelled"},
     ("retry_wait", "cancel"): {"cancelled"},
     ("leased", "cancel"): {"cancelled"},
@@ -61,6 +66,7 @@ STATES = {
     "running",
     "retry_wait",
     "cancelling",
+    "reconciling",
     "succeeded",
     "failed",
     "cancelled",
@@ -130,12 +136,20 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
         {"deadline": NOW + 0.5},
         {"lease_until": NOW - 1},
         {"run_after": NOW + 60},
+        {"retry_safe": False, "marks": 0},
+        {"retry_safe": False, "marks": 1, "lease_until": NOW - 1},
+        {"owner": None, "run_after": NOW - 1},
     ]
     args_variants: list[dict[str, Any]] = [
         {},
         {"permanent": True},
         {"verdict": "dead"},
         {"outcome": "failed"},
+        {"reconciler": True, "verdict": "dead"},
+        {"reconciler": True, "final_check": True},
+        {"answer": "done"},
+        {"answer": "not_started"},
+        {"answer": "still_running"},
     ]
     for fields, extra in itertools.product(variants, args_variants):
         job = job_in(state, **fields)
@@ -146,6 +160,8 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
             "reason": "why",
             "attempts": 2,
             "outcome": "succeeded",
+            "label": "calling",
+            "answer": "unknown",
             **extra,
         }
         try:
