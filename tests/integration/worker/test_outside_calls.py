@@ -1,0 +1,212 @@
+"""Marks and reconcilers with real `jobfsm worker` processes killed with SIGKILL.
+
+A "charge" handler marks, charges a fake provider (a table in a SQLite file of its
+own) and returns (tests/integration/worker/outside_app.py). Workers are killed at
+chosen and at random points; other workers' recovery sweeps take the runs back. Every
+job must end with exactly one charge, or in investigate with a reason code; a run lost
+before its mark is re-run; each reconciler answer leads to the documented state, and
+the audit trail records it. On SQLite and PostgreSQL job stores.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsm import Engine
+from fsm.lifecycle.invariants import trail_problems
+from fsm.lifecycle.spec import lifecycle
+from fsm.policies import Policy
+
+from .helpers import Workers, engine_factory, markers, wait_for
+from .outside_app import charges, handlers
+
+APP = "tests.integration.worker.outside_app:handlers"
+
+
+@pytest.fixture
+def engine_for() -> Iterator[Callable[[str], Engine]]:
+    yield from engine_factory(handlers)
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> str:
+    return str(tmp_path / "provider.db")
+
+
+def _start(workers: Workers, url: str, executor: str = "thread") -> Any:
+    proc = workers.start(url, app=APP, ttl=30.0, heartbeat=0.5, executor=executor)
+    workers.wait_serving(proc)
+    return proc
+
+
+def _final(engine: Engine, job_id: str, timeout: float = 30.0) -> Any:
+    wait_for(
+        lambda: engine.get(job_id).state in engine.final_states, timeout, f"job {job_id} to end"
+    )
+    return engine.get(job_id)
+
+
+def _sound(engine: Engine, job_id: str) -> None:
+    job = engine.get(job_id)
+    assert trail_problems(job, engine.history(job_id), lifecycle(), Policy()) == []
+
+
+def _killed_at(
+    workers: Workers, url: str, marks: Path, job_id: str, point: str, executor: str = "thread"
+) -> None:
+    """Run the job on a worker, SIGKILL it once the handler reached `point`, and start a
+    second worker whose start-up sweep takes the run back (same host: pid gone)."""
+    first = _start(workers, url, executor)
+    wait_for(lambda: markers(marks, job_id, point, 1), 30, f"the handler to reach {point}")
+    workers.kill9(first)
+    _start(workers, url, executor)
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_run_lost_before_its_mark_is_run_again_and_charges_once(
+    store_url: str,
+    workers: Workers,
+    marks: Path,
+    provider: str,
+    engine_for: Callable[[str], Engine],
+    executor: str,
+) -> None:
+    engine = engine_for(store_url)
+    job = engine.submit("charge", {"dir": str(marks), "provider_db": provider, "before": 60})
+    # when its worker is killed before the handler marked (and so before it charged)
+    _killed_at(workers, store_url, marks, job.id, "started", executor)
+    # then the run is re-run at once (not retry-safe, but lost before any outside call)
+    final = _final(engine, job.id)
+    trail = engine.history(job.id)
+    expire = next(e for e in trail if e.event == "expire")
+    assert (expire.to_state, expire.code) == ("retry_wait", "owner_dead_pid_gone")
+    assert not [e for e in trail if e.event == "reconcile"]  # nobody had to be asked
+    assert final.state == "succeeded"
+    assert final.attempt == 2
+    (made,) = charges(provider, job.id)  # charged once, by the re-run
+    assert made[2] == final.fence
+    _sound(engine, job.id)
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_mark_is_stored_before_the_outside_call_and_shown_in_the_trail(
+    store_url: str,
+    workers: Workers,
+    marks: Path,
+    provider: str,
+    engine_for: Callable[[str], Engine],
+    executor: str,
+) -> None:
+    engine = engine_for(store_url)
+    job = engine.submit("charge", {"dir": str(marks), "provider_db": provider, "between": 60})
+    _start(workers, store_url, executor)
+    wait_for(lambda: markers(marks, job.id, "marked", 1), 30, "the handler to mark")
+
+    mark = next(e for e in engine.history(job.id) if e.event == "mark")
+
+    assert mark.code == "mark"
+    assert mark.data["external_id"] == f"charge-{job.id}"
+    assert mark.fence == engine.get(job.id).fence
+    assert engine.get(job.id).marks == 1
+    assert not charges(provider, job.id)  # the mark came first
+
+
+ANSWERS = [
+    # kind, where the run is lost, final state, the reconcile entry's code
+    ("charge", "charged", "succeeded", "reconciled_done"),
+    ("charge", "marked", "succeeded", "reconciled_not_started"),
+    ("charge_slow", "charged", "succeeded", "reconciled_still_running"),
+    ("charge_unknown", "charged", "investigate", "reconciled_unknown"),
+    ("charge_raises", "charged", "investigate", "reconciler_failed"),
+    ("charge_hangs", "charged", "investigate", "reconciler_failed"),
+    ("charge_garbage", "charged", "investigate", "reconciler_failed"),
+    ("charge_plain", "charged", "investigate", "not_retry_safe"),
+]
+
+
+@pytest.mark.parametrize(("kind", "point", "state", "code"), ANSWERS)
+def test_a_reconciler_answer_leads_to_the_documented_state_audited(
+    store_url: str,
+    workers: Workers,
+    marks: Path,
+    provider: str,
+    engine_for: Callable[[str], Engine],
+    kind: str,
+    point: str,
+    state: str,
+    code: str,
+) -> None:
+    engine = engine_for(store_url)
+    # a run that charged (or only marked) and then waits, killed at that point
+    payload = {"dir": str(marks), "provider_db": provider, "between": 0, "after": 60}
+    if point == "marked":
+        payload["between"] = 60
+    job = engine.submit(kind, payload)
+    _killed_at(workers, store_url, marks, job.id, point)
+
+    final = _final(engine, job.id)
+
+    assert final.state == state
+    codes = [e.code for e in engine.history(job.id)]
+    assert code in codes
+    assert len(charges(provider, job.id)) == 1  # charged once, whatever the answer
+    if state == "succeeded" and code != "reconciled_not_started":
+        assert final.result == {"charge": charges(provider, job.id)[0][0], "reconciled": True}
+        assert not markers(marks, job.id, "started", 2)  # never run again
+    if code == "reconciled_not_started":
+        assert markers(marks, job.id, "started", 2)  # re-run, charged once
+    if state == "investigate":
+        entry = engine.history(job.id)[-1]
+        assert entry.code == code
+        if kind == "charge_hangs":
+            assert "hung" in (entry.error or "")
+    _sound(engine, job.id)
+
+
+def test_random_kills_leave_every_job_charged_once_or_investigated_with_a_code(
+    store_url: str,
+    workers: Workers,
+    marks: Path,
+    provider: str,
+    engine_for: Callable[[str], Engine],
+) -> None:
+    rng = random.Random(16)
+    engine = engine_for(store_url)
+    jobs = [
+        engine.submit(
+            "charge",
+            {
+                "dir": str(marks),
+                "provider_db": provider,
+                "before": rng.uniform(0, 1.5),
+                "between": rng.uniform(0, 1.5),
+                "after": rng.uniform(0, 1.5),
+            },
+        )
+        for _ in range(6)
+    ]
+    # workers killed with SIGKILL at random moments, each replaced by a fresh one
+    current = _start(workers, store_url)
+    for _ in range(4):
+        time.sleep(rng.uniform(0.3, 2.0))
+        workers.kill9(current)
+        current = _start(workers, store_url)
+    for job in jobs:
+        _final(engine, job.id, timeout=60)
+
+    for job in jobs:
+        final = engine.get(job.id)
+        made = charges(provider, job.id)
+        assert len(made) <= 1, f"job {job.id} charged {len(made)} times"
+        if final.state == "succeeded":
+            assert len(made) == 1
+        else:
+            assert final.state == "investigate"
+            assert engine.history(job.id)[-1].code in lifecycle().codes
+        _sound(engine, job.id)
