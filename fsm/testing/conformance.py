@@ -164,7 +164,8 @@ def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
             job = claimed
         elif step == "still_running":
             job = engine.reconcile(job.id, job.fence, "still_running", until=clock.now() + 60)
-    assert job.state == state.split(":")[0], f"reaching {state!r} ended in {job.state!r}"
+    reached = state.split(":", maxsplit=1)[0]
+    assert job.state == reached, f"reaching {state!r} ended in {job.state!r}"
     return job
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from fsm import Engine
@@ -29,14 +30,21 @@ from .outside_app import charges, handlers
 APP = "tests.integration.worker.outside_app:handlers"
 
 
-@pytest.fixture
-def engine_for() -> Iterator[Callable[[str], Engine]]:
-    yield from engine_factory(handlers)
+@attrs.frozen
+class Outside:
+    """One test's job store, workers, marker folder, provider file and engine."""
+
+    url: str
+    workers: Workers
+    marks: Path
+    provider: str
+    engine: Engine
 
 
 @pytest.fixture
-def provider(tmp_path: Path) -> str:
-    return str(tmp_path / "provider.db")
+def outside(store_url: str, workers: Workers, marks: Path, tmp_path: Path) -> Iterator[Outside]:
+    for make in engine_factory(handlers):
+        yield Outside(store_url, workers, marks, str(tmp_path / "provider.db"), make(store_url))
 
 
 def _start(workers: Workers, url: str, executor: str = "thread") -> Any:
@@ -57,30 +65,25 @@ def _sound(engine: Engine, job_id: str) -> None:
     assert trail_problems(job, engine.history(job_id), lifecycle(), Policy()) == []
 
 
-def _killed_at(
-    workers: Workers, url: str, marks: Path, job_id: str, point: str, executor: str = "thread"
-) -> None:
+def _killed_at(o: Outside, job_id: str, point: str, executor: str = "thread") -> None:
     """Run the job on a worker, SIGKILL it once the handler reached `point`, and start a
     second worker whose start-up sweep takes the run back (same host: pid gone)."""
-    first = _start(workers, url, executor)
-    wait_for(lambda: markers(marks, job_id, point, 1), 30, f"the handler to reach {point}")
-    workers.kill9(first)
-    _start(workers, url, executor)
+    first = _start(o.workers, o.url, executor)
+    wait_for(lambda: markers(o.marks, job_id, point, 1), 30, f"the handler to reach {point}")
+    o.workers.kill9(first)
+    _start(o.workers, o.url, executor)
 
 
 @pytest.mark.parametrize("executor", ["thread", "process"])
 def test_a_run_lost_before_its_mark_is_run_again_and_charges_once(
-    store_url: str,
-    workers: Workers,
-    marks: Path,
-    provider: str,
-    engine_for: Callable[[str], Engine],
+    outside: Outside,
     executor: str,
 ) -> None:
-    engine = engine_for(store_url)
+    o = outside
+    engine, marks, provider = o.engine, o.marks, o.provider
     job = engine.submit("charge", {"dir": str(marks), "provider_db": provider, "before": 60})
     # when its worker is killed before the handler marked (and so before it charged)
-    _killed_at(workers, store_url, marks, job.id, "started", executor)
+    _killed_at(o, job.id, "started", executor)
     # then the run is re-run at once (not retry-safe, but lost before any outside call)
     final = _final(engine, job.id)
     trail = engine.history(job.id)
@@ -96,14 +99,11 @@ def test_a_run_lost_before_its_mark_is_run_again_and_charges_once(
 
 @pytest.mark.parametrize("executor", ["thread", "process"])
 def test_a_mark_is_stored_before_the_outside_call_and_shown_in_the_trail(
-    store_url: str,
-    workers: Workers,
-    marks: Path,
-    provider: str,
-    engine_for: Callable[[str], Engine],
+    outside: Outside,
     executor: str,
 ) -> None:
-    engine = engine_for(store_url)
+    o = outside
+    engine, workers, marks, provider, store_url = o.engine, o.workers, o.marks, o.provider, o.url
     job = engine.submit("charge", {"dir": str(marks), "provider_db": provider, "between": 60})
     _start(workers, store_url, executor)
     wait_for(lambda: markers(marks, job.id, "marked", 1), 30, "the handler to mark")
@@ -132,23 +132,20 @@ ANSWERS = [
 
 @pytest.mark.parametrize(("kind", "point", "state", "code"), ANSWERS)
 def test_a_reconciler_answer_leads_to_the_documented_state_audited(
-    store_url: str,
-    workers: Workers,
-    marks: Path,
-    provider: str,
-    engine_for: Callable[[str], Engine],
+    outside: Outside,
     kind: str,
     point: str,
     state: str,
     code: str,
 ) -> None:
-    engine = engine_for(store_url)
+    o = outside
+    engine, marks, provider = o.engine, o.marks, o.provider
     # a run that charged (or only marked) and then waits, killed at that point
     payload = {"dir": str(marks), "provider_db": provider, "between": 0, "after": 60}
     if point == "marked":
         payload["between"] = 60
     job = engine.submit(kind, payload)
-    _killed_at(workers, store_url, marks, job.id, point)
+    _killed_at(o, job.id, point)
 
     final = _final(engine, job.id)
 
@@ -170,14 +167,11 @@ def test_a_reconciler_answer_leads_to_the_documented_state_audited(
 
 
 def test_random_kills_leave_every_job_charged_once_or_investigated_with_a_code(
-    store_url: str,
-    workers: Workers,
-    marks: Path,
-    provider: str,
-    engine_for: Callable[[str], Engine],
+    outside: Outside,
 ) -> None:
+    o = outside
+    engine, workers, marks, provider, store_url = o.engine, o.workers, o.marks, o.provider, o.url
     rng = random.Random(16)
-    engine = engine_for(store_url)
     jobs = [
         engine.submit(
             "charge",
