@@ -109,7 +109,7 @@ def _outcome(expected: str) -> Guard:
 def _safe_to_rerun(s: Step) -> bool:
     """A retry-safe kind, or a run lost before any outside call: its handler declares
     that it marks before every outside call, and this attempt made no mark."""
-    return s.job.retry_safe or s.job.marks == 0
+    return _retry_safe(s) or s.job.marks == 0
 
 
 def _has_reconciler(s: Step) -> bool:
@@ -455,10 +455,10 @@ OWNER_DEAD_CODES = (
 
 
 def _expire_cause(s: Step) -> str:
-    if s.args.get("verdict") == "dead":
-        cause = s.args.get("cause")
-        return str(cause) if cause in OWNER_DEAD_CODES else "owner_dead"
-    return "lease_lapsed"
+    if s.args.get("verdict") != "dead":
+        return "lease_lapsed"
+    cause = s.args.get("cause")
+    return str(cause) if cause in OWNER_DEAD_CODES else "owner_dead"
 
 
 def _investigate_cause(s: Step) -> str:

@@ -326,12 +326,8 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/recovery.py",
         (
             (
-                "new = engine.expire_seen(job, verdict=verdict.status.value, "
-                "reason=verdict.reason)",
-                "new = engine.expire_seen(\n"
-                "            engine.get(job.id), verdict=verdict.status.value, "
-                "reason=verdict.reason\n"
-                "        )",
+                "new = engine.expire_seen(\n            job,\n            verdict=",
+                "new = engine.expire_seen(\n            engine.get(job.id),\n            verdict=",
             ),
         ),
         ("memory",),
