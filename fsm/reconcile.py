@@ -104,6 +104,8 @@ class Mark:
     label: str
     external_id: str | None
     at: float
+    #: the attempt's fence when it marked (what its fenced outside writes carried)
+    fence: int
 
 
 @attrs.frozen
@@ -137,7 +139,7 @@ class Reconciler:
 def lost_run(engine: Engine, job: Job) -> LostRun:
     """The job, its last attempt and that attempt's marks, from its audit trail."""
     marks = tuple(
-        Mark(str(e.data.get("label")), e.data.get("external_id"), e.at)
+        Mark(str(e.data.get("label")), e.data.get("external_id"), e.at, e.fence)
         for e in engine.history(job.id)
         if e.event == "mark" and e.outcome == "applied" and e.attempt == job.attempt
     )

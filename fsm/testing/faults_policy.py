@@ -185,8 +185,9 @@ def _problems(
             bad("P4", f"an expired running job went to {new.state}")
         within = job.recoveries < job.max_recoveries
         rerunnable = job.retry_safe or job.marks == 0
+        could_rerun = within and job.attempt < job.max_attempts and not past_deadline
         if new.state == "reconciling" and (
-            (rerunnable and within)
+            (rerunnable and could_rerun)
             or not args.get("reconciler")
             or not (within or args.get("final_check"))
         ):

@@ -335,6 +335,20 @@ PATCHES: tuple[Patch, ...] = (
         "version judged",
     ),
     Patch(
+        "reconcile-failure-read-as-not-started",
+        "recovery",
+        "fsm/reconcile.py",
+        (
+            (
+                'return unknown(), clean_text(f"raised {type(err).__name__}: {err}")[:500]',
+                "return not_started(), None",
+            ),
+        ),
+        ("memory",),
+        "a reconciler that raised is read as 'the outside call never happened': a lost run "
+        "that charged is run again",
+    ),
+    Patch(
         "owner-probe-failure-read-as-dead",
         "owner",
         "fsm/owner.py",
