@@ -177,6 +177,8 @@ class Engine:
         log_transition(job, entry)
         if self.metrics is not None:
             self.metrics.transition(job.kind, entry.event, entry.from_state, entry.to_state)
+            if entry.code is not None:
+                self.metrics.transition_code(job.kind, entry.event, entry.to_state, entry.code)
 
     def transition(self, job_id: str, event: str, **args: Any) -> Job:
         """Apply `event` to the job through `decide` and compare-and-set.
