@@ -239,16 +239,18 @@ def _enforce_kind_policy(s: Step) -> None:
     budget, so the invariants on attempts and recoveries hold across the change.
     """
     policy = s.args.get("kind_policy")
-    marked = None if policy is None else policy.get("marks_outside_calls", False)
-    if not isinstance(marked, bool | None):
+    if policy is not None and (
+        not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS)
+    ):
+        raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
+    marked = False if policy is None else policy.get("marks_outside_calls", False)
+    if not isinstance(marked, bool):
         raise BadInput(f"job {s.job.id}: kind policy marks_outside_calls must be true or false")
     # a handler that marks before every outside call lets a run lost before any mark
-    # be re-run (`no_outside_call`); for any other, whether one began is unknown (None)
+    # be re-run (`safe_to_rerun`); for any other, whether one began is unknown (None)
     s.changes["marks"] = 0 if marked else None
     if policy is None:
         return
-    if not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS):
-        raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
     job = s.job
     effective: dict[str, Any] = {}
     safe = policy.get("retry_safe")
