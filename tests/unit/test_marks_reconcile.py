@@ -431,3 +431,20 @@ def test_without_a_final_check_a_run_over_its_budget_is_investigated_unasked() -
     assert asked == []
     assert engine.get(job.id).state == "investigate"
     assert engine.history(job.id)[-1].code == "recoveries_exhausted"
+
+
+def test_a_job_paths_diagram_names_its_marks_by_step() -> None:
+    from fsm.diagram import path_marks, path_steps, render_mermaid
+
+    engine, _ = engine_with_clock()
+    job = running(engine)
+    engine.mark(job.id, job.fence, "charging", "ch_1")
+    engine.mark(job.id, job.fence, "emailing")
+    trail = engine.history(job.id)
+
+    title = path_marks(trail)
+    text = render_mermaid(lifecycle(), path=path_steps(trail), title=title)
+
+    assert title == 'step 4 "charging" [ch_1]; step 5 "emailing"'
+    assert "running --> running : mark (step 4, 5)" in text
+    assert title in text
