@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .errors import JobFSMError, LeaseLost
-from .lifecycle.rules import ANSWERS
+from .lifecycle.outside import ANSWERS
 from .ports import ScanRequest
 from .records import Job, Owner
 from .text import clean_text

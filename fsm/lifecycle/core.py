@@ -20,8 +20,9 @@ from ..errors import BadInput, IllegalTransition, LeaseLost
 from ..inputs import check_operator_text
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
+from .codes import REJECTED_CODE
 from .rules import EFFECTS, ERASED, GUARDS, Step
-from .spec import REJECTED_CODE, Lifecycle, lifecycle
+from .spec import Lifecycle, lifecycle
 
 _CREATE_FIELDS = {
     "id",

@@ -7,49 +7,15 @@ the `Step` they are given (record, event arguments, `now`, policy).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from math import isfinite
 from typing import Any
 
 from ..errors import BadInput, OperatorError
-from ..policies import Policy
-from ..records import Job, Owner
+from ..records import Owner
 from ..text import clean_text
+from . import outside
+from .step import Effect, Guard, Step
 
-
-class Step:
-    """Scratch space for one decision: the inputs and the changes being built."""
-
-    __slots__ = ("args", "changes", "data", "error", "job", "now", "policy")
-
-    def __init__(self, job: Job, now: float, policy: Policy, args: dict[str, Any]) -> None:
-        self.job = job
-        self.now = now
-        self.policy = policy
-        self.args = args
-        self.changes: dict[str, Any] = {}
-        #: resolved arguments, recorded in the audit entry so replay is exact.
-        self.data: dict[str, Any] = dict(args)
-        self.error: str | None = None
-
-    def delay(self) -> float:
-        """Seconds until the retry: `Retry(after=)` wins, else the backoff policy."""
-        if "delay" not in self.data or self.data["delay"] is None:
-            backoff = self.policy.retry.backoff
-            draw = self.policy.jitter(self.job.id, self.job.attempt)
-            self.data["delay"] = backoff.delay(self.job.attempt, draw)
-        delay = self.data["delay"]
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not 0 <= delay < float("inf")
-        ):
-            raise BadInput(f"job {self.job.id}: retry delay must be a finite number >= 0")
-        return float(delay)
-
-
-Guard = Callable[[Step], bool]
-Effect = Callable[[Step], None]
+__all__ = ["EFFECTS", "ERASED", "GUARDS", "KIND_POLICY_FIELDS", "Effect", "Guard", "Step"]
 
 
 # --- guards --------------------------------------------------------------------
@@ -122,32 +88,6 @@ def _within_budget_or_final_check(s: Step) -> bool:
     return _within_recovery_budget(s) or s.args.get("final_check") is True
 
 
-def _recovery_counted_in_budget(s: Step) -> bool:
-    """The expire that began this reconcile was counted within the recovery budget
-    (a final check is counted over it)."""
-    return s.job.recoveries <= s.job.max_recoveries
-
-
-def _check_due(s: Step) -> bool:
-    """A reconciling job nobody has claimed, whose next check is due."""
-    return s.job.owner is None and s.job.run_after <= s.now
-
-
-#: what a reconciler may answer (a failure is recorded as `unknown` with a `failure`)
-ANSWERS = ("done", "not_started", "still_running", "unknown")
-
-
-def _answer(s: Step) -> str:
-    answer = s.args.get("answer")
-    if answer not in ANSWERS:
-        raise BadInput(f"job {s.job.id}: reconcile needs answer one of {ANSWERS}, got {answer!r}")
-    return str(answer)
-
-
-def _answer_is(expected: str) -> Guard:
-    return lambda s: _answer(s) == expected
-
-
 GUARDS: dict[str, Guard] = {
     "due": _due,
     "before_deadline": _before_deadline,
@@ -163,11 +103,7 @@ GUARDS: dict[str, Guard] = {
     "safe_to_rerun": _safe_to_rerun,
     "has_reconciler": _has_reconciler,
     "within_budget_or_final_check": _within_budget_or_final_check,
-    "recovery_counted_in_budget": _recovery_counted_in_budget,
-    "check_due": _check_due,
-    "answer_done": _answer_is("done"),
-    "answer_not_started": _answer_is("not_started"),
-    "answer_still_running": _answer_is("still_running"),
+    **outside.GUARDS,
 }
 
 
@@ -358,67 +294,6 @@ def _fresh_budget(s: Step) -> None:
     s.changes["last_error"] = None
 
 
-#: bounds on marks: per attempt, and characters of a label and of an external id
-MAX_MARKS = 16
-MAX_MARK_LABEL = 200
-MAX_EXTERNAL_ID = 200
-
-
-def _mark_text(s: Step, what: str, value: Any, limit: int) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise BadInput(
-            f"job {s.job.id}: a mark's {what} must be non-empty text of at most {limit} "
-            f"characters; got {value!r:.80}"
-        )
-    if not value.isprintable():
-        raise BadInput(f"job {s.job.id}: a mark's {what} must be printable text")
-    return value
-
-
-def _count_mark(s: Step) -> None:
-    """Record one mark: bounded per attempt and in size; nothing is stored past a bound."""
-    _mark_text(s, "label", s.args.get("label"), MAX_MARK_LABEL)
-    external = s.args.get("external_id")
-    if external is not None:
-        _mark_text(s, "external_id", external, MAX_EXTERNAL_ID)
-    done = s.job.marks or 0
-    if done >= MAX_MARKS:
-        raise BadInput(
-            f"job {s.job.id}: attempt {s.job.attempt} already has {done} marks, "
-            f"the most an attempt may record ({MAX_MARKS})"
-        )
-    s.changes["marks"] = done + 1
-
-
-#: longest a `still_running` answer may put the next check off (seconds)
-MAX_CHECK_DELAY = 3600.0
-#: when a `still_running` answer names no time: the next check in this many seconds
-DEFAULT_CHECK_DELAY = 60.0
-
-
-def _check_later(s: Step) -> None:
-    until = s.args.get("until")
-    if until is None:
-        until = s.now + DEFAULT_CHECK_DELAY
-    if isinstance(until, bool) or not isinstance(until, int | float) or not isfinite(until):
-        raise BadInput(f"job {s.job.id}: still_running needs a finite time, got {until!r}")
-    until = min(max(float(until), s.now), s.now + MAX_CHECK_DELAY)
-    s.data["until"] = until
-    s.changes["run_after"] = until
-
-
-def _record_answer(s: Step) -> None:
-    """The reconciler's answer goes on the audit entry and, but for done, the record."""
-    answer = _answer(s)
-    failure = s.args.get("failure")
-    if failure is not None and answer != "unknown":
-        raise BadInput(f"job {s.job.id}: a reconciler failure is recorded as answer 'unknown'")
-    detail = failure if failure is not None else s.args.get("why")
-    text = f"reconciler: {answer}" + ("" if detail is None else f" ({detail})")
-    s.error = clean_text(text)[:1000]
-    s.changes["last_error"] = None if answer == "done" else s.error
-
-
 EFFECTS: dict[str, Effect] = {
     "create": lambda s: None,  # submit builds the record in fsm.lifecycle.core
     "bump_fence": _bump_fence,
@@ -439,101 +314,5 @@ EFFECTS: dict[str, Effect] = {
     "count_recovery": _count_recovery,
     "record_actor": _record_actor,
     "fresh_budget": _fresh_budget,
-    "count_mark": _count_mark,
-    "check_later": _check_later,
-    "record_answer": _record_answer,
-}
-
-
-# --- reason codes --------------------------------------------------------------
-
-#: the codes a confirmed death can carry (`Verdict.code`); anything else is `owner_dead`
-OWNER_DEAD_CODES = (
-    "owner_dead",
-    "owner_dead_pid_gone",
-    "owner_dead_lock_free",
-    "owner_dead_not_held",
-)
-
-
-def _expire_cause(s: Step) -> str:
-    if s.args.get("verdict") != "dead":
-        return "lease_lapsed"
-    cause = s.args.get("cause")
-    return str(cause) if cause in OWNER_DEAD_CODES else "owner_dead"
-
-
-def _investigate_cause(s: Step) -> str:
-    job = s.job
-    if job.recoveries >= job.max_recoveries:
-        return "recoveries_exhausted"
-    if not job.retry_safe:
-        return "not_retry_safe"
-    if job.attempt >= job.max_attempts:
-        return "attempts_exhausted"
-    return _expire_cause(s)
-
-
-def _reconcile_claim_cause(s: Step) -> str:
-    return _expire_cause(s) if _within_recovery_budget(s) else "final_check"
-
-
-def _fail_retry_cause(s: Step) -> str:
-    return "retry_requested" if s.args.get("delay") is not None else "handler_error"
-
-
-def _fail_final_cause(s: Step) -> str:
-    if s.args.get("permanent", False):
-        return "permanent_error"
-    if s.job.attempt >= s.job.max_attempts:
-        return "attempts_exhausted"
-    return "deadline_passed"
-
-
-def _unsettled_cause(s: Step) -> str:
-    """Why a reconcile answer parks the job in investigate."""
-    answer = _answer(s)
-    if answer == "unknown":
-        return "reconciler_failed" if s.args.get("failure") is not None else "reconciled_unknown"
-    if answer == "not_started" and s.job.attempt >= s.job.max_attempts:
-        return "attempts_exhausted"
-    if answer == "not_started" and not _before_deadline(s):
-        return "deadline_passed"
-    return "recoveries_exhausted"
-
-
-CodeRule = Callable[[Step], str]
-
-#: rules that pick a transition's code from the arguments, with every code each can give
-CODE_RULES: dict[str, tuple[CodeRule, tuple[str, ...]]] = {
-    "expire_cause": (_expire_cause, ("lease_lapsed", *OWNER_DEAD_CODES)),
-    "investigate_cause": (
-        _investigate_cause,
-        (
-            "recoveries_exhausted",
-            "not_retry_safe",
-            "attempts_exhausted",
-            "lease_lapsed",
-            *OWNER_DEAD_CODES,
-        ),
-    ),
-    "reconcile_claim_cause": (
-        _reconcile_claim_cause,
-        ("final_check", "lease_lapsed", *OWNER_DEAD_CODES),
-    ),
-    "fail_retry_cause": (_fail_retry_cause, ("handler_error", "retry_requested")),
-    "fail_final_cause": (
-        _fail_final_cause,
-        ("permanent_error", "attempts_exhausted", "deadline_passed"),
-    ),
-    "unsettled_cause": (
-        _unsettled_cause,
-        (
-            "reconciler_failed",
-            "reconciled_unknown",
-            "attempts_exhausted",
-            "deadline_passed",
-            "recoveries_exhausted",
-        ),
-    ),
+    **outside.EFFECTS,
 }

@@ -19,7 +19,8 @@ import attrs
 from transitions import Machine
 
 from ..errors import SpecError
-from .rules import CODE_RULES, EFFECTS, GUARDS, Step
+from .codes import CODE_RULES, code_problems
+from .rules import EFFECTS, GUARDS, Step
 
 #: state and event names: they reach SQL literals, diagrams and log lines as they are
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -27,8 +28,6 @@ _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _STATE_KEYS = {"doc", "terminal", "parked"}
 _EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
 _TRANSITION_KEYS = {"from", "to", "guards", "effects", "code", "code_rule"}
-#: the code of a rejected (stale) report's audit entry: the spec must declare it
-REJECTED_CODE = "stale_fence"
 
 
 @attrs.frozen
@@ -236,61 +235,10 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                             f"{at}.{kind}",
                             f"unknown {kind[:-1]} {n!r} (not in fsm/lifecycle/rules.py)",
                         )
-    found += _code_problems(data, events, path)
+    found += code_problems(data, events, path, _IDENTIFIER)
     creators = [n for n, b in events.items() if isinstance(b, dict) and b.get("creates")]
     if len(creators) != 1:
         bad("events", f"exactly one event must have creates = true, found {creators}")
-    return found
-
-
-def _code_problems(data: dict[str, Any], events: dict[str, Any], path: str) -> list[SpecError]:
-    """Every audited transition names one declared reason code (or a rule giving only
-    declared ones); an unaudited one names none."""
-    found: list[SpecError] = []
-    codes = data.get("codes", {})
-    if not isinstance(codes, dict) or not all(isinstance(v, str) for v in codes.values()):
-        return [SpecError(path, "codes", 'must be a table of code = "meaning"')]
-    for name in codes:
-        if not _IDENTIFIER.fullmatch(name):
-            found.append(SpecError(path, f"codes.{name}", "a code must be a lower-case identifier"))
-    if REJECTED_CODE not in codes:
-        found.append(SpecError(path, "codes", f"must declare {REJECTED_CODE!r} (rejected reports)"))
-    for name, body in events.items():
-        if not isinstance(body, dict) or not isinstance(body.get("transitions"), list):
-            continue
-        audited = body.get("audited", True)
-        for i, rule in enumerate(body["transitions"]):
-            if not isinstance(rule, dict):
-                continue
-            at = f"events.{name}.transitions[{i}]"
-            code, code_rule = rule.get("code"), rule.get("code_rule")
-            if not audited:
-                if code is not None or code_rule is not None:
-                    found.append(SpecError(path, at, "an unaudited event carries no code"))
-                continue
-            if (code is None) == (code_rule is None):
-                found.append(SpecError(path, at, "needs exactly one of code or code_rule"))
-            elif code is not None and code not in codes:
-                found.append(SpecError(path, f"{at}.code", f"{code!r} is not declared in [codes]"))
-            elif code_rule is not None:
-                if code_rule not in CODE_RULES:
-                    found.append(
-                        SpecError(
-                            path,
-                            f"{at}.code_rule",
-                            f"unknown code rule {code_rule!r} (not in fsm/lifecycle/rules.py)",
-                        )
-                    )
-                    continue
-                for given in CODE_RULES[code_rule][1]:
-                    if given not in codes:
-                        found.append(
-                            SpecError(
-                                path,
-                                f"{at}.code_rule",
-                                f"{code_rule!r} can give {given!r}, not declared in [codes]",
-                            )
-                        )
     return found
 
 

@@ -11,7 +11,7 @@ import pytest
 from adapters.memory import MemoryStore
 from fsm import BadInput, Engine, FakeClock, KindPolicy, LeaseLost, Owner, Policy
 from fsm.lifecycle.invariants import trail_problems
-from fsm.lifecycle.rules import MAX_MARKS
+from fsm.lifecycle.outside import MAX_MARKS
 from fsm.lifecycle.spec import lifecycle
 from fsm.reconcile import (
     LostRun,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fsm.diagram import render_codes
-from fsm.lifecycle.rules import CODE_RULES
+from fsm.lifecycle.codes import CODE_RULES
 from fsm.lifecycle.spec import check_spec, lifecycle
 
 from .test_spec_check import broken
