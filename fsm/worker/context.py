@@ -92,6 +92,11 @@ class Context:
             raise BadInput(f"job {self.job.id}: ctx.mark needs a worker to record it")
         self.marker(label, external_id)
 
+    async def amark(self, label: str, *, external_id: str | None = None) -> None:
+        """`mark` for an `async def` handler: the store write runs on a thread, so the
+        event loop's other tasks go on meanwhile."""
+        await asyncio.to_thread(self.mark, label, external_id=external_id)
+
     def check_cancelled(self) -> None:
         """Raise JobCancelled if this attempt was asked to stop."""
         if self.cancelled.is_set():

@@ -87,7 +87,10 @@ async def marked(ctx: Context) -> dict[str, Any]:
     refused = None
     for i in range(int(ctx.payload["n"])):
         try:
-            ctx.mark(f"outside call {i}", external_id=f"ext-{i}")
+            if i % 2:  # both forms: the blocking one and the one that yields the loop
+                await ctx.amark(f"outside call {i}", external_id=f"ext-{i}")
+            else:
+                ctx.mark(f"outside call {i}", external_id=f"ext-{i}")
         except BadInput as err:
             refused = str(err)
             break
