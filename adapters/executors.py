@@ -11,7 +11,10 @@ dropped, because every settlement looks its token up in the current generation.
   renewing its lease and leaves it to recovery, and its late result is dropped.
 - ProcessExecutor runs each slot in a long-lived child process (spawned, never
   forked from a threaded parent). Work and results cross the pipe as JSON text:
-  the handler is imported by name in the child, never pickled. A child that dies
+  the handler is imported by name in the child, never pickled. A handler's
+  `ctx.mark` is a message `{"op": "mark", ...}` up the same pipe: the parent stores
+  it (on a thread of its own) and replies, and the handler waits for the reply before
+  it calls out. A child that dies
   (signal, `os._exit`, OOM kill) fails its attempt with the reason and is
   replaced; a timeout or a hard cancel kills the child with SIGKILL.
 """

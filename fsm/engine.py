@@ -255,7 +255,7 @@ class Engine:
 
     def mark(self, job_id: str, fence: int, label: str, external_id: str | None = None) -> Job:
         """Record, durably and fenced, what the running attempt is about to do outside
-        (`ctx.mark`); BadInput past the bounds of `fsm.lifecycle.rules` (nothing stored)."""
+        (`ctx.mark`); BadInput past the bounds of `fsm.lifecycle.outside` (nothing stored)."""
         return self.transition(job_id, "mark", fence=fence, label=label, external_id=external_id)
 
     def reconcile(
