@@ -21,6 +21,10 @@ is recorded as `unknown` with the failure (code `reconciler_failed`). A sweeper 
 dies between the claim and the answer leaves a claim whose lease lapses: the next
 sweep moves the job to investigate (`reconciler_lost`), never asks twice at once.
 
+A sweep that does not have the kind's reconciler leaves such a lost run alone for
+`fsm.recovery.RECONCILE_DEFER` seconds past its lease (the record's `reconciler` flag,
+set at start, says the kind has one), time for a worker that has it to ask.
+
 Bounds: at most RECONCILES_PER_SWEEP reconciler calls per sweep (the other lost runs
 of reconciled kinds wait for the next sweep, still lost); each call at most its
 timeout; at most MAX_HUNG reconciler threads left running past their timeout in a

@@ -80,6 +80,9 @@ class Job:
     #: marks of the current attempt; None when its handler does not declare that it
     #: marks before every outside call (then whether one began is unknown)
     marks: int | None = None
+    #: the running attempt's kind declares a reconciler (`fsm.reconcile`): a sweep
+    #: without it leaves the lost run a while to a worker that has it
+    reconciler: bool = False
 
     @property
     def payload(self) -> Any:

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 #: most jobs one step of a sweep looks at
 SWEEP_LIMIT = 1000
+#: seconds past its lease that a lost run of a kind with a reconciler is left to the
+#: workers that have that reconciler, before a sweep without it parks it in investigate
+RECONCILE_DEFER = 60.0
 
 
 @attrs.frozen
@@ -81,6 +84,12 @@ def _expire(
     claim = None if rounds is None or job.state != "running" else rounds.claim_args(job)
     if claim is not None and not rounds.can_call():  # type: ignore[union-attr]
         return RecoveryReport()
+    if claim is None and job.state == "running" and job.reconciler:
+        # a lost run of a kind with a reconciler this sweep does not have: a worker
+        # that has it may ask it first, for RECONCILE_DEFER seconds past the lease
+        lapsed_at = job.lease_until if job.lease_until is not None else 0.0
+        if engine.clock.now() < lapsed_at + RECONCILE_DEFER:
+            return RecoveryReport()
     if verdict is None:
         new = engine.expire_seen(job, **(claim or {}))
     else:

@@ -130,10 +130,12 @@ CREATE TABLE {s}.queue_pauses (
 """
 
 # Run marks and reason codes: the current attempt's mark count (NULL: its handler does
-# not declare its outside calls) and every audit entry's reason code.
+# not declare its outside calls), whether its kind has a reconciler, and every audit
+# entry's reason code.
 # A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
 _V4 = """
 ALTER TABLE {s}.jobs ADD COLUMN marks bigint;
+ALTER TABLE {s}.jobs ADD COLUMN reconciler boolean NOT NULL DEFAULT false;
 ALTER TABLE {s}.job_events ADD COLUMN code text;
 DROP INDEX {s}.jobs_leased;
 CREATE INDEX jobs_leased ON {s}.jobs (lease_until)

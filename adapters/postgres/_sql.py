@@ -36,6 +36,7 @@ JOB_TYPES: dict[str, str] = {
     "last_error": "text",
     "result_json": "text",
     "marks": "int8",
+    "reconciler": "bool",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",

@@ -129,10 +129,12 @@ _V2 = [
 ]
 
 # Run marks and reason codes: the current attempt's mark count (NULL: its handler does
-# not declare its outside calls) and every audit entry's reason code.
+# not declare its outside calls), whether its kind has a reconciler, and every audit
+# entry's reason code.
 # A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
 _V3 = [
     "ALTER TABLE jobs ADD COLUMN marks INTEGER",
+    "ALTER TABLE jobs ADD COLUMN reconciler INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE job_events ADD COLUMN code TEXT",
     "DROP INDEX jobs_lease",
     f"""

@@ -157,6 +157,7 @@ KIND_POLICY_FIELDS = (
     "max_recoveries",
     "deadline_after",
     "marks_outside_calls",
+    "reconciler",
 )
 
 
@@ -182,9 +183,14 @@ def _enforce_kind_policy(s: Step) -> None:
     marked = False if policy is None else policy.get("marks_outside_calls", False)
     if not isinstance(marked, bool):
         raise BadInput(f"job {s.job.id}: kind policy marks_outside_calls must be true or false")
+    # (the kind's reconciler flag tells sweeps without it to leave a lost run a while)
     # a handler that marks before every outside call lets a run lost before any mark
     # be re-run (`safe_to_rerun`); for any other, whether one began is unknown (None)
     s.changes["marks"] = 0 if marked else None
+    reconciler = False if policy is None else policy.get("reconciler", False)
+    if not isinstance(reconciler, bool):
+        raise BadInput(f"job {s.job.id}: kind policy reconciler must be true or false")
+    s.changes["reconciler"] = reconciler
     if policy is None:
         return
     job = s.job

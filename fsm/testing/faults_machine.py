@@ -375,6 +375,8 @@ class FaultMachine(RuleBasedStateMachine):
         if kind is None:
             return self.engine.start(jid, fence)
         policy = kind.enforced()
+        if job is not None and job.kind in self.marking:  # its kind has a reconciler
+            policy["reconciler"] = True
         return self.engine.transition(jid, "start", fence=fence, kind_policy=policy)
 
     def _marks(self, jid: str) -> bool:

@@ -135,6 +135,8 @@ class Claims:
             return {"fence": job.fence}
         policy = spec.policy.enforced()
         policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
+        if spec.reconciler is not None:
+            policy["reconciler"] = True
         return {"fence": job.fence, "kind_policy": policy}
 
     def dispatch(self, jobs: list[Job]) -> None:

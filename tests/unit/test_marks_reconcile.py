@@ -448,3 +448,41 @@ def test_a_job_paths_diagram_names_its_marks_by_step() -> None:
     assert title == 'step 4 "charging" [ch_1]; step 5 "emailing"'
     assert "running --> running : mark (step 4, 5)" in text
     assert title in text
+
+
+def test_a_sweep_without_the_kinds_reconciler_leaves_the_lost_run_to_one_that_has_it() -> None:
+
+    engine, clock = engine_with_clock()
+    job = engine.submit("pay", {"amount": 5})
+    (leased,) = engine.claim(A, ids=[job.id])
+    policy = {"retry_safe": False, "marks_outside_calls": True, "reconciler": True}
+    job = engine.transition(job.id, "start", fence=leased.fence, kind_policy=policy)
+    engine.mark(job.id, job.fence, "charging", "ch_1")
+    assert engine.get(job.id).reconciler is True
+    clock.advance(POLICY.lease.ttl + 1)
+
+    # a worker serving other kinds (or `jobfsm recover`) sweeps: it leaves the run alone
+    sweep(engine, SWEEPER, reconcilers={})
+    sweep(engine)
+    assert engine.get(job.id).state == "running"
+    # a worker with the reconciler asks it
+    sweep(engine, SWEEPER, reconcilers=reconcile_with(done("paid")))
+    assert engine.get(job.id).state == "succeeded"
+
+
+def test_without_any_worker_that_has_the_reconciler_the_run_is_parked_after_the_grace() -> None:
+    from fsm.recovery import RECONCILE_DEFER
+
+    engine, clock = engine_with_clock()
+    job = engine.submit("pay", {"amount": 5})
+    (leased,) = engine.claim(A, ids=[job.id])
+    policy = {"retry_safe": False, "marks_outside_calls": True, "reconciler": True}
+    job = engine.transition(job.id, "start", fence=leased.fence, kind_policy=policy)
+    engine.mark(job.id, job.fence, "charging", "ch_1")
+    clock.advance(POLICY.lease.ttl + RECONCILE_DEFER + 1)
+
+    sweep(engine)
+
+    assert engine.get(job.id).state == "investigate"
+    assert engine.history(job.id)[-1].code == "not_retry_safe"
+    sound(engine, job.id)

@@ -204,3 +204,27 @@ def test_random_kills_leave_every_job_charged_once_or_investigated_with_a_code(
             assert final.state == "investigate"
             assert engine.history(job.id)[-1].code in lifecycle().codes
         _sound(engine, job.id)
+
+
+def test_a_worker_without_the_reconciler_leaves_the_lost_run_to_one_that_has_it(
+    outside: Outside,
+) -> None:
+    o = outside
+    job = o.engine.submit("charge", {"dir": str(o.marks), "provider_db": o.provider, "after": 60})
+    first = _start(o.workers, o.url)
+    wait_for(lambda: markers(o.marks, job.id, "charged", 1), 30, "the charge")
+    o.workers.kill9(first)
+    # a worker of another app (no "charge" handler, so no reconciler) sweeps for a while
+    other = o.workers.start(o.url, ttl=30.0, heartbeat=0.5)
+    o.workers.wait_serving(other)
+    time.sleep(2.0)  # four of its sweeps
+    assert o.engine.get(job.id).state == "running"
+    # a worker that has the reconciler settles it
+    _start(o.workers, o.url)
+    final = _final(o.engine, job.id)
+    assert final.state == "succeeded"
+    assert [e.code for e in o.engine.history(job.id)][-2:] == [
+        "owner_dead_pid_gone",
+        "reconciled_done",
+    ]
+    assert len(charges(o.provider, job.id)) == 1
