@@ -28,6 +28,7 @@ from ..errors import (
     Permanent,
     Retry,
     StoreError,
+    TransientStoreError,
 )
 from ..inputs import seconds
 from ..ports import CancelToken, Outcome
@@ -302,6 +303,8 @@ def mark_reply(err: BaseException | None) -> dict[str, Any]:
     if not isinstance(err, LeaseLost | BadInput):
         kind = "store"
     reply: dict[str, Any] = {"op": "marked", "ok": False, "kind": kind, "error": str(err)}
+    if isinstance(err, StoreError):
+        reply["retryable"] = err.retryable
     if isinstance(err, LeaseLost):
         reply.update(state=err.state, fence=err.fence, current=err.current)
     return reply
@@ -323,4 +326,4 @@ def raise_mark_reply(job: Job, reply: dict[str, Any]) -> None:
         )
     if kind == "bad_input":
         raise BadInput(error)
-    raise StoreError(error)
+    raise (TransientStoreError if reply.get("retryable") else StoreError)(error)

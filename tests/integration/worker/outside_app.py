@@ -83,6 +83,15 @@ def charge(ctx: Context) -> dict[str, Any]:
     return {"charge": charge_id}
 
 
+def mark_probe(ctx: Context) -> dict[str, Any]:
+    """Marks once and says what `ctx.mark` did: returned, or raised what."""
+    try:
+        ctx.mark("probe", external_id=ctx.payload.get("external_id"))
+    except Exception as err:
+        return {"raised": type(err).__name__, "message": str(err)}
+    return {"raised": None}
+
+
 def ask_provider(run: LostRun) -> Any:
     """A truthful reconciler: the provider knows the charge by its external id."""
     ids = [m.external_id for m in run.marks if m.external_id]
