@@ -25,6 +25,10 @@ A sweep that does not have the kind's reconciler leaves such a lost run alone fo
 `fsm.recovery.RECONCILE_DEFER` seconds past its lease (the record's `reconciler` flag,
 set at start, says the kind has one), time for a worker that has it to ask.
 
+A worker asks in the background (`Asker`: at most RECONCILES_PER_SWEEP calls in
+flight), so its sweeps never wait on a reconciler; `sweep()` without an asker (the
+CLI, tests, the fault suite) waits for each answer.
+
 Bounds: at most RECONCILES_PER_SWEEP reconciler calls per sweep (the other lost runs
 of reconciled kinds wait for the next sweep, still lost); each call at most its
 timeout; at most MAX_HUNG reconciler threads left running past their timeout in a
@@ -46,11 +50,12 @@ import attrs
 from .errors import JobFSMError, LeaseLost
 from .lifecycle.outside import ANSWERS
 from .ports import ScanRequest
-from .records import Job, Owner
+from .records import Job
 from .text import clean_text
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .owner import Identity
 
 log = logging.getLogger(__name__)
 
@@ -207,18 +212,68 @@ def hung() -> int:
         return _hung
 
 
-class Round:
-    """The reconcilers one sweep may call, with its bound on calls."""
+class Asker:
+    """Runs reconciler calls on threads of their own, at most `limit` at once.
 
-    def __init__(self, engine: Engine, reconcilers: Mapping[str, Reconciler], owner: Owner) -> None:
+    A worker's sweep claims a lost run and moves on: its start-up, its other
+    recoveries and its deadlines never wait on a reconciler. A call still running
+    when the worker exits leaves its claim to lapse (`reconciler_lost`).
+    """
+
+    def __init__(self, limit: int = RECONCILES_PER_SWEEP) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._idle = threading.Condition(self._lock)
+
+    def free(self) -> int:
+        with self._lock:
+            return self.limit - self._busy
+
+    def start(self, name: str, call: Callable[[], object]) -> None:
+        with self._lock:
+            self._busy += 1
+
+        def run() -> None:
+            try:
+                call()
+            except Exception:  # recorded as lost by the next sweep
+                log.exception("reconcile %s failed", name)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._idle.notify_all()
+
+        threading.Thread(target=run, name=f"jobfsm-ask-{name}", daemon=True).start()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until no call is in flight; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
+
+
+class Round:
+    """The reconcilers one sweep may call, with its bound on calls. With an `asker`
+    the calls run in the background; without, the sweep waits for each answer."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        reconcilers: Mapping[str, Reconciler],
+        identity: Identity,
+        asker: Asker | None = None,
+    ) -> None:
         self.engine = engine
         self.reconcilers = reconcilers
-        self.owner = owner
+        self.identity = identity
+        self.owner = identity.owner
+        self.asker = asker
         self.calls_left = RECONCILES_PER_SWEEP
         self.asked = 0
 
     def can_call(self) -> bool:
-        return self.calls_left > 0 and hung() < MAX_HUNG
+        busy = self.asker is not None and self.asker.free() <= 0
+        return self.calls_left > 0 and hung() < MAX_HUNG and not busy
 
     def claim_args(self, job: Job) -> dict[str, Any] | None:
         """`expire`'s arguments that claim the reconcile of `job`, None if its kind has
@@ -235,12 +290,27 @@ class Round:
         }
 
     def record(self, job: Job) -> Job | None:
-        """Ask the reconciler about a job this sweep claimed and record the answer."""
+        """Ask the reconciler about a job this sweep claimed and record the answer (in
+        the background with an asker: then the claimed job is returned as it is)."""
         spec = self.reconcilers.get(job.kind)
         if spec is None or job.owner != self.owner or job.state != "reconciling":
             return None
         self.calls_left -= 1
         self.asked += 1
+        # held while asked: this process's own sweeps never judge the claim dead
+        self.identity.hold(job.id, job.fence)
+        if self.asker is not None:
+            self.asker.start(job.id, lambda: self._settle(spec, job))
+            return job
+        return self._settle(spec, job)
+
+    def _settle(self, spec: Reconciler, job: Job) -> Job | None:
+        try:
+            return self._answer(spec, job)
+        finally:
+            self.identity.drop(job.id, job.fence)
+
+    def _answer(self, spec: Reconciler, job: Job) -> Job | None:
         engine = self.engine
         answer, failure = ask(spec, lost_run(engine, job))
         if failure is not None:

@@ -34,7 +34,7 @@ import attrs
 from .errors import IllegalTransition, VersionConflict
 from .owner import Identity, Probe, Status, Verdict
 from .ports import ScanRequest
-from .reconcile import Reconciler, Round
+from .reconcile import Asker, Reconciler, Round
 from .records import Job, Owner
 
 if TYPE_CHECKING:
@@ -183,14 +183,16 @@ def sweep(
     *,
     limit: int | None = None,
     reconcilers: Mapping[str, Reconciler] | None = None,
+    asker: Asker | None = None,
 ) -> RecoveryReport:
     """One recovery sweep (see the module docstring). Without `identity`, only lapsed
     leases and deadlines: nobody judges owners (and no reconciler is called: a claim
-    needs this process's identity as its owner). `limit` defaults to SWEEP_LIMIT."""
+    needs this process's identity as its owner). `limit` defaults to SWEEP_LIMIT. With
+    an `asker`, reconcilers are asked in the background (`fsm.reconcile.Asker`)."""
     limit = SWEEP_LIMIT if limit is None else limit
     rounds = None
     if identity is not None and reconcilers:
-        rounds = Round(engine, reconcilers, identity.owner)
+        rounds = Round(engine, reconcilers, identity, asker)
     report = lapsed(engine, limit=limit, rounds=rounds)
     if identity is not None:
         report += dead_owners(engine, identity, probe, limit=limit, rounds=rounds)

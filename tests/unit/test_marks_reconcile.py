@@ -486,3 +486,35 @@ def test_without_any_worker_that_has_the_reconciler_the_run_is_parked_after_the_
     assert engine.get(job.id).state == "investigate"
     assert engine.history(job.id)[-1].code == "not_retry_safe"
     sound(engine, job.id)
+
+
+def test_with_an_asker_the_sweep_does_not_wait_and_its_own_judge_keeps_the_claim() -> None:
+    import threading
+
+    from fsm.reconcile import Asker
+
+    engine, clock = engine_with_clock()
+    job = marked_and_lost(engine, clock)
+    release = threading.Event()
+
+    def fn(run: LostRun) -> Any:
+        release.wait(10)
+        return done("late but true")
+
+    asker = Asker()
+    recs = {"pay": Reconciler(fn)}
+    began = time.monotonic()
+    sweep(engine, SWEEPER, reconcilers=recs, asker=asker)
+    # the sweep came back at once, the claim in place; another sweep of the same
+    # process (which judges its own runs) leaves the claim alone while it is asked
+    assert time.monotonic() - began < 2
+    assert engine.get(job.id).state == "reconciling"
+    sweep(engine, SWEEPER, reconcilers=recs, asker=asker)
+    assert engine.get(job.id).state == "reconciling"
+
+    release.set()
+    assert asker.wait_idle(10)
+
+    assert engine.get(job.id).state == "succeeded"
+    assert engine.get(job.id).result == "late but true"
+    sound(engine, job.id)

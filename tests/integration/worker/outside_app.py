@@ -127,6 +127,13 @@ def hangs(run: LostRun) -> Any:
     return done()
 
 
+def asks_slowly(run: LostRun) -> Any:
+    """Leaves a marker file, then takes 30 s: a window to kill the asking worker in."""
+    (Path(run.job.payload["dir"]) / f"{run.job.id}.asking.{os.getpid()}").touch()
+    time.sleep(30)
+    return done()
+
+
 def garbage(run: LostRun) -> Any:
     return {"status": "paid"}
 
@@ -138,5 +145,6 @@ handlers.register("charge_unknown", charge, reconcile=cannot_tell, **_CHARGE)
 handlers.register("charge_raises", charge, reconcile=raises, **_CHARGE)
 handlers.register("charge_hangs", charge, reconcile=hangs, reconcile_timeout=1.0, **_CHARGE)
 handlers.register("charge_garbage", charge, reconcile=garbage, **_CHARGE)
+handlers.register("charge_asking", charge, reconcile=asks_slowly, reconcile_timeout=25.0, **_CHARGE)
 # no reconciler: a lost run after its mark goes to investigate, before it is re-run
 handlers.register("charge_plain", charge, **_CHARGE)

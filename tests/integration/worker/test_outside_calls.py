@@ -228,3 +228,27 @@ def test_a_worker_without_the_reconciler_leaves_the_lost_run_to_one_that_has_it(
         "reconciled_done",
     ]
     assert len(charges(o.provider, job.id)) == 1
+
+
+def test_a_worker_killed_while_its_reconciler_runs_leaves_the_job_to_investigate(
+    outside: Outside,
+) -> None:
+    o = outside
+    job = o.engine.submit(
+        "charge_asking", {"dir": str(o.marks), "provider_db": o.provider, "after": 60}
+    )
+    _killed_at(o, job.id, "charged")  # the second worker's sweep claims and asks
+    wait_for(lambda: list(o.marks.glob(f"{job.id}.asking.*")), 30, "the reconciler to run")
+    claimed = o.engine.get(job.id)
+    assert claimed.state == "reconciling"
+    # when the asking worker is killed mid-question, and a third one starts
+    asking = next(p for p in o.workers.procs if p.poll() is None)
+    o.workers.kill9(asking)
+    _start(o.workers, o.url)
+
+    # then the claim is known dead at once (same host): investigate, never asked twice
+    final = _final(o.engine, job.id)
+    assert final.state == "investigate"
+    assert o.engine.history(job.id)[-1].code == "reconciler_lost"
+    assert len(list(o.marks.glob(f"{job.id}.asking.*"))) == 1
+    _sound(o.engine, job.id)
