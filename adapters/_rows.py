@@ -26,6 +26,7 @@ JOB_COLUMNS: tuple[str, ...] = JOB_FIELDS
 AUDIT_COLUMNS: tuple[str, ...] = AUDIT_FIELDS
 _OWNER_AT = JOB_COLUMNS.index("owner")
 _RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
+_RECONCILER_AT = JOB_COLUMNS.index("reconciler")
 
 
 def owner_to_text(owner: Owner | None) -> str | None:
@@ -59,6 +60,7 @@ def job_from_values(row: Sequence[Any]) -> Job:
     if owner is not None:
         values[_OWNER_AT] = _owner_parsed(owner)
     values[_RETRY_SAFE_AT] = bool(values[_RETRY_SAFE_AT])
+    values[_RECONCILER_AT] = bool(values[_RECONCILER_AT])
     return Job(*values)
 
 
@@ -72,6 +74,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
     values = {name: row[name] for name in JOB_COLUMNS}
     values["owner"] = owner_from_text(values["owner"])
     values["retry_safe"] = bool(values["retry_safe"])
+    values["reconciler"] = bool(values["reconciler"])
     return Job(**values)
 
 

@@ -11,7 +11,10 @@ dropped, because every settlement looks its token up in the current generation.
   renewing its lease and leaves it to recovery, and its late result is dropped.
 - ProcessExecutor runs each slot in a long-lived child process (spawned, never
   forked from a threaded parent). Work and results cross the pipe as JSON text:
-  the handler is imported by name in the child, never pickled. A child that dies
+  the handler is imported by name in the child, never pickled. A handler's
+  `ctx.mark` is a message `{"op": "mark", ...}` up the same pipe: the parent stores
+  it (on a thread of its own) and replies, and the handler waits for the reply before
+  it calls out. A child that dies
   (signal, `os._exit`, OOM kill) fails its attempt with the reason and is
   replaced; a timeout or a hard cancel kills the child with SIGKILL. A handler's
   `ctx.progress(...)` crosses the same pipe as JSON, rate-bounded (`adapters.child_progress`),
@@ -37,7 +40,7 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
-from fsm.worker.context import run_target
+from fsm.worker.context import MARK_OP, mark_reply, raise_mark_reply, run_target
 
 from .child_progress import PROGRESS_PREFIX, ChildOut, deliver_progress
 
@@ -306,12 +309,35 @@ def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent
         if task.get("op") == "stop":
             return
         sender = out.progress_sender(str(task.get("job_id")), int(task.get("fence", 0)))
-        limit = int(task["result_limit"])
-        outcome = run_target(task["target"], task["job_json"], cancel, limit, sender)
+        outcome = run_target(
+            task["target"],
+            task["job_json"],
+            cancel,
+            int(task["result_limit"]),
+            sender,
+            marker=_child_marker(out, task["job_json"]),
+        )
         try:
             out.outcome(outcome)
         except (BrokenPipeError, OSError):
             return
+
+
+def _child_marker(out: ChildOut, job_json: str) -> Callable[[str, str | None], None]:
+    """`ctx.mark` in a child: the mark goes to the parent as JSON (under the pipe's
+    lock: the progress flusher writes to it too), and the handler waits for the
+    parent's reply (stored, or the error to raise) before it goes on."""
+    from fsm.records import job_from_json
+
+    job = job_from_json(job_json)
+
+    def mark(label: str, external_id: str | None) -> None:
+        message = {"op": MARK_OP, "label": label, "external_id": external_id}
+        with out.lock:
+            out.conn.send_bytes(json.dumps(message).encode("utf-8"))
+        raise_mark_reply(job, json.loads(out.conn.recv_bytes().decode("utf-8")))
+
+    return mark
 
 
 class _Child:
@@ -512,6 +538,9 @@ class ProcessExecutor:
         if text.startswith(PROGRESS_PREFIX):
             self._progress(gen, child, text)
             return True
+        if text.startswith('{"op": "mark"'):
+            self._mark(gen, child, text)
+            return True
         try:
             outcome = Outcome.from_json(text)
         except ValueError as err:
@@ -525,6 +554,27 @@ class ProcessExecutor:
             record = None if child.token is None else gen.records.get(child.token)
         if record is not None:
             deliver_progress(record.attempt, text)
+
+    def _mark(self, gen: _ProcGen, child: _Child, text: str) -> None:
+        """Store a child's mark (on a thread of its own: the store write must not hold up
+        the monitor) and send the child the reply its handler is waiting for."""
+        with self._lock:
+            record = None if child.token is None else gen.records.get(child.token)
+        marker = None if record is None else record.attempt.mark
+
+        def store() -> None:
+            err: BaseException | None = None
+            try:
+                message = json.loads(text)
+                if marker is None:
+                    raise RuntimeError("this attempt cannot record marks")
+                marker(str(message["label"]), message.get("external_id"))
+            except Exception as failure:  # the handler gets it and must not call outside
+                err = failure
+            with contextlib.suppress(OSError):
+                child.conn.send_bytes(json.dumps(mark_reply(err)).encode("utf-8"))
+
+        threading.Thread(target=store, name="jobfsm-mark", daemon=True).start()
 
     def restart(self, reason: str) -> None:
         """Kill the current children and start a new generation; old results are dropped."""

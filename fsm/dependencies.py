@@ -27,7 +27,7 @@ import attrs
 
 from .errors import IllegalTransition, JobFSMError
 from .lifecycle.core import decide
-from .lifecycle.rules import PREREQUISITE_GONE
+from .lifecycle.prerequisites import PREREQUISITE_GONE
 from .ports import TracksDependencies
 from .records import Decision, Job
 

@@ -52,6 +52,29 @@ def path_steps(entries: Iterable[AuditEntry]) -> dict[Edge, list[int]]:
     return steps
 
 
+#: most run marks a job path's title names (the rest are counted)
+TITLE_MARKS = 5
+
+
+def path_marks(entries: Iterable[AuditEntry]) -> str:
+    """The run marks of one job's trail, by step number as `path_steps` numbers them:
+    `step 7 "charging" [ch_1]`, at most TITLE_MARKS of them (empty if none)."""
+    marks: list[str] = []
+    n = 0
+    for entry in entries:
+        if entry.outcome != "applied":
+            continue
+        n += 1
+        if entry.event == "mark":
+            external = entry.data.get("external_id")
+            text = f'step {n} "{entry.data.get("label", "")}"'
+            marks.append(text if external is None else f"{text} [{external}]")
+    shown = "; ".join(marks[:TITLE_MARKS])
+    if len(marks) > TITLE_MARKS:
+        shown += f"; {len(marks) - TITLE_MARKS} more"
+    return shown
+
+
 def edge_counts(trails: Iterable[Iterable[AuditEntry]]) -> dict[Edge, int]:
     """Edge -> how many times it was taken across many audit trails."""
     counts: dict[Edge, int] = {}
@@ -221,6 +244,22 @@ def render_table(lc: Lifecycle) -> str:
                 ", ".join(rule.effects) or "-",
             )
         )
+    return "\n".join(rows) + "\n"
+
+
+def render_codes(lc: Lifecycle) -> str:
+    """The reason codes as a Markdown table: each code, its meaning, the transitions
+    whose audit entries can carry it (a `code_rule` picks one of several)."""
+    given: dict[str, list[str]] = {code: [] for code in lc.codes}
+    for rule in lc.rules:
+        where = f"{rule.source or '(none)'} {rule.event} {rule.dest}"
+        for code in rule.codes():
+            if where not in given.setdefault(code, []):
+                given[code].append(where)
+    rows = ["| code | meaning | given by |", "|---|---|---|"]
+    for code, meaning in lc.codes.items():
+        by = "; ".join(f"`{w}`" for w in given[code]) or "a rejected report (any fenced event)"
+        rows.append(f"| `{code}` | {meaning} | {by} |")
     return "\n".join(rows) + "\n"
 
 

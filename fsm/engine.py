@@ -179,6 +179,8 @@ class Engine:
         log_transition(job, entry)
         if self.metrics is not None:
             self.metrics.transition(job.kind, entry.event, entry.from_state, entry.to_state)
+            if entry.code is not None:
+                self.metrics.transition_code(job.kind, entry.event, entry.to_state, entry.code)
 
     def transition(self, job_id: str, event: str, **args: Any) -> Job:
         """Apply `event` to the job through `decide` and compare-and-set.
@@ -248,6 +250,35 @@ class Engine:
         return self.transition(
             job_id, "fail", fence=fence, error=error, delay=delay, permanent=permanent
         )
+
+    def mark(self, job_id: str, fence: int, label: str, external_id: str | None = None) -> Job:
+        """Record, durably and fenced, what the running attempt is about to do outside
+        (`ctx.mark`); BadInput past the bounds of `fsm.lifecycle.outside` (nothing stored)."""
+        return self.transition(job_id, "mark", fence=fence, label=label, external_id=external_id)
+
+    def reconcile(
+        self,
+        job_id: str,
+        fence: int,
+        answer: str,
+        *,
+        result: Any = None,
+        until: float | None = None,
+        failure: str | None = None,
+        why: str | None = None,
+    ) -> Job:
+        """Record a reconciler's answer for a lost run (see `fsm.reconcile`); `failure`
+        (with answer "unknown") says the reconciler itself failed."""
+        args: dict[str, Any] = {"fence": fence, "answer": answer}
+        if answer == "done":
+            args["result_json"] = self._result_json(job_id, result)
+        if until is not None:
+            args["until"] = until
+        if failure is not None:
+            args["failure"] = failure
+        if why is not None:
+            args["why"] = why
+        return self.transition(job_id, "reconcile", **args)
 
     def ambiguous(self, job_id: str, fence: int, error: str) -> Job:
         return self.transition(job_id, "ambiguous", fence=fence, error=error)
@@ -481,18 +512,30 @@ class Engine:
             return BadInput(f"job {job.id}: report {event!r} could not be stored: {err}")
 
     def expire_seen(
-        self, job: Job, *, verdict: str | None = None, reason: str | None = None
+        self,
+        job: Job,
+        *,
+        verdict: str | None = None,
+        reason: str | None = None,
+        **extra: Any,
     ) -> Job | None:
         """Expire the job exactly as it was read, if it has not changed since.
 
         For a verdict about `job.owner`: the write is a compare-and-set on the
         version that was judged, so it can never take a lease that a newer owner
         has since taken. Returns None (nothing written) when the job moved.
+        `extra`: the verdict's `cause` code, and what a sweeper that knows the kind's
+        reconciler passes to claim the reconcile (`fsm.reconcile`).
         """
+        return self.decide_seen(job, "expire", verdict=verdict, reason=reason, **extra)
+
+    def decide_seen(self, job: Job, event: str, **args: Any) -> Job | None:
+        """Apply `event` to the job exactly as it was read (compare-and-set on that
+        version); None when the job moved since or the event does not apply."""
         now = self.clock.now()
-        args = {k: v for k, v in (("verdict", verdict), ("reason", reason)) if v is not None}
+        args = {k: v for k, v in args.items() if v is not None}
         try:
-            decision = decide(job, "expire", now, self.policy, spec=self.spec, **args)
+            decision = decide(job, event, now, self.policy, spec=self.spec, **args)
         except IllegalTransition:
             return None
         (written,) = self.store.apply([decision])

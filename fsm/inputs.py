@@ -172,9 +172,13 @@ class KindPolicy:
     retry_safe: bool = True
     deadline_after: float | None = None
     max_recoveries: int | None = None
+    #: the handler calls `ctx.mark(...)` before every outside call, so a run lost before
+    #: any mark is safe to run again even when the kind is not retry-safe
+    marks_outside_calls: bool = False
 
     def __attrs_post_init__(self) -> None:
         check_name("queue", self.queue)
+        check_bool("marks_outside_calls", self.marks_outside_calls)
         check_int("priority", self.priority, low=-INT64_MAX)
         check_bool("retry_safe", self.retry_safe)
         if self.max_attempts is not None:
@@ -193,6 +197,8 @@ class KindPolicy:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.marks_outside_calls:
+            out["marks_outside_calls"] = True
         return out
 
 

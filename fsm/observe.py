@@ -23,6 +23,7 @@ class Metrics(Protocol):
     def recovery(self, verdict: str, to_state: str) -> None: ...
     def rejected_report(self, kind: str, event: str) -> None: ...
     def delivery_recovery(self, delivery: str, reason: str) -> None: ...
+    def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None: ...
 
 
 class MetricsBase:
@@ -48,6 +49,9 @@ class MetricsBase:
 
     def delivery_recovery(self, delivery: str, reason: str) -> None:
         """A delivery (e.g. "rabbitmq") reconnected or repaired lost wake-ups."""
+
+    def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None:
+        """An audited transition with its reason code (specs/job.toml [codes])."""
 
 
 class CountingMetrics(MetricsBase):
@@ -121,5 +125,6 @@ def _extra(job: Job, entry: AuditEntry) -> dict[str, object]:
         "actor": entry.actor,
         "correlation_id": entry.correlation_id,
         "outcome": entry.outcome,
+        "code": entry.code,
         "error": None if entry.error is None else first_line(entry.error),
     }

@@ -76,6 +76,8 @@ class Status(enum.StrEnum):
 class Verdict:
     status: Status
     reason: str
+    #: for a DEAD verdict, the reason code its expire entry carries (specs/job.toml [codes])
+    code: str = "owner_dead"
 
     @property
     def dead(self) -> bool:
@@ -104,14 +106,16 @@ def pid_verdict(pid: int) -> Verdict:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return Verdict(Status.DEAD, f"pid {pid} is gone on this host")
+        return Verdict(Status.DEAD, f"pid {pid} is gone on this host", "owner_dead_pid_gone")
     except PermissionError:
         # It exists but is not ours to signal: never read as dead (fail closed).
         return Verdict(Status.UNKNOWN, f"pid {pid} exists (not signalable); the lease decides")
     except OSError as err:
         return Verdict(Status.UNKNOWN, f"pid {pid} could not be checked ({err})")
     if _pid_state(pid) in ("Z", "X"):
-        return Verdict(Status.DEAD, f"pid {pid} has exited (zombie) on this host")
+        return Verdict(
+            Status.DEAD, f"pid {pid} has exited (zombie) on this host", "owner_dead_pid_gone"
+        )
     return Verdict(
         Status.UNKNOWN, f"pid {pid} is alive on this host (maybe reused); the lease decides"
     )
@@ -232,6 +236,7 @@ class Identity:
                 return Verdict(
                     Status.DEAD,
                     why or f"owner {owner} is this process, which no longer holds the job",
+                    "owner_dead_not_held",
                 )
             # Same pid as ours, another incarnation: an exec'd predecessor, an incarnation
             # that lost its liveness token, or a test identity: the store or lease decides.
@@ -241,7 +246,7 @@ class Identity:
         if owner.host == self.host:
             verdict = self.processes.verdict(owner.pid)
             if verdict.dead:
-                return Verdict(Status.DEAD, f"owner {owner}: {verdict.reason}")
+                return Verdict(Status.DEAD, f"owner {owner}: {verdict.reason}", verdict.code)
             # A live pid may be reused; a free liveness token is proof of death.
             probed = self._probe(owner, probe)
             return probed if probed is not None and probed.dead else verdict
@@ -258,7 +263,11 @@ class Identity:
             except Exception as err:  # a failed probe proves nothing
                 return Verdict(Status.UNKNOWN, f"liveness probe failed: {err}")
             if answer == "dead":
-                return Verdict(Status.DEAD, f"owner {owner}: its liveness token is free")
+                return Verdict(
+                    Status.DEAD,
+                    f"owner {owner}: its liveness token is free",
+                    "owner_dead_lock_free",
+                )
             if answer == "alive":
                 return Verdict(Status.ALIVE, f"owner {owner}: its liveness token is held")
         return None

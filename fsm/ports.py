@@ -511,6 +511,11 @@ class Attempt:
     #: for executors that run the handler in another process: where the progress the
     #: handler reports there is handed, as JSON text (`Context.progress_from`)
     progress: Callable[[str], None] | None = attrs.field(default=None, kw_only=True, repr=False)
+    #: stores one of the handler's marks (label, external_id), for executors whose
+    #: handler runs in another process and sends its marks back (`ctx.mark`)
+    mark: Callable[[str, str | None], None] | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
 
     @property
     def job_json(self) -> str:

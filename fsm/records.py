@@ -87,6 +87,12 @@ class Job:
     #: with prerequisites (`after=`): "cancel", "run" or "investigate" when one of them
     #: fails (docs/dependencies.md); None for a job without prerequisites
     on_failed_dependency: str | None = None
+    #: marks of the current attempt; None when its handler does not declare that it
+    #: marks before every outside call (then whether one began is unknown)
+    marks: int | None = None
+    #: the running attempt's kind declares a reconciler (`fsm.reconcile`): a sweep
+    #: without it leaves the lost run a while to a worker that has it
+    reconciler: bool = False
 
     @property
     def payload(self) -> Any:
@@ -152,6 +158,9 @@ class AuditEntry:
     correlation_id: str | None = None
     outcome: str = "applied"
     data_json: str = "{}"
+    #: the machine-readable reason (a code of the spec's [codes]); None only on
+    #: entries written before reason codes existed
+    code: str | None = None
 
     @property
     def data(self) -> dict[str, Any]:

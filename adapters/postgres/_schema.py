@@ -170,6 +170,19 @@ CREATE INDEX job_deps_after ON {s}.job_deps (after_id, job_id);
 CREATE INDEX jobs_waiting ON {s}.jobs (id) WHERE state IN ('waiting');
 """
 
+# Run marks and reason codes: the current attempt's mark count (NULL: its handler does
+# not declare its outside calls), whether its kind has a reconciler, and every audit
+# entry's reason code.
+# A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
+_V7 = """
+ALTER TABLE {s}.jobs ADD COLUMN marks bigint;
+ALTER TABLE {s}.jobs ADD COLUMN reconciler boolean NOT NULL DEFAULT false;
+ALTER TABLE {s}.job_events ADD COLUMN code text;
+DROP INDEX {s}.jobs_leased;
+CREATE INDEX jobs_leased ON {s}.jobs (lease_until)
+    WHERE state IN ('leased', 'running', 'cancelling', 'reconciling');
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
@@ -178,6 +191,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (4, "schedules", _V4),
     (5, "jobs: the latest progress of a running job", _V5),
     (6, "dependencies: job_deps, on_failed_dependency, waiting jobs by id", _V6),
+    (7, "run marks and audit reason codes", _V7),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -37,6 +37,8 @@ JOB_TYPES: dict[str, str] = {
     "result_json": "text",
     "progress_json": "text",
     "on_failed_dependency": "text",
+    "marks": "int8",
+    "reconciler": "bool",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",
@@ -53,6 +55,7 @@ AUDIT_TYPES: dict[str, str] = {
     "correlation_id": "text",
     "outcome": "text",
     "data_json": "text",
+    "code": "text",
 }
 assert tuple(JOB_TYPES) == JOB_COLUMNS, "JOB_TYPES must follow fsm.records.Job"
 assert tuple(AUDIT_TYPES) == AUDIT_COLUMNS, "AUDIT_TYPES must follow fsm.records.AuditEntry"

@@ -15,12 +15,17 @@ from collections.abc import Iterable
 #: literals in the partial indexes below; queries render the same literal lists
 #: (see `in_list`) so SQLite's planner can prove the index applies.
 CLAIMABLE_STATES = ("queued", "retry_wait")
-LEASED_STATES = ("cancelling", "leased", "running")
+LEASED_STATES = ("cancelling", "leased", "reconciling", "running")
 ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running", "waiting")
 #: the states a job waits for its prerequisites in (docs/dependencies.md)
 WAITING_STATES = ("waiting",)
-#: ACTIVE_STATES as migration 1 wrote them into jobs_deadline (migration 3 widens it)
+#: the lists released migrations wrote into their partial indexes (a released
+#: migration never changes): migration 1's held and active states, migration 5's
+#: active states
+_V1_LEASED_STATES = ("cancelling", "leased", "running")
 _V1_ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running")
+_V5_ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running", "waiting")
+_V6_LEASED_STATES = ("cancelling", "leased", "reconciling", "running")
 
 _STATE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # always fullmatch: "$" admits a final newline
 
@@ -74,7 +79,7 @@ _V1 = [
     # Recovery sweep: held leases by expiry; only jobs that hold a lease.
     f"""
     CREATE INDEX jobs_lease ON jobs (lease_until)
-    WHERE state IN {in_list(LEASED_STATES)}
+    WHERE state IN {in_list(_V1_LEASED_STATES)}
     """,
     # Deadline sweep: unfinished jobs that have a deadline.
     f"""
@@ -167,7 +172,22 @@ _V5 = [
     "DROP INDEX jobs_deadline",
     f"""
     CREATE INDEX jobs_deadline ON jobs (deadline)
-    WHERE deadline IS NOT NULL AND state IN {in_list(ACTIVE_STATES)}
+    WHERE deadline IS NOT NULL AND state IN {in_list(_V5_ACTIVE_STATES)}
+    """,
+]
+
+# Run marks and reason codes: the current attempt's mark count (NULL: its handler does
+# not declare its outside calls), whether its kind has a reconciler, and every audit
+# entry's reason code.
+# A reconcile claim holds a lease too: the sweep's lease index covers `reconciling`.
+_V6 = [
+    "ALTER TABLE jobs ADD COLUMN marks INTEGER",
+    "ALTER TABLE jobs ADD COLUMN reconciler INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE job_events ADD COLUMN code TEXT",
+    "DROP INDEX jobs_lease",
+    f"""
+    CREATE INDEX jobs_lease ON jobs (lease_until)
+    WHERE state IN {in_list(_V6_LEASED_STATES)}
     """,
 ]
 
@@ -178,6 +198,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, tuple(_V3)),
     (4, tuple(_V4)),
     (5, tuple(_V5)),
+    (6, tuple(_V6)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

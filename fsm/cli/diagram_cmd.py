@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..diagram import IMAGE_FORMATS, TEXT_FORMATS, path_steps, render
+from ..diagram import IMAGE_FORMATS, TEXT_FORMATS, path_marks, path_steps, render
 from ..errors import BadInput
 from ..lifecycle.spec import lifecycle, load_spec
 from . import cli
@@ -36,7 +36,8 @@ def diagram(
     """Draw the lifecycle from the spec (default: the one jobfsm ships).
 
     With --job, the job's audit trail (from --store) is drawn over it: the states
-    it visited are highlighted and its edges are numbered with their steps.
+    it visited are highlighted and its edges are numbered with their steps; its run
+    marks (label, external id) are named in the title by step.
     """
     lc = load_spec(spec_file) if spec_file else lifecycle()
     path = None
@@ -44,8 +45,12 @@ def diagram(
     if job_id is not None:
         with engine_for(store, existing=True) as engine:
             job = engine.get(job_id)
-            path = path_steps(engine.history(job_id))
+            trail = engine.history(job_id)
+            path = path_steps(trail)
+        marks = path_marks(trail)
         title = f"job {job.id} ({job.kind}): now {job.state}"
+        if marks:
+            title += f"; marks: {marks}"
     elif store is not None:
         raise BadInput("--store is only used with --job")
     data = render(lc, fmt, path=path, title=title)

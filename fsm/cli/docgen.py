@@ -5,7 +5,7 @@
 
 Generated: docs/cli.md (every command's --help), docs/diagrams/lifecycle.mmd and
 .dot, and the blocks of docs/concepts.md between `<!-- BEGIN generated: NAME -->`
-and `<!-- END generated: NAME -->` (NAME: lifecycle-mermaid, lifecycle-table).
+and `<!-- END generated: NAME -->` (NAME: lifecycle-mermaid, lifecycle-table, reason-codes).
 docs/diagrams/lifecycle.svg is written when Graphviz is installed and never checked
 (its bytes depend on the Graphviz version).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from ..diagram import render_dot, render_image, render_mermaid, render_table
+from ..diagram import render_codes, render_dot, render_image, render_mermaid, render_table
 from ..lifecycle.spec import Lifecycle, lifecycle
 
 REGENERATE = "python -m fsm.cli.docgen"
@@ -69,6 +69,7 @@ def _mermaid_block(lc: Lifecycle) -> str:
 BLOCKS: dict[str, Callable[[Lifecycle], str]] = {
     "lifecycle-mermaid": _mermaid_block,
     "lifecycle-table": render_table,
+    "reason-codes": render_codes,
 }
 
 

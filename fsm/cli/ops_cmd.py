@@ -23,7 +23,7 @@ from ..errors import BadInput, JobFSMError
 from ..inputs import check_name, seconds
 from ..lifecycle.spec import lifecycle
 from ..ports import Migratable, ScanRequest
-from ..records import Job
+from ..records import AuditEntry, Job
 from ..registry import open_store, store_url
 from . import cli
 from ._common import (
@@ -343,17 +343,35 @@ def _inspect(job_id: str, store: str | None, as_json: bool) -> None:
                 f"{e.from_state or '-'} -> {e.to_state}",
                 str(e.fence),
                 str(e.attempt),
+                e.code or "-",
                 e.actor or "",
-                first_line(e.reason, 40),
+                first_line(e.reason or _mark_text(e), 40),
                 first_line(e.error, 60),
             ]
         )
     click.echo("")
     print_table(
         rows,
-        ["v", "at", "event", "transition", "fence", "try", "actor", "reason", "error"],
+        ["v", "at", "event", "transition", "fence", "try", "code", "actor", "reason", "error"],
         title="audit trail",
     )
+    marks = [e for e in trail if e.event == "mark" and e.outcome == "applied"]
+    if marks:
+        click.echo("")
+        print_table(
+            [[str(e.attempt), str(e.fence), fmt_time(e.at), _mark_text(e)] for e in marks],
+            ["try", "fence", "at", "mark (label [external id])"],
+            title="run marks",
+        )
+
+
+def _mark_text(entry: AuditEntry) -> str | None:
+    """A mark's label and external id, as `jobfsm inspect` shows them."""
+    if entry.event != "mark":
+        return None
+    label = clean(str(entry.data.get("label", "")))
+    external = entry.data.get("external_id")
+    return label if external is None else f"{label} [{clean(str(external))}]"
 
 
 def _print_dependencies(after: dict[str, str | None], dependents: list[Job]) -> None:

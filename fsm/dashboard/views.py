@@ -291,5 +291,13 @@ def parked_reason(engine: Engine, job: Job) -> dict[str, Any]:
                 "error": entry.error or job.last_error,
                 "reason": entry.reason,
                 "actor": entry.actor,
+                "code": entry.code,
             }
-    return {"event": None, "at": None, "error": job.last_error, "reason": None, "actor": None}
+    return {
+        "event": None,
+        "at": None,
+        "error": job.last_error,
+        "reason": None,
+        "actor": None,
+        "code": None,
+    }

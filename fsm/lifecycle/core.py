@@ -20,6 +20,7 @@ from ..errors import BadInput, IllegalTransition, LeaseLost
 from ..inputs import ON_FAILED_DEPENDENCY, check_operator_text
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
+from .codes import REJECTED_CODE
 from .rules import EFFECTS, ERASED, GUARDS, Step
 from .spec import Lifecycle, lifecycle
 
@@ -92,6 +93,7 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
         attempt=0,
         correlation_id=job.correlation_id,
         data_json=_data_json(data),
+        code=lc.create_rule.code,
     )
     return Decision(job=job, entry=entry, event=rule.event, previous=None, prerequisites=after)
 
@@ -140,6 +142,7 @@ def rejected_entry(job: Job, event: str, now: float, fence: int, error: str) -> 
         error=error,
         correlation_id=job.correlation_id,
         outcome="rejected",
+        code=REJECTED_CODE,
     )
 
 
@@ -211,6 +214,7 @@ def decide(
             error=step.error,
             correlation_id=job.correlation_id,
             data_json=_data_json(step.data),
+            code=rule.code_for(step),
         )
     return Decision(job=new, entry=entry, event=event, previous=job)
 

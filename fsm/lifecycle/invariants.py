@@ -32,6 +32,12 @@ def fence_events(spec: Lifecycle) -> frozenset[str]:
     return frozenset(r.event for r in spec.rules if "bump_fence" in r.effects)
 
 
+def fence_edges(spec: Lifecycle) -> frozenset[tuple[str | None, str, str]]:
+    """(from, event, to) of the transitions that move the fence (a lease, a reconcile
+    claim): an event such as expire moves it on some transitions only."""
+    return frozenset((r.source, r.event, r.dest) for r in spec.rules if "bump_fence" in r.effects)
+
+
 def _legal(spec: Lifecycle, entry: AuditEntry) -> bool:
     if entry.from_state is None:
         return any(
@@ -60,7 +66,7 @@ def trail_problems(
     applied = [e for e in history if e.outcome == "applied"]
     if not applied or applied[0].from_state is not None:
         bad("I8", "audit trail does not start with the creating event")
-    bumpers = fence_events(spec)
+    bumpers = fence_edges(spec)
     state: str | None = None
     version = 0
     fence = 0
@@ -84,17 +90,22 @@ def trail_problems(
             bad("I2", f"{where}: version does not grow (previous {version})")
         if e.from_state is None:
             deadline = e.data.get("deadline")
-        elif e.event in bumpers:
+        elif (e.from_state, e.event, e.to_state) in bumpers:
             if e.fence != fence + 1:
                 bad("I2", f"{where}: a lease must bump the fence by one ({fence} -> {e.fence})")
-            if deadline is not None and e.at >= deadline:
+            if e.event == "lease" and deadline is not None and e.at >= deadline:
                 bad("I5", f"{where}: leased at {e.at}, at or after its deadline {deadline}")
         elif e.fence != fence:
             bad("I1", f"{where}: fence moved from {fence} to {e.fence} without a lease")
-        if state in spec.terminal:
+        if state in spec.terminal or state in spec.parked:
             ev = spec.events.get(e.event)
             if ev is None or not ev.operator or not e.actor or not e.reason:
-                bad("I4", f"{where}: left terminal state {state!r} without an audited operator")
+                bad("I4", f"{where}: left final state {state!r} without an audited operator")
+        leaves = e.from_state == "reconciling" and e.to_state != "reconciling"
+        if leaves and e.event != "expire" and e.data.get("answer") is None:
+            bad("I4", f"{where}: left reconciling without a reconciler answer")
+        if e.code is None or e.code not in spec.codes:
+            bad("I8", f"{where}: reason code {e.code!r} is not one of the spec's [codes]")
         if e.to_state == "retry_wait" and deadline is not None and e.event == "fail":
             delay = e.data.get("delay")
             if isinstance(delay, int | float) and e.at + delay >= deadline:

@@ -7,48 +7,15 @@ the `Step` they are given (record, event arguments, `now`, policy).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import BadInput, OperatorError
-from ..policies import Policy
-from ..records import Job, Owner
+from ..records import Owner
 from ..text import clean_text
+from . import outside, prerequisites
+from .step import Effect, Guard, Step
 
-
-class Step:
-    """Scratch space for one decision: the inputs and the changes being built."""
-
-    __slots__ = ("args", "changes", "data", "error", "job", "now", "policy")
-
-    def __init__(self, job: Job, now: float, policy: Policy, args: dict[str, Any]) -> None:
-        self.job = job
-        self.now = now
-        self.policy = policy
-        self.args = args
-        self.changes: dict[str, Any] = {}
-        #: resolved arguments, recorded in the audit entry so replay is exact.
-        self.data: dict[str, Any] = dict(args)
-        self.error: str | None = None
-
-    def delay(self) -> float:
-        """Seconds until the retry: `Retry(after=)` wins, else the backoff policy."""
-        if "delay" not in self.data or self.data["delay"] is None:
-            backoff = self.policy.retry.backoff
-            draw = self.policy.jitter(self.job.id, self.job.attempt)
-            self.data["delay"] = backoff.delay(self.job.attempt, draw)
-        delay = self.data["delay"]
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not 0 <= delay < float("inf")
-        ):
-            raise BadInput(f"job {self.job.id}: retry delay must be a finite number >= 0")
-        return float(delay)
-
-
-Guard = Callable[[Step], bool]
-Effect = Callable[[Step], None]
+__all__ = ["EFFECTS", "ERASED", "GUARDS", "KIND_POLICY_FIELDS", "Effect", "Guard", "Step"]
 
 
 # --- guards --------------------------------------------------------------------
@@ -105,54 +72,20 @@ def _outcome(expected: str) -> Guard:
     return guard
 
 
-# --- dependencies (docs/dependencies.md) ---------------------------------------------
-
-#: the one state in which a prerequisite counts as done well
-PREREQUISITE_SUCCEEDED = "succeeded"
-#: states in which a prerequisite counts as failed; "gone" stands for a prerequisite
-#: that is no longer stored (pruned): its success cannot be shown, so it did not succeed
-PREREQUISITE_GONE = "gone"
-PREREQUISITE_FAILED = frozenset({"failed", "cancelled", "investigate", PREREQUISITE_GONE})
+def _safe_to_rerun(s: Step) -> bool:
+    """A retry-safe kind, or a run lost before any outside call: its handler declares
+    that it marks before every outside call, and this attempt made no mark."""
+    return _retry_safe(s) or s.job.marks == 0
 
 
-def _prerequisite_states(s: Step) -> dict[str, str]:
-    """The `prerequisites` argument: {prerequisite id: its state when it was read}."""
-    states = s.args.get("prerequisites")
-    if (
-        not isinstance(states, dict)
-        or not states
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in states.items())
-    ):
-        raise BadInput(
-            f"job {s.job.id}: a dependency event needs prerequisites = {{id: state}}, "
-            f"got {states!r:.200}"
-        )
-    return states
+def _has_reconciler(s: Step) -> bool:
+    """The sweeper knows the kind's reconciler (it says so: the record cannot)."""
+    return s.args.get("reconciler") is True
 
 
-def _has_prerequisites(s: Step) -> bool:
-    """Submitted with `after=` (the rule is set exactly when there are prerequisites)."""
-    return bool(s.args.get("after")) or s.job.on_failed_dependency is not None
-
-
-def _prerequisites_succeeded(s: Step) -> bool:
-    return all(v == PREREQUISITE_SUCCEEDED for v in _prerequisite_states(s).values())
-
-
-def _prerequisite_failed(s: Step) -> bool:
-    return any(v in PREREQUISITE_FAILED for v in _prerequisite_states(s).values())
-
-
-def _prerequisites_finished(s: Step) -> bool:
-    done = PREREQUISITE_FAILED | {PREREQUISITE_SUCCEEDED}
-    return all(v in done for v in _prerequisite_states(s).values())
-
-
-def _on_failed(rule: str) -> Guard:
-    def guard(s: Step) -> bool:
-        return s.job.on_failed_dependency == rule
-
-    return guard
+def _within_budget_or_final_check(s: Step) -> bool:
+    """Within the recovery budget, or over it with the kind asking for one final check."""
+    return _within_recovery_budget(s) or s.args.get("final_check") is True
 
 
 GUARDS: dict[str, Guard] = {
@@ -167,13 +100,11 @@ GUARDS: dict[str, Guard] = {
     "deadline_passed": _deadline_passed,
     "outcome_succeeded": _outcome("succeeded"),
     "outcome_failed": _outcome("failed"),
-    "has_prerequisites": _has_prerequisites,
-    "prerequisites_succeeded": _prerequisites_succeeded,
-    "prerequisite_failed": _prerequisite_failed,
-    "prerequisites_finished": _prerequisites_finished,
-    "on_failed_cancel": _on_failed("cancel"),
-    "on_failed_run": _on_failed("run"),
-    "on_failed_investigate": _on_failed("investigate"),
+    "safe_to_rerun": _safe_to_rerun,
+    "has_reconciler": _has_reconciler,
+    "within_budget_or_final_check": _within_budget_or_final_check,
+    **outside.GUARDS,
+    **prerequisites.GUARDS,
 }
 
 
@@ -220,7 +151,15 @@ def _start_attempt(s: Step) -> None:
 
 
 #: the fields of a kind's policy that `start` enforces, each only ever tightened
-KIND_POLICY_FIELDS = ("retry_safe", "max_attempts", "timeout", "max_recoveries", "deadline_after")
+KIND_POLICY_FIELDS = (
+    "retry_safe",
+    "max_attempts",
+    "timeout",
+    "max_recoveries",
+    "deadline_after",
+    "marks_outside_calls",
+    "reconciler",
+)
 
 
 def _number(s: Step, name: str, value: Any, *, integer: bool) -> float:
@@ -238,10 +177,23 @@ def _enforce_kind_policy(s: Step) -> None:
     budget, so the invariants on attempts and recoveries hold across the change.
     """
     policy = s.args.get("kind_policy")
+    if policy is not None and (
+        not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS)
+    ):
+        raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
+    marked = False if policy is None else policy.get("marks_outside_calls", False)
+    if not isinstance(marked, bool):
+        raise BadInput(f"job {s.job.id}: kind policy marks_outside_calls must be true or false")
+    # (the kind's reconciler flag tells sweeps without it to leave a lost run a while)
+    # a handler that marks before every outside call lets a run lost before any mark
+    # be re-run (`safe_to_rerun`); for any other, whether one began is unknown (None)
+    s.changes["marks"] = 0 if marked else None
+    reconciler = False if policy is None else policy.get("reconciler", False)
+    if not isinstance(reconciler, bool):
+        raise BadInput(f"job {s.job.id}: kind policy reconciler must be true or false")
+    s.changes["reconciler"] = reconciler
     if policy is None:
         return
-    if not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS):
-        raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
     job = s.job
     effective: dict[str, Any] = {}
     safe = policy.get("retry_safe")
@@ -356,18 +308,6 @@ def _fresh_budget(s: Step) -> None:
     s.changes["last_error"] = None
 
 
-def _record_prerequisites(s: Step) -> None:
-    """The prerequisites' states are in the audit entry (the event's argument); a failed
-    one is also named in `last_error`."""
-    failed = sorted(k for k, v in _prerequisite_states(s).items() if v in PREREQUISITE_FAILED)
-    if failed:
-        states = _prerequisite_states(s)
-        named = ", ".join(f"{k} {states[k]}" for k in failed[:3])
-        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
-        s.error = f"prerequisite {named}{more} (on_failed_dependency={s.job.on_failed_dependency})"
-        s.changes["last_error"] = s.error
-
-
 EFFECTS: dict[str, Effect] = {
     "create": lambda s: None,  # submit builds the record in fsm.lifecycle.core
     "bump_fence": _bump_fence,
@@ -388,5 +328,6 @@ EFFECTS: dict[str, Effect] = {
     "count_recovery": _count_recovery,
     "record_actor": _record_actor,
     "fresh_budget": _fresh_budget,
-    "record_prerequisites": _record_prerequisites,
+    **outside.EFFECTS,
+    **prerequisites.EFFECTS,
 }

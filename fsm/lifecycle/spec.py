@@ -19,6 +19,7 @@ import attrs
 from transitions import Machine
 
 from ..errors import SpecError
+from .codes import CODE_RULES, code_problems
 from .rules import EFFECTS, GUARDS, Step
 
 #: state and event names: they reach SQL literals, diagrams and log lines as they are
@@ -26,7 +27,7 @@ _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 _STATE_KEYS = {"doc", "terminal", "parked"}
 _EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
-_TRANSITION_KEYS = {"from", "to", "guards", "effects"}
+_TRANSITION_KEYS = {"from", "to", "guards", "effects", "code", "code_rule"}
 
 
 @attrs.frozen
@@ -38,6 +39,21 @@ class Rule:
     dest: str
     guards: tuple[str, ...]
     effects: tuple[str, ...]
+    #: the reason code of the audit entry: fixed, or picked by a rule of CODE_RULES
+    code: str | None = None
+    code_rule: str | None = None
+
+    def codes(self) -> tuple[str, ...]:
+        """Every code an entry of this transition can carry."""
+        if self.code_rule is not None:
+            return CODE_RULES[self.code_rule][1]
+        return () if self.code is None else (self.code,)
+
+    def code_for(self, step: Step) -> str | None:
+        """The reason code of this transition's audit entry, for this step."""
+        if self.code_rule is not None:
+            return CODE_RULES[self.code_rule][0](step)
+        return self.code
 
 
 @attrs.frozen
@@ -68,6 +84,8 @@ class Lifecycle:
     #: the creating event's transitions in spec order (guarded ones first; the last,
     #: `create_rule`, leads to the initial state)
     create_rules: tuple[Rule, ...] = ()
+    #: every reason code an audit entry may carry, with its meaning ([codes])
+    codes: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -95,6 +113,18 @@ class _GuardCondition:
     def __call__(self, event_data: Any) -> bool:
         step: Step = event_data.kwargs["step"]
         return GUARDS[self.guard_name](step)
+
+
+class _CodeTag:
+    """A no-op `prepare` callback that carries a transition's reason code into the machine."""
+
+    def __init__(self, code: str | None, code_rule: str | None) -> None:
+        self.code = code
+        self.code_rule = code_rule
+        self.__name__ = f"code:{code or code_rule}"
+
+    def __call__(self, event_data: Any) -> None:
+        return None
 
 
 class _EffectCallback:
@@ -215,6 +245,7 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                             f"{at}.{kind}",
                             f"unknown {kind[:-1]} {n!r} (not in fsm/lifecycle/rules.py)",
                         )
+    found += code_problems(data, events, path, _IDENTIFIER)
     creators = [n for n, b in events.items() if isinstance(b, dict) and b.get("creates")]
     if len(creators) != 1:
         bad("events", f"exactly one event must have creates = true, found {creators}")
@@ -296,6 +327,13 @@ def _named(callback: object, attr: str) -> str:
     return name
 
 
+def _tag(callbacks: list[Any]) -> _CodeTag:
+    tags = [c for c in callbacks if isinstance(c, _CodeTag)]
+    if len(tags) != 1:
+        raise TypeError("machine transition was not built from the spec (no code tag)")
+    return tags[0]
+
+
 def _compile(data: dict[str, Any], path: str) -> Lifecycle:
     states_data: dict[str, dict[str, Any]] = data["states"]
     events_data: dict[str, dict[str, Any]] = data["events"]
@@ -316,8 +354,9 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         for rule in body["transitions"]:
             guards = tuple(rule.get("guards", []))
             effects = tuple(rule.get("effects", []))
+            code, code_rule = rule.get("code"), rule.get("code_rule")
             if body.get("creates"):
-                create_rule = Rule(None, name, rule["to"], guards, effects)
+                create_rule = Rule(None, name, rule["to"], guards, effects, code, code_rule)
                 create_rules.append(create_rule)
                 continue
             transitions_list.append(
@@ -327,6 +366,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                     "dest": rule["to"],
                     "conditions": [_GuardCondition(g) for g in guards],
                     "after": [_EffectCallback(e) for e in effects],
+                    "prepare": [_CodeTag(code, code_rule)],
                 }
             )
     machine = Machine(
@@ -350,6 +390,8 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                         dest=source if t.dest is None else t.dest,
                         guards=tuple(_named(c.func, "guard_name") for c in t.conditions),
                         effects=tuple(_named(cb, "effect_name") for cb in t.after),
+                        code=_tag(t.prepare).code,
+                        code_rule=_tag(t.prepare).code_rule,
                     )
                 )
     assert create_rule is not None  # _problems checked there is exactly one
@@ -366,6 +408,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         create_rule=create_rule,
         machine=machine,
         create_rules=tuple(create_rules),
+        codes=MappingProxyType(dict(data.get("codes", {}))),
     )
 
 

@@ -107,6 +107,12 @@ class PrometheusMetrics(MetricsBase):
             ["kind", "event"],
             registry=r,
         )
+        self._codes = pc.Counter(
+            "jobfsm_transition_codes",
+            "Audited transitions by kind, event, new state and reason code (specs/job.toml)",
+            ["kind", "event", "to_state", "code"],
+            registry=r,
+        )
         self._delivery = pc.Counter(
             "jobfsm_delivery_recoveries",
             "Delivery reconnections and wake-up repairs",
@@ -137,6 +143,9 @@ class PrometheusMetrics(MetricsBase):
 
     def delivery_recovery(self, delivery: str, reason: str) -> None:
         self._delivery.labels(delivery, reason).inc()
+
+    def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None:
+        self._codes.labels(kind, event, to_state, code).inc()
 
     # --- store gauges and serving -------------------------------------------------------
 

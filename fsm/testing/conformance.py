@@ -130,6 +130,10 @@ PATHS: dict[str, tuple[str, ...]] = {
     "cancelled": ("cancel",),
     "investigate": ("lease", "start", "ambiguous"),
     "waiting": (),
+    # a lost run claimed for its kind's reconciler (submit with retry_safe=False)
+    "reconciling": ("lease", "start", "mark", "claim_reconcile"),
+    # ... that answered still_running: unclaimed, its next check due in 60 s
+    "reconciling:waiting": ("lease", "start", "mark", "claim_reconcile", "still_running"),
 }
 
 #: `after=` of a recipe's submit: a fresh prerequisite that stays queued (the job waits)
@@ -151,6 +155,8 @@ def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
     elif after == REOPENED_PREREQUISITE:
         reopen = reach(engine, clock, "cancelled")
         submit["after"] = [reopen.id]
+    if "claim_reconcile" in PATHS[state]:  # only a run that is not retry-safe is reconciled
+        submit.setdefault("retry_safe", False)
     job = engine.submit("conformance", {"n": 1}, **submit)
     who = owner()
     for step in PATHS[state]:
@@ -168,9 +174,20 @@ def reach(engine: Engine, clock: FakeClock, state: str, **submit: Any) -> Job:
             job = engine.succeed(job.id, job.fence, {"ok": True})
         elif step == "ambiguous":
             job = engine.ambiguous(job.id, job.fence, "unknown effect")
+        elif step == "mark":
+            job = engine.mark(job.id, job.fence, "calling the outside", "ext-1")
+        elif step == "claim_reconcile":
+            claimed = engine.expire_seen(
+                job, verdict="dead", reason="pid gone", reconciler=True, owner=owner("c")
+            )
+            assert claimed is not None, "the reconcile claim was not written"
+            job = claimed
+        elif step == "still_running":
+            job = engine.reconcile(job.id, job.fence, "still_running", until=clock.now() + 60)
     if reopen is not None:
         engine.requeue(reopen.id, actor="tester", reason="reopen", attempts=1)
-    assert job.state == state, f"reaching {state!r} ended in {job.state!r}"
+    reached = state.split(":", maxsplit=1)[0]
+    assert job.state == reached, f"reaching {state!r} ended in {job.state!r}"
     return job
 
 
@@ -181,6 +198,8 @@ class Recipe:
     submit: dict[str, Any] = attrs.field(factory=dict)
     advance: float = 0.0
     args: Callable[[Job], dict[str, Any]] = lambda job: {}
+    #: the PATHS key that reaches the source state, when it is not the state's name
+    via: str | None = None
 
 
 def _fenced(**extra: Any) -> Callable[[Job], dict[str, Any]]:
@@ -264,6 +283,37 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         )
         for state in ("failed", "cancelled", "investigate")
     },
+    ("running", "mark", "running"): Recipe(args=_fenced(label="calling", external_id="ch_1")),
+    ("cancelling", "mark", "cancelling"): Recipe(args=_fenced(label="still calling")),
+    ("running", "expire", "reconciling"): Recipe(
+        submit={"retry_safe": False},
+        args=lambda job: {
+            "verdict": "dead",
+            "reason": "pid gone",
+            "cause": "owner_dead_pid_gone",
+            "reconciler": True,
+            "owner": owner("c"),
+        },
+    ),
+    ("reconciling", "expire", "investigate"): Recipe(submit={"retry_safe": False}, advance=_LATE),
+    ("reconciling", "reconcile", "succeeded"): Recipe(
+        submit={"retry_safe": False}, args=_fenced(answer="done", result_json='"paid"')
+    ),
+    ("reconciling", "reconcile", "retry_wait"): Recipe(
+        submit={"retry_safe": False}, args=_fenced(answer="not_started")
+    ),
+    ("reconciling", "reconcile", "reconciling"): Recipe(
+        submit={"retry_safe": False}, args=_fenced(answer="still_running", until=None)
+    ),
+    ("reconciling", "reconcile", "investigate"): Recipe(
+        submit={"retry_safe": False}, args=_fenced(answer="unknown", failure="raised")
+    ),
+    ("reconciling", "recheck", "reconciling"): Recipe(
+        submit={"retry_safe": False},
+        via="reconciling:waiting",
+        advance=61.0,
+        args=lambda job: {"owner": owner("d")},
+    ),
 }
 
 
@@ -394,7 +444,7 @@ class StoreConformance(ScheduleConformance):
                 submit["deadline"] = clock.now() + 500.0
             elif (event, dest) == ("expire", "failed"):  # its deadline passes while it runs
                 submit["deadline"] = clock.now() + _LATE / 2
-            job = reach(engine, clock, source, **submit)
+            job = reach(engine, clock, recipe.via or source, **submit)
             clock.advance(recipe.advance)
             before = self.store.get(job.id)
             assert before == job, f"{source}->{event}: the stored job is not what was written"

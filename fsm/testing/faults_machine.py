@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from .. import recovery
 from ..clock import FakeClock
 from ..engine import Engine
-from ..errors import IllegalTransition, LeaseLost, TransientStoreError
+from ..errors import BadInput, IllegalTransition, LeaseLost, TransientStoreError
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import (
     dependency_problems,
@@ -49,6 +49,7 @@ from ..owner import Identity
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
+from .faults_outside import MODES, OutsideSystem
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
 
@@ -92,6 +93,9 @@ class KindSpec:
         factory=lambda: {"succeed": 6, "fail": 2, "retry_after": 1, "permanent": 1},
         converter=_weights,
     )
+    #: the handler marks before its outside effect (`ctx.mark`), and the kind has a
+    #: reconciler that asks the outside system (`faults_outside`)
+    marks: bool = attrs.field(default=False, kw_only=True)
 
     def pick(self, roll: int) -> str:
         """The outcome for `roll` (any non-negative integer), by cumulative weight."""
@@ -109,6 +113,7 @@ DEFAULT_KINDS: tuple[KindSpec, ...] = (
     KindSpec("fast", True, {"succeed": 8, "fail": 1, "retry_after": 1}),
     KindSpec("flaky", True, {"succeed": 3, "fail": 4, "retry_after": 2, "permanent": 1}),
     KindSpec("unsafe", False, {"succeed": 6, "fail": 2, "ambiguous": 2}),
+    KindSpec("charge", False, {"succeed": 6, "fail": 2, "ambiguous": 1}, marks=True),
 )
 
 
@@ -215,7 +220,12 @@ class FaultMachine(RuleBasedStateMachine):
         self.real: Store = type(self).store_factory()
         self.store = FaultyStore(self.real, racer=self._race)
         kinds = {
-            k.name: KindPolicy(queue=self.queue, retry_safe=k.retry_safe, max_attempts=MAX_ATTEMPTS)
+            k.name: KindPolicy(
+                queue=self.queue,
+                retry_safe=k.retry_safe,
+                max_attempts=MAX_ATTEMPTS,
+                marks_outside_calls=k.marks,
+            )
             for k in self.kind_specs
         }
         self.engine = Engine(
@@ -239,6 +249,8 @@ class FaultMachine(RuleBasedStateMachine):
         self.seen: dict[str, tuple[int, int, int]] = {}
         self.states: dict[str, str] = {}
         self.effects: dict[str, list[int]] = {}
+        self.outside = OutsideSystem(self.effects, self.clock.now)
+        self.marking = [k.name for k in self.kind_specs if k.marks]
         #: job id -> (version, trail length) last found sound: unchanged jobs are not replayed
         self.sound: dict[str, int] = {}
         #: jobs a step addressed by id: their trails are re-read even if the version held
@@ -362,8 +374,32 @@ class FaultMachine(RuleBasedStateMachine):
         return outcome
 
     def _start(self, worker: SimWorker, jid: str, fence: int) -> None:
-        self._report(worker, jid, "start", fence, partial(self.engine.start, jid, fence))
+        self._report(worker, jid, "start", fence, partial(self._start_call, jid, fence))
         self._reconcile(worker, jid)
+
+    def _start_call(self, jid: str, fence: int) -> Job:
+        """`start`, with the kind policy a worker that runs the kind passes."""
+        job = self.real.get(jid)
+        kind = self.engine.kinds.get(job.kind) if job is not None else None
+        if kind is None:
+            return self.engine.start(jid, fence)
+        policy = kind.enforced()
+        if job is not None and job.kind in self.marking:  # its kind has a reconciler
+            policy["reconciler"] = True
+        return self.engine.transition(jid, "start", fence=fence, kind_policy=policy)
+
+    def _marks(self, jid: str) -> bool:
+        job = self.real.get(jid)
+        return job is not None and job.kind in self.marking
+
+    def _mark(self, jid: str, fence: int) -> bool:
+        """The handler's `ctx.mark` before its outside call; False: it must not call."""
+        try:
+            self.engine.mark(jid, fence, "calling the outside system", f"ext-{jid}")
+        except (LeaseLost, IllegalTransition, TransientStoreError, BadInput):
+            self._fault("mark refused: the handler does not call outside")
+            return False
+        return True
 
     def _commit_effect(self, jid: str, fence: int) -> None:
         """The handler's outside write, fenced: accepted only with the job's current fence."""
@@ -380,6 +416,8 @@ class FaultMachine(RuleBasedStateMachine):
         f = held.fence
         if outcome == "succeed":
             if not held.effect_done:
+                if self._marks(jid) and not self._mark(jid, f):
+                    return "fail", lambda: e.fail(jid, f, "ctx.mark raised")
                 self._commit_effect(jid, f)
                 held.effect_done = True
             return "succeed", lambda: e.succeed(jid, f, {"fence": f})
@@ -533,7 +571,7 @@ class FaultMachine(RuleBasedStateMachine):
         assert picked is not None
         worker, jid = picked
         fence = worker.held[jid].fence
-        self._report(worker, jid, "start", fence, lambda: self.engine.start(jid, fence))
+        self._report(worker, jid, "start", fence, partial(self._start_call, jid, fence))
         self._reconcile(worker, jid)
 
     @precondition(lambda self: self._has_held("running"))
@@ -549,9 +587,48 @@ class FaultMachine(RuleBasedStateMachine):
         job = self.real.get(jid)
         kind = self.kinds_by_name.get(job.kind) if job is not None else None
         outcome = (kind or self.kind_specs[0]).pick(roll)
+        if held.effect_done and outcome != "ambiguous":
+            outcome = "succeed"  # a handler past its outside call returns (or says unknown)
         event, call = self._outcome_call(jid, held, outcome, roll)
         self._report(worker, jid, event, held.fence, call)
         self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held("running"))
+    @rule(w=W, j=J, commit=st.booleans())
+    def outside_call(self, w: int, j: int, commit: bool) -> None:
+        """A marking handler marks, then maybe commits its outside effect, and goes on
+        running: a crash or a pause next loses the run before or after the effect."""
+        picked = self._pick_held(w, j, "running")
+        assert picked is not None
+        self._call_outside(*picked, commit)
+
+    @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
+    @rule(w=W, commit=st.booleans())
+    def run_to_outside_call(self, w: int, commit: bool) -> None:
+        """Claim and start a due job and run its handler up to its outside call (marked,
+        maybe committed): it is left running, to be finished, lost or taken back."""
+        worker = self._active(w)
+        assert worker is not None
+        for job in self._claim(worker, 1):
+            self._start(worker, job.id, job.fence)
+            if job.id in worker.held and worker.held[job.id].phase == "running":
+                self._call_outside(worker, job.id, commit)
+
+    def _call_outside(self, worker: SimWorker, jid: str, commit: bool) -> None:
+        held = worker.held[jid]
+        self.touched.add(jid)
+        if not self._marks(jid) or held.effect_done or not self._mark(jid, held.fence):
+            return
+        self._fault("handler marked its outside call")
+        if commit:
+            self._commit_effect(jid, held.fence)
+            held.effect_done = True
+
+    @rule(mode=st.sampled_from(MODES))
+    def reconciler_behaves(self, mode: str) -> None:
+        """From now on the kinds' reconciler answers this way (truthful, unknown, raises,
+        garbage, still_running, hangs past its timeout)."""
+        self.outside.mode = mode
 
     @precondition(lambda self: self._has_held("cancelling"))
     @rule(w=W, j=J)
@@ -770,7 +847,12 @@ class FaultMachine(RuleBasedStateMachine):
             if sweeper is None:
                 recovery.sweep(self.engine)
             else:
-                recovery.sweep(self.engine, sweeper.identity, self.liveness.probe)
+                recovery.sweep(
+                    self.engine,
+                    sweeper.identity,
+                    self.liveness.probe,
+                    reconcilers=self.outside.reconcilers(self.marking),
+                )
         self._check_death_verdicts(before)
 
     def _check_death_verdicts(self, before: Mapping[str, Job]) -> None:

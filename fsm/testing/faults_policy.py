@@ -10,14 +10,16 @@ policy and the spec alone (never by calling `decide` again):
   for the attempt, never more than the cap, never less than zero;
 - P2 deadline: no retry is scheduled at or past the job's deadline, and no lease
   is taken at or past it or before the job is due;
-- P3 recoveries: every expire of a running job counts one recovery, and nothing
-  else changes the count;
+- P3 recoveries: every expire of a running job counts one recovery, as does every
+  `still_running` reconciler answer, and nothing else changes the count;
 - P4 retry safety: an expired running job that is not retry-safe is never made
-  runnable again (it goes to investigate), a retry-safe one past its deadline
+  runnable again (it goes to investigate, or to its reconciler) unless its handler
+  declares its marks and the attempt made none, a retry-safe one past its deadline
   fails, and a rerun stays within the recovery and attempt budgets;
 - P5 attempts: a start never takes the attempt past max_attempts, and only a
   start moves the attempt;
-- P6 fence and version: a lease bumps the fence by one, nothing else moves it;
+- P6 fence and version: a lease (or a reconcile claim) bumps the fence by one,
+  nothing else moves it;
   every decision bumps the version by one and its audit entry names the move.
 """
 
@@ -67,7 +69,9 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
     attempt = draw(st.sampled_from(range(max_attempts + 1)))
     max_recoveries = draw(st.integers(0, 3))
     recoveries = draw(st.integers(0, max_recoveries + 1))
-    owned = state in ("leased", "running", "cancelling")
+    owned = state in ("leased", "running", "cancelling") or (
+        state == "reconciling" and draw(st.booleans())  # a claimed reconcile, or waiting
+    )
     lease_until = T0 + draw(st.sampled_from((-5.0, 0.0, 10.0, 30.0))) if owned else None
     # deadlines near `now`: the guards that read them are tested where they bite
     offsets = (-10.0, 0.0, 0.5, 2.0, 5.0, 20.0, 70.0)
@@ -91,6 +95,7 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
         version=draw(st.integers(1, 20)),
         owner=OWNER if owned else None,
         lease_until=lease_until,
+        marks=draw(st.sampled_from((None, 0, 1))) if state in ("running", "cancelling") else None,
     )
     ev = spec.events[event]
     args: dict[str, Any] = {}
@@ -107,6 +112,8 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
         verdict = draw(st.sampled_from((None, "dead", "unknown", "alive")))
         if verdict is not None:
             args["verdict"] = verdict
+        if draw(st.integers(0, 3)) == 0:  # a sweeper that knows the kind's reconciler
+            args.update(reconciler=True, owner=OWNER, final_check=draw(st.booleans()))
     elif event == "lease":
         args["owner"] = OWNER
     elif event == "requeue":
@@ -115,6 +122,15 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
         args["outcome"] = draw(st.sampled_from(("succeeded", "failed")))
     elif event == "ambiguous":
         args["error"] = "outside effect unknown"
+    elif event == "mark":
+        args["label"] = "calling out"
+        args["external_id"] = draw(st.sampled_from((None, "ext-1")))
+    elif event == "reconcile":
+        args["answer"] = draw(st.sampled_from(("done", "not_started", "still_running", "unknown")))
+        if args["answer"] == "still_running":
+            args["until"] = now + draw(st.sampled_from((1.0, 60.0, 10_000.0)))
+    elif event == "recheck":
+        args["owner"] = OWNER
     base = draw(st.sampled_from((0.5, 1.0, 4.0)))
     cap = draw(st.sampled_from((2.0, 10.0, 60.0)))
     policy = Policy.seeded(
@@ -157,23 +173,34 @@ def _problems(
             bad("P2", f"leased at {now}, at or past the deadline {job.deadline}")
         if job.run_after > now:
             bad("P2", f"leased at {now} before it was due ({job.run_after})")
-    expected_recoveries = job.recoveries + (event == "expire" and job.state == "running")
+    expected_recoveries = job.recoveries + (
+        (event == "expire" and job.state == "running")
+        or (event == "reconcile" and new.state == "reconciling")  # still_running spends one
+    )
     if new.recoveries != expected_recoveries:
         bad("P3", f"recoveries went {job.recoveries} -> {new.recoveries}")
     if event == "expire" and job.state == "running":
         past_deadline = job.deadline is not None and now >= job.deadline
-        if new.state not in ("retry_wait", "investigate", "failed"):
+        if new.state not in ("retry_wait", "investigate", "failed", "reconciling"):
             bad("P4", f"an expired running job went to {new.state}")
         within = job.recoveries < job.max_recoveries
-        if new.state == "failed" and not (job.retry_safe and past_deadline and within):
+        rerunnable = job.retry_safe or job.marks == 0
+        could_rerun = within and job.attempt < job.max_attempts and not past_deadline
+        if new.state == "reconciling" and (
+            (rerunnable and could_rerun)
+            or not args.get("reconciler")
+            or not (within or args.get("final_check"))
+        ):
+            bad("P4", "a run was claimed for a reconciler it did not need or could not have")
+        if new.state == "failed" and not (rerunnable and past_deadline and within):
             bad(
                 "P4",
                 "an expired running job failed while not past its deadline, not retry-safe or "
                 "over its recovery budget",
             )
         if new.state == "retry_wait":
-            if not job.retry_safe:
-                bad("P4", "a job that is not retry-safe was made runnable again")
+            if not rerunnable:
+                bad("P4", "a job that is not retry-safe was made runnable after an outside call")
             if job.recoveries >= job.max_recoveries:
                 bad("P4", "rerun past the recovery budget")
             if job.attempt >= job.max_attempts:
@@ -188,7 +215,8 @@ def _problems(
         bad("P5", f"attempt went {job.attempt} -> {new.attempt}")
     if new.attempt > new.max_attempts:
         bad("P5", f"attempt {new.attempt} over max_attempts {new.max_attempts}")
-    if new.fence != job.fence + (event == "lease"):
+    claimed = (event == "expire" and new.state == "reconciling") or event == "recheck"
+    if new.fence != job.fence + (event == "lease" or claimed):
         bad("P6", f"fence went {job.fence} -> {new.fence}")
     if new.version != job.version + 1:
         bad("P6", f"version went {job.version} -> {new.version}")

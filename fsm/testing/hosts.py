@@ -34,7 +34,7 @@ class SimulatedProcesses:
         """As `fsm.owner.pid_verdict` answers for a real host: a gone pid is DEAD, a live
         one proves nothing (pids are reused), an unknown one proves nothing either."""
         if pid in self.gone:
-            return Verdict(Status.DEAD, f"pid {pid} is gone on this host")
+            return Verdict(Status.DEAD, f"pid {pid} is gone on this host", "owner_dead_pid_gone")
         if pid in self.alive:
             return Verdict(Status.UNKNOWN, f"pid {pid} is alive (maybe reused); the lease decides")
         return Verdict(Status.UNKNOWN, f"pid {pid} could not be checked")

@@ -135,6 +135,8 @@ class Claims:
             return {"fence": job.fence}
         policy = spec.policy.enforced()
         policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
+        if spec.reconciler is not None:
+            policy["reconciler"] = True
         return {"fence": job.fence, "kind_policy": policy}
 
     def dispatch(self, jobs: list[Job]) -> None:
@@ -163,7 +165,7 @@ class Claims:
         run: Run | None = None
         try:
             spec = s.handlers.get(job.kind)
-            run = Run(job, spec)
+            run = Run(job, spec, self._marker(job))
             s.runs.add(run)
             if spec is None:
                 known = ", ".join(sorted(s.handlers)) or "none"
@@ -184,6 +186,15 @@ class Claims:
             error = clean_text(f"could not launch the attempt: {type(err).__name__}: {err}")
             s.outcomes.put((run, Outcome(status="failed", error=error)))
 
+    def _marker(self, job: Job) -> Callable[[str, str | None], None]:
+        """How the attempt's `ctx.mark` reaches the store: a fenced `mark` event."""
+        engine = self.s.engine
+
+        def mark(label: str, external_id: str | None) -> None:
+            engine.mark(job.id, job.fence, label, external_id)
+
+        return mark
+
     def _submit(self, run: Run) -> None:
         s = self.s
         assert s.executor is not None
@@ -201,6 +212,7 @@ class Claims:
             result_limit=limit,
             arun=(lambda: run_attempt_async(fn, ctx, limit)) if run.spec.asynchronous else None,
             progress=ctx.progress_from,
+            mark=ctx.marker,
         )
         s.executor.submit(attempt, lambda _a, outcome: s.outcomes.put((run, outcome)))
 

@@ -19,7 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import jsonio
-from ..errors import Ambiguous, BadInput, HandlerOutcome, PayloadError, Permanent, Retry
+from ..errors import (
+    Ambiguous,
+    BadInput,
+    HandlerOutcome,
+    LeaseLost,
+    PayloadError,
+    Permanent,
+    Retry,
+    StoreError,
+    TransientStoreError,
+)
 from ..inputs import seconds
 from ..ports import CancelToken, Outcome
 from ..records import Job, job_from_json
@@ -41,6 +51,8 @@ class Context:
     - `progress(...)`: the latest progress; the worker stores it with the job, fenced and
       at a bounded rate, and keeps it as the partial result if the job is cancelled
       (docs/workers.md, "Progress")
+    - `mark(label, external_id=...)`: record durably, under the fence, what the attempt
+      is about to do outside, before doing it (docs/operations.md)
     """
 
     def __init__(
@@ -51,6 +63,7 @@ class Context:
         *,
         progress_limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
         on_progress: Callable[[str], None] | None = None,
+        marker: Marker | None = None,
     ) -> None:
         self.job = job
         self.attempt = job.attempt
@@ -66,6 +79,7 @@ class Context:
         self.progress_limit = progress_limit
         self._on_progress = on_progress
         self._progress_lock = threading.Lock()
+        self.marker = marker
 
     @functools.cached_property
     def payload(self) -> Any:
@@ -112,6 +126,24 @@ class Context:
         with self._progress_lock:
             return self.progress_seq, self.progress_json, self.progress_at
 
+    def mark(self, label: str, *, external_id: str | None = None) -> None:
+        """Record, before calling an outside system, what this attempt is about to do.
+
+        Returns only once the mark is stored under this attempt's fence: then the
+        handler may make the call. Raises LeaseLost when the fence is stale (another
+        owner has the job: do not call), BadInput past the bounds (16 marks per
+        attempt, 200 characters of label or external id; nothing is stored), and a
+        StoreError when the store cannot take it (do not call either).
+        """
+        if self.marker is None:
+            raise BadInput(f"job {self.job.id}: ctx.mark needs a worker to record it")
+        self.marker(label, external_id)
+
+    async def amark(self, label: str, *, external_id: str | None = None) -> None:
+        """`mark` for an `async def` handler: the store write runs on a thread, so the
+        event loop's other tasks go on meanwhile."""
+        await asyncio.to_thread(self.mark, label, external_id=external_id)
+
     def check_cancelled(self) -> None:
         """Raise JobCancelled if this attempt was asked to stop."""
         if self.cancelled.is_set():
@@ -119,6 +151,8 @@ class Context:
 
 
 Handler = Callable[[Context], Any]
+#: records a mark: (label, external_id) -> None once stored, or raises
+Marker = Callable[[str, str | None], None]
 
 
 def _error_text(err: BaseException) -> str:
@@ -295,14 +329,57 @@ def run_target(
     cancelled: CancelToken,
     limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
     progress: Callable[[str], None] | None = None,
+    *,
+    marker: Marker | None = None,
 ) -> Outcome:
     """Run a handler named by path on a job given as JSON (in an executor's child);
     `limit` bounds the result's JSON and each progress value, as the store's payload
-    limit does; `progress` carries each progress value (JSON text) to the parent."""
+    limit does; `progress` carries each progress value (JSON text) to the parent;
+    `marker` sends the handler's marks to the parent, which stores them."""
     job = job_from_json(job_json)
     try:
         handler = resolve(path)
     except Permanent as err:
         return Outcome(status="permanent", error=str(err))
-    ctx = Context(job, cancelled, progress_limit=limit, on_progress=progress)
+    ctx = Context(job, cancelled, progress_limit=limit, on_progress=progress, marker=marker)
     return run_attempt(handler, ctx, limit)
+
+
+# --- marks across the child channel (JSON both ways) ---------------------------------
+
+#: the `op` of a child's mark message; the parent answers {"op": "marked", ...}
+MARK_OP = "mark"
+
+
+def mark_reply(err: BaseException | None) -> dict[str, Any]:
+    """The parent's answer to a child's mark: stored, or the error to raise in the child."""
+    if err is None:
+        return {"op": "marked", "ok": True}
+    kind = "lease_lost" if isinstance(err, LeaseLost) else "bad_input"
+    if not isinstance(err, LeaseLost | BadInput):
+        kind = "store"
+    reply: dict[str, Any] = {"op": "marked", "ok": False, "kind": kind, "error": str(err)}
+    if isinstance(err, StoreError):
+        reply["retryable"] = err.retryable
+    if isinstance(err, LeaseLost):
+        reply.update(state=err.state, fence=err.fence, current=err.current)
+    return reply
+
+
+def raise_mark_reply(job: Job, reply: dict[str, Any]) -> None:
+    """Raise in the child what the parent's mark reply says (nothing if it was stored)."""
+    if reply.get("ok") is True:
+        return
+    error = str(reply.get("error", "mark not recorded"))
+    kind = reply.get("kind")
+    if kind == "lease_lost":
+        raise LeaseLost(
+            job.id,
+            str(reply.get("state")),
+            MARK_OP,
+            int(reply.get("fence", job.fence)),
+            int(reply.get("current", job.fence)),
+        )
+    if kind == "bad_input":
+        raise BadInput(error)
+    raise (TransientStoreError if reply.get("retryable") else StoreError)(error)

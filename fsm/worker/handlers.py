@@ -9,6 +9,7 @@ import attrs
 
 from ..errors import BadInput
 from ..inputs import KindPolicy, check_name
+from ..reconcile import DEFAULT_RECONCILE_TIMEOUT, Reconcile, Reconciler
 from ..schedules import Schedule, schedule
 from .context import Handler, handler_path, is_async
 
@@ -26,6 +27,8 @@ class HandlerSpec:
         kw_only=True,
         default=attrs.Factory(lambda self: is_async(self.fn), takes_self=True),
     )
+    #: asked by the recovery sweep about a lost run of this kind (`fsm.reconcile`)
+    reconciler: Reconciler | None = attrs.field(kw_only=True, default=None)
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -74,11 +77,26 @@ class Handlers(Mapping[str, HandlerSpec]):
         priority: int = 0,
         deadline_after: float | None = None,
         max_recoveries: int | None = None,
+        marks_outside_calls: bool = False,
+        reconcile: Reconcile | None = None,
+        reconcile_timeout: float = DEFAULT_RECONCILE_TIMEOUT,
+        final_check: bool = False,
     ) -> HandlerSpec:
-        """Register `fn` for `kind` with the kind's policy (`fsm.inputs.KindPolicy`)."""
+        """Register `fn` for `kind` with the kind's policy (`fsm.inputs.KindPolicy`).
+
+        `marks_outside_calls=True`: the handler calls `ctx.mark(...)` before every
+        outside call, so a lost run without marks is re-run. `reconcile`: asked
+        (within `reconcile_timeout` seconds) what a lost run did before an operator
+        is (`fsm.reconcile`); `final_check`: asked once more over the recovery budget.
+        """
         check_name("kind", kind)
         if not callable(fn):
             raise TypeError(f"handler for kind {kind!r} is not callable: {fn!r}")
+        if final_check and reconcile is None:
+            raise TypeError(f"kind {kind!r}: final_check=True needs a reconcile function")
+        reconciler = None
+        if reconcile is not None:
+            reconciler = Reconciler(reconcile, float(reconcile_timeout), final_check)
         spec = HandlerSpec(
             kind=kind,
             fn=fn,
@@ -91,9 +109,15 @@ class Handlers(Mapping[str, HandlerSpec]):
                 retry_safe=retry_safe,
                 deadline_after=deadline_after,
                 max_recoveries=max_recoveries,
+                marks_outside_calls=marks_outside_calls,
             ),
+            reconciler=reconciler,
         )
         return self.add(spec)
+
+    def reconcilers(self) -> dict[str, Reconciler]:
+        """Kind -> reconciler, for the kinds that declare one (the recovery sweep's)."""
+        return {k: s.reconciler for k, s in self._specs.items() if s.reconciler is not None}
 
     def handler(self, kind: str, **opts: Any) -> Callable[[Handler], Handler]:
         """Decorator form of `register`; returns the function unchanged."""

@@ -14,7 +14,7 @@ import threading
 
 from ..owner import Identity, RunKey
 from ..records import Job
-from .context import Context
+from .context import Context, Marker
 from .handlers import HandlerSpec
 
 
@@ -35,12 +35,12 @@ class Run:
         "spec",
     )
 
-    def __init__(self, job: Job, spec: HandlerSpec | None) -> None:
+    def __init__(self, job: Job, spec: HandlerSpec | None, marker: Marker | None = None) -> None:
         self.job = job
         self.spec = spec
         self.cancelled = threading.Event()
         self.lease_lost = threading.Event()
-        self.ctx = Context(job, self.cancelled, self.lease_lost)
+        self.ctx = Context(job, self.cancelled, self.lease_lost, marker=marker)
         self.cancel_seen: float | None = None  # monotonic time the cancel request was seen
         self.hard = False  # a hard stop was asked of the executor
         self.lost = False  # the lease is gone: the result is discarded

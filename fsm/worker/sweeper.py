@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 
+from ..reconcile import Asker
 from ..recovery import RecoveryReport, sweep
 from .state import Shared, backoff
 
@@ -26,6 +27,8 @@ class Sweeper:
     def __init__(self, shared: Shared) -> None:
         self.s = shared
         self.last: RecoveryReport | None = None
+        #: reconcilers are asked on threads of their own: a sweep never waits on one
+        self.asker = Asker()
 
     def loop(self) -> None:
         s = self.s
@@ -46,7 +49,9 @@ class Sweeper:
     def sweep(self) -> RecoveryReport:
         s = self.s
         probe = None if s.liveness is None else s.liveness.probe
-        report = sweep(s.engine, s.identity, probe)
+        report = sweep(
+            s.engine, s.identity, probe, reconcilers=s.handlers.reconcilers(), asker=self.asker
+        )
         self.last = report
         if report.expired:
             s.wake()

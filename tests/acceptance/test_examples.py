@@ -84,3 +84,24 @@ def test_example_orders_commits_an_order_and_its_job_together_or_neither(
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
+
+
+def test_example_reconcile_charges_each_payment_once_through_two_sigkills(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.reconcile", "--workdir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "ok: each payment charged exactly once" in out
+    assert "running -> retry_wait  owner_dead_pid_gone" in out  # lost before the mark
+    assert "reconciling -> succeeded   reconciled_done" in out  # lost after the charge
+    with sqlite3.connect(tmp_path / "provider.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM charges").fetchone() == (2,)

@@ -251,3 +251,23 @@ def test_bound_beyond_loopback_without_a_token_the_command_disables_actions(
     assert "Disabled: actions need an operator token" in page
     assert 'name="actor"' not in page
     assert 'jobfsm_jobs{queue="payments",state="investigate"} 2.0' in metrics
+
+
+def test_the_job_page_shows_reason_codes_and_marks(engine: Engine) -> None:
+    from fsm import Owner
+
+    worker = Owner(host="worker-c.example", pid=77, incarnation="inc-c")
+    job = engine.submit("pay", {"amount": 5}, retry_safe=False)
+    (leased,) = engine.claim(worker, ids=[job.id])
+    engine.start(job.id, leased.fence)
+    engine.mark(job.id, leased.fence, "charging <card>", "ch_9")
+    engine.ambiguous(job.id, leased.fence, "timeout from the provider")
+
+    page = client(engine, trust_local=True).get(f"/jobs/{job.id}").text
+    inbox = client(engine, trust_local=True).get("/investigate").text
+
+    assert "<th>code</th>" in page
+    for code in ("submitted", "started", "mark", "handler_ambiguous"):
+        assert f'<td class="mono">{code}</td>' in page
+    assert "charging &lt;card&gt; [ch_9]" in page  # escaped
+    assert "handler_ambiguous" in inbox

@@ -104,6 +104,8 @@ def test_new_hooks_have_no_op_defaults_and_the_exporter_counts_them() -> None:
     m.recovery("dead", "investigate")
     m.rejected_report("mail", "succeed")
     m.delivery_recovery("rabbitmq", "reconnect")
+    old.transition_code("mail", "expire", "retry_wait", "lease_lapsed")
+    m.transition_code("mail", "expire", "retry_wait", "owner_dead_pid_gone")
     text = m.render()[0].decode()
     for line in (
         "jobfsm_lease_renewals_total 5.0",
@@ -112,6 +114,8 @@ def test_new_hooks_have_no_op_defaults_and_the_exporter_counts_them() -> None:
         'jobfsm_recoveries_total{to_state="investigate",verdict="dead"} 1.0',
         'jobfsm_rejected_reports_total{event="succeed",kind="mail"} 1.0',
         'jobfsm_delivery_recoveries_total{delivery="rabbitmq",reason="reconnect"} 1.0',
+        'jobfsm_transition_codes_total{code="owner_dead_pid_gone",event="expire",'
+        'kind="mail",to_state="retry_wait"} 1.0',
     ):
         assert line in text
 

@@ -335,17 +335,27 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/recovery.py",
         (
             (
-                "new = engine.expire_seen(job, verdict=verdict.status.value, "
-                "reason=verdict.reason)",
-                "new = engine.expire_seen(\n"
-                "            engine.get(job.id), verdict=verdict.status.value, "
-                "reason=verdict.reason\n"
-                "        )",
+                "new = engine.expire_seen(\n            job,\n            verdict=",
+                "new = engine.expire_seen(\n            engine.get(job.id),\n            verdict=",
             ),
         ),
         ("memory",),
         "a death verdict is applied by re-reading the job, not by compare-and-set on the "
         "version judged",
+    ),
+    Patch(
+        "reconcile-failure-read-as-not-started",
+        "recovery",
+        "fsm/reconcile.py",
+        (
+            (
+                'return unknown(), clean_text(f"raised {type(err).__name__}: {err}")[:500]',
+                "return not_started(), None",
+            ),
+        ),
+        ("memory",),
+        "a reconciler that raised is read as 'the outside call never happened': a lost run "
+        "that charged is run again",
     ),
     Patch(
         "owner-probe-failure-read-as-dead",
@@ -612,7 +622,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "core-release-on-any-success",
         "core",
-        "fsm/lifecycle/rules.py",
+        "fsm/lifecycle/prerequisites.py",
         (
             (
                 "return all(v == PREREQUISITE_SUCCEEDED for v in",

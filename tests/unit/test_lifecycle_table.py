@@ -34,8 +34,13 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "ambiguous"): {"investigate"},
     ("leased", "release"): {"queued"},
     ("leased", "expire"): {"queued"},
-    ("running", "expire"): {"retry_wait", "failed", "investigate"},
+    ("running", "expire"): {"retry_wait", "failed", "reconciling", "investigate"},
     ("cancelling", "expire"): {"cancelled"},
+    ("reconciling", "expire"): {"investigate"},
+    ("running", "mark"): {"running"},
+    ("cancelling", "mark"): {"cancelling"},
+    ("reconciling", "reconcile"): {"succeeded", "retry_wait", "reconciling", "investigate"},
+    ("reconciling", "recheck"): {"reconciling"},
     ("queued", "cancel"): {"cancelled"},
     ("retry_wait", "cancel"): {"cancelled"},
     ("leased", "cancel"): {"cancelled"},
@@ -66,6 +71,7 @@ STATES = {
     "running",
     "retry_wait",
     "cancelling",
+    "reconciling",
     "succeeded",
     "failed",
     "cancelled",
@@ -139,6 +145,9 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
         {"on_failed_dependency": "cancel"},
         {"on_failed_dependency": "run"},
         {"on_failed_dependency": "investigate"},
+        {"retry_safe": False, "marks": 0},
+        {"retry_safe": False, "marks": 1, "lease_until": NOW - 1},
+        {"owner": None, "run_after": NOW - 1},
     ]
     args_variants: list[dict[str, Any]] = [
         {},
@@ -148,6 +157,11 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
         {"prerequisites": {"P1": "failed", "P2": "running"}},
         {"prerequisites": {"P1": "gone", "P2": "succeeded"}},
         {"prerequisites": {"P1": "cancelled", "P2": "investigate"}},
+        {"reconciler": True, "verdict": "dead"},
+        {"reconciler": True, "final_check": True},
+        {"answer": "done"},
+        {"answer": "not_started"},
+        {"answer": "still_running"},
     ]
     for fields, extra in itertools.product(variants, args_variants):
         job = job_in(state, **fields)
@@ -159,6 +173,8 @@ def test_decide_picks_the_same_destination_as_the_transitions_machine(
             "attempts": 2,
             "outcome": "succeeded",
             "prerequisites": {"P1": "succeeded"},
+            "label": "calling",
+            "answer": "unknown",
             **extra,
         }
         try:

@@ -150,7 +150,7 @@ def test_spec_check_command_exits_non_zero_and_lists_problems(tmp_path: Path) ->
         check=False,
     )
     assert ok.returncode == 0
-    assert "10 states, 17 events" in ok.stdout
+    assert "11 states, 20 events" in ok.stdout
 
 
 def test_a_state_or_event_name_that_is_not_an_identifier_is_refused(tmp_path: Path) -> None:

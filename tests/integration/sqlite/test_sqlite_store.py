@@ -241,7 +241,7 @@ def test_the_claim_query_uses_the_partial_due_index(sqlite_url: str) -> None:
     ("index", "condition"),
     [
         ("jobs_due", "WHERE state IN ('queued','retry_wait')"),
-        ("jobs_lease", "WHERE state IN ('cancelling','leased','running')"),
+        ("jobs_lease", "WHERE state IN ('cancelling','leased','reconciling','running')"),
         ("jobs_deadline", "WHERE deadline IS NOT NULL AND state IN"),
         ("jobs_idempotency_key", "WHERE idempotency_key IS NOT NULL"),
     ],

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from fsm.errors import Ambiguous, Permanent, Retry
+from fsm.errors import Ambiguous, BadInput, Permanent, Retry
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
@@ -81,6 +81,23 @@ def sync_echo(ctx: Context) -> Any:
     return {"sync": ctx.payload}
 
 
+async def marked(ctx: Context) -> dict[str, Any]:
+    """Marks `n` times (each stored before the next line runs); past the bound the
+    mark raises BadInput in the handler, which returns it."""
+    refused = None
+    for i in range(int(ctx.payload["n"])):
+        try:
+            if i % 2:  # both forms: the blocking one and the one that yields the loop
+                await ctx.amark(f"outside call {i}", external_id=f"ext-{i}")
+            else:
+                ctx.mark(f"outside call {i}", external_id=f"ext-{i}")
+        except BadInput as err:
+            refused = str(err)
+            break
+    return {"refused": refused}
+
+
+handlers.register("marked", marked, retry_safe=False, marks_outside_calls=True)
 handlers.register("nap", nap, retry_safe=True)
 handlers.register("nap_unsafe", nap, retry_safe=False)
 handlers.register("nap_short", nap, timeout=0.5, max_attempts=1)

@@ -244,3 +244,23 @@ def test_sigterm_drains_the_async_jobs_in_flight(
     # then: it lets them finish, reports them and exits cleanly
     assert w.wait(timeout=20) == 0
     assert all(engine.get(j.id).state == "succeeded" for j in jobs)
+
+
+def test_an_async_handler_marks_on_the_asyncio_executor_within_the_bound(
+    store_url: str, workers: Workers, engine_for: Callable[[str], Engine]
+) -> None:
+    # given an async handler that marks 20 times, past the bound of 16 per attempt
+    engine = engine_for(store_url)
+    job = engine.submit("marked", {"n": 20})
+
+    # when a worker runs it on its event loop
+    start(workers, store_url)
+    done = engine.wait(job.id, timeout=30)
+
+    # then 16 marks were stored in order, the 17th was refused in the handler
+    assert done.state == "succeeded"
+    assert "most an attempt may record (16)" in done.result["refused"]
+    marks = [e for e in engine.history(job.id) if e.event == "mark"]
+    assert [e.data["external_id"] for e in marks] == [f"ext-{i}" for i in range(16)]
+    assert {(e.code, e.fence, e.attempt) for e in marks} == {("mark", done.fence, 1)}
+    assert done.marks == 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -275,3 +276,55 @@ def test_thread_executor_reports_a_handler_that_stops_at_its_timeout_as_timed_ou
 
     assert outcome.status == "timeout"
     assert "timed out after 0.2s" in (outcome.error or "")
+
+
+@pytest.mark.parametrize(
+    ("failure", "raised"),
+    [
+        (None, None),
+        ("lease_lost", "LeaseLost"),
+        ("bad_input", "BadInput"),
+        ("store", "TransientStoreError"),
+    ],
+)
+def test_a_childs_mark_reaches_the_parent_and_its_error_is_raised_in_the_handler(
+    procs: ProcessExecutor, failure: str | None, raised: str | None
+) -> None:
+    from fsm.errors import BadInput, LeaseLost, TransientStoreError
+
+    from . import outside_app
+
+    # given an attempt whose parent-side mark stores, or fails the way a store would
+    job = _job("probe", {"external_id": "ext-7"})
+    seen: list[tuple[str, str | None]] = []
+
+    def mark(label: str, external_id: str | None) -> None:
+        seen.append((label, external_id))
+        if failure == "lease_lost":
+            raise LeaseLost(job.id, "running", "mark", job.fence, job.fence + 1)
+        if failure == "bad_input":
+            raise BadInput(f"job {job.id}: too many marks")
+        if failure == "store":
+            raise TransientStoreError("database is locked")
+
+    token = threading.Event()
+    attempt = Attempt(
+        job=job,
+        timeout=30.0,
+        target=handler_path(outside_app.mark_probe),
+        job_json=job_to_json(job),
+        run=lambda: run_attempt(outside_app.mark_probe, Context(job, token)),
+        cancelled=token,
+        mark=mark,
+    )
+    results = Results()
+
+    # when the handler marks in a child process
+    procs.submit(attempt, results)
+    _, outcome = results.next()
+
+    # then the parent stored it (or failed), and the handler saw exactly that
+    assert seen == [("probe", "ext-7")]
+    assert outcome.status == "succeeded"
+    assert outcome.result_json is not None
+    assert json.loads(outcome.result_json)["raised"] == raised
