@@ -96,8 +96,8 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
     # then it fails, names the invariant, and its reproduction replays the failure
     assert not report.ok
     assert report.failure is not None
-    assert re.search(r"I\d job", report.failure)
+    assert re.search(r"[ID]\d job", report.failure)
     assert report.reproduction is not None
     assert "state = FaultSuiteMachine()" in report.reproduction
-    with pytest.raises(AssertionError, match=r"I\d job"):
+    with pytest.raises(AssertionError, match=r"[ID]\d job"):
         exec(compile(report.reproduction, "repro.py", "exec"), {})
