@@ -142,8 +142,14 @@ class AsyncEngine:
             if isinstance(request, steps.Record):
                 return await store.record(list(request.entries))
             if isinstance(request, steps.Insert):
-                assert request.conn is None  # a caller's transaction goes the blocking way
-                return await store.insert(list(request.decisions), request.capacity)
+                if request.conn is None:
+                    return await store.insert(list(request.decisions), request.capacity)
+                join = getattr(store, "insert_in", None)
+                if join is None:
+                    raise BadInput(
+                        f"{type(store).__name__} cannot submit inside a caller's transaction"
+                    )
+                return await join(request.conn, list(request.decisions), request.capacity)
             if isinstance(request, steps.Release):
                 releaser = self.engine.releaser
                 assert releaser is not None
@@ -173,14 +179,20 @@ class AsyncEngine:
     async def submit_many(
         self, items: Iterable[tuple[str, Any, Mapping[str, Any]]], *, conn: Any = None
     ) -> list[Job]:
-        """`Engine.submit_many`: many jobs in one store transaction. With `conn` (a
-        caller's open psycopg or sqlite3 connection, docs/transactional-submit.md) the
-        jobs are written in the caller's transaction, on a thread of the pool: the
-        connection is a blocking one."""
+        """`Engine.submit_many`: many jobs in one store transaction. With `conn`, in the
+        caller's open transaction (docs/transactional-submit.md): a
+        `psycopg.AsyncConnection` on the PostgreSQL asyncio path, awaited; a blocking
+        psycopg or sqlite3 connection on a thread of the pool."""
         listed = list(items)
-        if conn is not None:
+        if conn is not None and not (self.uses_async_store and _is_async_connection(conn)):
+            if _is_async_connection(conn):
+                raise BadInput(
+                    "conn=: an AsyncConnection needs the PostgreSQL asyncio path "
+                    f"(AsyncEngine path='async'); this one runs {type(self.engine.store).__name__} "
+                    "on threads: pass a blocking connection"
+                )
             return await self._call(functools.partial(self.engine.submit_many, listed, conn=conn))
-        plan = steps.submit_many(self.engine, listed)
+        plan = steps.submit_many(self.engine, listed, conn=conn)
         return await self._run(plan, functools.partial(self.engine.submit_many, listed))
 
     async def get(self, job_id: str) -> Job:
@@ -301,3 +313,11 @@ class AsyncEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _is_async_connection(conn: object) -> bool:
+    """A psycopg AsyncConnection (psycopg is the postgres extra: absent, it is none)."""
+    cls = type(conn)
+    return any(
+        c.__module__.startswith("psycopg") and c.__name__ == "AsyncConnection" for c in cls.__mro__
+    )

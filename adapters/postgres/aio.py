@@ -23,15 +23,17 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from adapters._rows import check_storable, first_rejections
-from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
+from fsm.errors import BadInput, JobFSMError, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
 from fsm.ports import Capacity, ScanRequest
 from fsm.records import AuditEntry, Decision, Job
 from fsm.steps import adrive
 
+from . import txn
 from ._base import _audit_arrays, _entry, _job, outcomes
 from ._insert import CappedInsert, InsertRequest, existing_by_key, insert_rounds, insert_statement
 
@@ -224,6 +226,56 @@ class AsyncPostgresStore:
         await self._purge()
         log.warning("connection lost while committing an insert; reconciling")
         return await self._reconcile_insert(decisions)
+
+    async def insert_in(
+        self, conn: object, decisions: Sequence[Decision], capacity: Capacity | None = None
+    ) -> list[Job]:
+        """`JoinsTransactions.insert_in` on the caller's `psycopg.AsyncConnection`: the
+        same checks (`txn.refuse_state`, `same_store`) and statements (`CappedInsert`) as
+        the blocking store's, in a savepoint of the caller's transaction; never commits."""
+        if not decisions:
+            return []
+        check_storable((d.job for d in decisions), (d.entry for d in decisions))
+        caller = await self._joinable(conn)
+        plan = CappedInsert(self.sql, self.settings.schema, self.channel, decisions, capacity)
+        stored: list[Any] = []
+        try:
+            async with caller.transaction():  # a savepoint in the caller's transaction
+                cur = caller.cursor(row_factory=tuple_row)
+                rows = []
+                for sql, params in plan.statements:
+                    await cur.execute(sql, params)
+                    rows.append(await cur.fetchall())
+                ids = plan.check(rows)
+                for sql, params in plan.after(ids):
+                    await cur.execute(sql, params)
+                keys, others = txn.missing_twins(decisions, ids)
+                if others:
+                    await cur.execute(self.sql.by_key, (keys, others))
+                    stored = await cur.fetchall()
+        except JobFSMError:
+            raise
+        except psycopg.Error as err:
+            raise self.twin._translate(err, "insert in the caller's transaction") from err
+        return txn.joined(decisions, ids, stored)
+
+    async def _joinable(self, conn: object) -> psycopg.AsyncConnection[Any]:
+        """`conn` if it is an open AsyncConnection to this store's database and schema
+        with a transaction to join (one is begun if the connection is not autocommit)."""
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise BadInput(
+                "conn= of a transactional submit: the asyncio path needs a "
+                f"psycopg.AsyncConnection, got {type(conn).__name__}"
+            )
+        txn.refuse_state(conn.closed or conn.broken, conn.info.transaction_status, conn.autocommit)
+        try:  # on a non-autocommit connection this begins the transaction the insert joins
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(txn.FINGERPRINT, (self.twin.jobs_table,))
+            theirs = await cur.fetchone()
+        except psycopg.Error as err:
+            raise self.twin._translate(err, "check the caller's connection") from err
+        await asyncio.to_thread(self.twin.same_store, theirs)  # the store's own, once
+        return conn
 
     async def _reconcile_insert(self, decisions: Sequence[Decision]) -> set[str]:
         ids = [d.job.id for d in decisions]

@@ -392,3 +392,83 @@ def test_the_async_engine_submits_inside_a_callers_transaction(pg_url: str) -> N
         assert store.get(job.id) == job
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_the_async_engine_joins_a_callers_async_connection(pg_url: str) -> None:
+    import asyncio
+
+    import psycopg
+
+    from fsm.aio import AsyncEngine
+
+    store = open_store(pg_url)
+
+    async def main() -> tuple[Job, Job, list[str]]:
+        async with AsyncEngine(Engine(store), path="async") as aengine:
+            async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+                # given: an order row and its job in one transaction, rolled back
+                await conn.execute("CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY)")
+                await conn.commit()
+                await conn.execute("INSERT INTO orders VALUES (1)")
+                gone = await aengine.submit("order.confirm", {"order": 1}, conn=conn)
+                assert store.get(gone.id) is None  # not visible before the commit
+                await conn.rollback()
+                # when: the same again, committed
+                await conn.execute("INSERT INTO orders VALUES (2)")
+                kept = await aengine.submit(
+                    "order.confirm", {"order": 2}, conn=conn, idempotency_key="order-2"
+                )
+                again = await aengine.submit(
+                    "order.confirm", {"order": 2}, conn=conn, idempotency_key="order-2"
+                )
+                assert again == kept  # the key's second submit returns the first job
+                await conn.commit()
+            # and: a blocking connection still works here, on a thread
+            with psycopg.connect(pg_url) as blocking:
+                third = await aengine.submit("order.confirm", {"order": 3}, conn=blocking)
+                blocking.commit()
+            refusals = []
+            for bad in (object(), "postgresql://x"):
+                with pytest.raises(BadInput) as caught:
+                    await aengine.submit("order.confirm", {}, conn=bad)
+                refusals.append(str(caught.value))
+            assert store.get(third.id) is not None
+            return gone, kept, refusals
+
+    try:
+        gone, kept, refusals = asyncio.run(main())
+        # then: the rolled-back job and its audit entry are gone; the committed one is kept
+        assert store.get(gone.id) is None
+        assert store.history(gone.id) == []
+        assert store.get(kept.id) == kept
+        assert [e.event for e in store.history(kept.id)] == ["submit"]
+        assert all("conn=" in r for r in refusals)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_an_async_connection_on_the_thread_path_is_refused_by_name(pg_url: str) -> None:
+    import asyncio
+
+    import psycopg
+
+    from fsm.aio import AsyncEngine
+
+    store = open_store(pg_url)
+
+    async def main() -> str:
+        async with (
+            AsyncEngine(Engine(store), path="threads") as aengine,
+            await psycopg.AsyncConnection.connect(pg_url) as conn,
+        ):
+            with pytest.raises(BadInput) as caught:
+                await aengine.submit("order.confirm", {}, conn=conn)
+            return str(caught.value)
+
+    try:
+        assert "AsyncConnection" in asyncio.run(main())
+        assert store.counts() == {}
+    finally:
+        store.close()
