@@ -181,9 +181,10 @@ def test_bad_password_fails_at_once_with_a_clear_error(rabbit_url: str, prefix: 
 def test_stale_delivery_tag_from_before_a_reconnect_is_never_acked_on_the_new_channel(
     rabbit_url: str, prefix: str
 ) -> None:
-    # given two wake-ups on channel generation 1; the first settled, the second (tag 2) not
+    # given two wake-ups on channel generation 1, one job per message (wakeup_ids=1:
+    # tags are what this is about); the first settled, the second (tag 2) not
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, wakeup_ids=1, **FAST)
     engine.publisher = delivery
     delivery.start(["default"])
     try:
@@ -191,8 +192,11 @@ def test_stale_delivery_tag_from_before_a_reconnect_is_never_acked_on_the_new_ch
         old: list = []
         wait_until(lambda: old.extend(delivery.poll(4, 0.2)) or len(old) == 2, 10, "two wake-ups")
         assert {w.job_id for w in old} == {first.id, second.id}
+        acked = delivery.consumer.stats["acked"]
         delivery.settle(old[0])
-        time.sleep(0.3)
+        # (acks go out in batches on the connection's thread: wait until it went)
+        wait_until(lambda: delivery.consumer.stats["acked"] > acked, 10, "the first ack")
+        time.sleep(0.2)
         # when the connection is forced closed and the consumer reconnects
         rabbitmqctl("close_all_connections", "test")
         wait_until(lambda: delivery.ready and delivery.consumer.generation == 2, 30, "recovery")
