@@ -1,0 +1,68 @@
+"""The fault suite with submits and operator actions through the async engine.
+
+`fault_machine(..., engine="async")`: submit, submit_dependent, operator cancel,
+requeue and resolve go through `AsyncEngine(path="async")` (the loops of
+`fsm.steps` under `adrive`, over PostgreSQL's asyncio twin), and the store faults
+armed by the machine fire on the twin's calls as on the blocking store's. Every
+invariant is read back after every step, as in test_faults_postgres.py, at the same size
+as that suite (a quarter of the profile's examples: 50 x 50 steps under `ci`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+from fsm import open_store
+from fsm.errors import BadInput, TransientStoreError
+from fsm.testing import fault_machine, run_faults
+from fsm.testing.faults_async import FaultyAsyncStore
+from fsm.testing.profiles import run_machine
+
+pytestmark = pytest.mark.postgres
+
+_PROFILE = settings()
+
+
+def test_invariants_hold_with_the_async_engine_under_faults(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given PostgreSQL, when the machine runs in async mode, then every invariant holds,
+    and the async twin was called and had faults injected (the suite took that path)."""
+    url = f"{pg_url}?pool_min=1&pool_max=2"
+    machine = fault_machine(lambda: open_store(url), engine="async")
+    seen: Counter[str] = Counter()
+    for name in ("insert", "get", "apply", "record"):
+        monkeypatch.setattr(FaultyAsyncStore, name, _counted(getattr(FaultyAsyncStore, name), seen))
+    run_machine(
+        machine,
+        settings=settings(_PROFILE, max_examples=max(10, _PROFILE.max_examples // 4)),
+    )
+    assert machine.stats.examples > 0
+    assert seen["insert call"] > 0, seen
+    assert seen["apply call"] > 0, seen
+    assert seen["insert fault"] + seen["apply fault"] + seen["get fault"] > 0, seen
+
+
+def _counted(method: Any, seen: Counter[str]) -> Any:
+    """`method` of FaultyAsyncStore, counting its calls and the faults it raised."""
+
+    async def counted(self: FaultyAsyncStore, *args: Any) -> Any:
+        seen[f"{method.__name__} call"] += 1
+        try:
+            return await method(self, *args)
+        except TransientStoreError:
+            seen[f"{method.__name__} fault"] += 1
+            raise
+
+    return counted
+
+
+def test_async_engine_mode_needs_a_store_with_an_asyncio_twin() -> None:
+    """Given a SQLite URL, when the suite is asked for the async engine, then it refuses,
+    naming the problem, before running anything."""
+    with pytest.raises(BadInput, match="asyncio twin"):
+        run_faults("sqlite:///unused.db", engine="async", examples=1, models=())
