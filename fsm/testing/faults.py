@@ -329,7 +329,7 @@ def _reproduction(
     return "\n".join(head + [f"    {ln}" for ln in steps]) + "\n"
 
 
-def _check_engine(engine: str, url: str) -> None:
+def check_engine(engine: str, url: str) -> None:
     """`engine` is known, and "async" is asked only of a store with an asyncio twin."""
     if engine not in ENGINES:
         raise BadInput(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -337,7 +337,7 @@ def _check_engine(engine: str, url: str) -> None:
     if engine == "async" and scheme not in ("postgresql", "postgres"):
         raise BadInput(
             "the async engine mode needs a store with an asyncio twin (postgresql://...); "
-            f"{scheme or url!r} has none: run it with engine 'sync'"
+            f"{scheme + '://' if scheme else repr(url)} has none: use the sync engine"
         )
 
 
@@ -434,7 +434,7 @@ def run_faults(
     first failing sequence found, longer but available at once.
     `engine="async"` (PostgreSQL only) sends the machine's submits and operator
     actions through AsyncEngine over the store's asyncio twin (faults_async.py)."""
-    _check_engine(engine, store_url)
+    check_engine(engine, store_url)
     name = load_profile(profile)
     base = Settings.get_profile(name)
     if size is None and profile is None:

@@ -10,6 +10,8 @@ as that suite (a quarter of the profile's examples: 50 x 50 steps under `ci`).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -66,3 +68,33 @@ def test_async_engine_mode_needs_a_store_with_an_asyncio_twin() -> None:
     naming the problem, before running anything."""
     with pytest.raises(BadInput, match="asyncio twin"):
         run_faults("sqlite:///unused.db", engine="async", examples=1, models=())
+
+
+def _jobfsm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fsm.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_jobfsm_faults_engine_async_runs_the_machine_on_postgresql(pg_url: str) -> None:
+    # given a PostgreSQL URL; when `jobfsm faults --engine async` runs the machine
+    done = _jobfsm(
+        "faults", "--store", pg_url, "--engine", "async", "--model", "machine",
+        "--examples", "3", "--steps", "15", "--seed", "1",
+    )  # fmt: skip
+    # then it exits 0 with every invariant held
+    assert done.returncode == 0, done.stderr
+    assert "ok: every invariant held" in done.stdout
+
+
+def test_jobfsm_faults_engine_async_refuses_a_store_without_an_asyncio_twin() -> None:
+    # given a SQLite URL; when the async engine is asked for
+    done = _jobfsm("faults", "--store", "sqlite:///unused.db", "--engine", "async")
+    # then it exits non-zero naming the problem, and nothing ran
+    assert done.returncode != 0
+    assert "asyncio twin" in done.stderr
+    assert "invariant" not in done.stdout
