@@ -16,10 +16,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
-from fsm import open_store
-from fsm.errors import BadInput, TransientStoreError
+from fsm import open_store, steps
+from fsm.aio import AsyncEngine
+from fsm.errors import BadInput, TransientStoreError, VersionConflict
 from fsm.testing import fault_machine, run_faults
 from fsm.testing.faults_async import FaultyAsyncStore
 from fsm.testing.profiles import run_machine
@@ -61,6 +62,42 @@ def _counted(method: Any, seen: Counter[str]) -> Any:
             raise
 
     return counted
+
+
+def test_the_async_mode_catches_a_broken_async_path(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given an AsyncEngine whose store answers cache each job's first read (a careless
+    change to the async path only: the blocking Engine never runs it), when the async
+    mode runs, then it fails: after a concurrent write injected before the twin's apply,
+    the operator's compare-and-set re-reads a stale job until it gives up."""
+    url = f"{pg_url}?pool_min=1&pool_max=2"
+    original = AsyncEngine._performer
+
+    def caching(self: AsyncEngine, store: Any, write: Any = None) -> Any:
+        perform = original(self, store, write)
+        cache: dict[str, Any] = {}
+
+        async def cached(request: steps.Request) -> Any:
+            if not isinstance(request, steps.Read):
+                return await perform(request)
+            if request.job_id not in cache:
+                cache[request.job_id] = await perform(request)
+            return cache[request.job_id]
+
+        return cached
+
+    monkeypatch.setattr(AsyncEngine, "_performer", caching)
+    find_only = settings(
+        max_examples=50,
+        stateful_step_count=50,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=(Phase.explicit, Phase.generate),
+    )
+    with pytest.raises(VersionConflict):
+        run_machine(fault_machine(lambda: open_store(url), engine="async"), settings=find_only)
 
 
 def test_async_engine_mode_needs_a_store_with_an_asyncio_twin() -> None:
