@@ -4,8 +4,10 @@
 requeue and resolve go through `AsyncEngine(path="async")` (the loops of
 `fsm.steps` under `adrive`, over PostgreSQL's asyncio twin), and the store faults
 armed by the machine fire on the twin's calls as on the blocking store's. Every
-invariant is read back after every step, as in test_faults_postgres.py, at the same size
-as that suite (a quarter of the profile's examples: 50 x 50 steps under `ci`).
+invariant is read back after every step, as in test_faults_postgres.py, at the size
+of that suite (a quarter of the profile's examples: 50 x 50 steps under `ci`) and
+never below 50 x 50, so that faults surely land on the twin's calls (in runs of
+that size 6 to 24 did).
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def test_invariants_hold_with_the_async_engine_under_faults(
         monkeypatch.setattr(FaultyAsyncStore, name, _counted(getattr(FaultyAsyncStore, name), seen))
     run_machine(
         machine,
-        settings=settings(_PROFILE, max_examples=max(10, _PROFILE.max_examples // 4)),
+        settings=settings(
+            _PROFILE,
+            max_examples=max(50, _PROFILE.max_examples // 4),
+            stateful_step_count=max(50, _PROFILE.stateful_step_count),
+        ),
     )
     assert machine.stats.examples > 0
     assert seen["insert call"] > 0, seen
