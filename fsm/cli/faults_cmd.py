@@ -77,6 +77,14 @@ PROFILES = ("dev", "ci", "thorough")
     "acked before its lease commits, no job lost or run twice.",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(("sync", "async")),
+    default="sync",
+    show_default=True,
+    help="How the main machine submits and acts as operator: the Engine, or AsyncEngine "
+    "over the store's asyncio twin (postgresql:// only), with the same store faults.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
@@ -90,6 +98,7 @@ def faults(
     models: tuple[str, ...],
     json_out: str | None,
     delivery: str | None,
+    engine: str,
     store: str,
     examples: int | None,
     steps: int | None,
@@ -109,7 +118,7 @@ def faults(
     """
     from hypothesis import settings
 
-    from ..testing.faults import MODELS, SIZES, run_faults
+    from ..testing.faults import MODELS, SIZES, check_engine, run_faults
     from ..testing.profiles import load_profile
 
     known = ("machine", *(m.name for m in MODELS))
@@ -119,6 +128,7 @@ def faults(
             f"unknown fault model {', '.join(unknown)}; known: {', '.join(known)}",
             param_hint="--model",
         )
+    check_engine(engine, store)  # before the progress bar: a clear error, nothing run
     setup_logging(log_level, log_format)
     chosen = load_profile(profile)
     if size is None and profile is None:
@@ -147,6 +157,7 @@ def faults(
             size=size,
             models=[m for m in models if m != "machine"] if models else None,
             machine=not models or "machine" in models,
+            engine=engine,
         )
     per_example = steps or (SIZES[size][1] if size else None)
     per_example = per_example or settings.get_profile(chosen).stateful_step_count

@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from ..errors import BadStoreURL, MissingExtra
+from ..errors import BadInput, BadStoreURL, MissingExtra
 from ..lifecycle.spec import lifecycle
 from ..ports import SchemaDroppable, Store
 from ..registry import STORE_GROUP
@@ -54,6 +54,7 @@ try:
 except ModuleNotFoundError as err:  # pragma: no cover - exercised without the extra
     raise MissingExtra("the fault suites (fsm.testing.faults)", "testing") from err
 
+from .faults_async import ENGINES
 from .faults_concurrency import ConcurrencyModel
 from .faults_crash import CrashModel
 from .faults_executor import ExecutorModel
@@ -305,7 +306,9 @@ def run_models(
                 timings[model.name] = time.monotonic() - started
 
 
-def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -> str | None:
+def _reproduction(
+    lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...], engine: str = "sync"
+) -> str | None:
     steps: list[str] = []
     for ln in lines:  # the final replay is reported and noted: keep its last copy
         if ln.startswith("state = "):
@@ -315,14 +318,27 @@ def _reproduction(lines: Sequence[str], url: str, kinds: tuple[KindSpec, ...]) -
     if not steps:
         return None
     kinds_src = ", ".join(repr(k) for k in kinds)
+    mode = "" if engine == "sync" else f", engine={engine!r}"
     head = [
         "# Reproduce: python this_file.py (the shrunk failing sequence, replayed step by step)",
         "from fsm.testing.faults import KindSpec, fault_machine, fresh_stores",
         "",
         f"with fresh_stores({url!r}) as factory:",
-        f"    FaultSuiteMachine = fault_machine(factory, kinds=({kinds_src},))",
+        f"    FaultSuiteMachine = fault_machine(factory, kinds=({kinds_src},){mode})",
     ]
     return "\n".join(head + [f"    {ln}" for ln in steps]) + "\n"
+
+
+def check_engine(engine: str, url: str) -> None:
+    """`engine` is known, and "async" is asked only of a store with an asyncio twin."""
+    if engine not in ENGINES:
+        raise BadInput(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if engine == "async" and scheme not in ("postgresql", "postgres"):
+        raise BadInput(
+            "the async engine mode needs a store with an asyncio twin (postgresql://...); "
+            f"{scheme + '://' if scheme else repr(url)} has none: use the sync engine"
+        )
 
 
 def _one_schema(url: str) -> str:
@@ -405,6 +421,7 @@ def run_faults(
     size: str | None = None,
     models: Sequence[str] | None = None,
     machine: bool = True,
+    engine: str = "sync",
 ) -> FaultReport:
     """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
     a broken invariant (the report says what broke and how to reproduce it).
@@ -414,7 +431,10 @@ def run_faults(
     (unless `machine=False`) runs `examples` x `steps` (else the size's, else
     the profile's).
     `shrink=False` skips hypothesis's shrinking: the reproduction is then the
-    first failing sequence found, longer but available at once."""
+    first failing sequence found, longer but available at once.
+    `engine="async"` (PostgreSQL only) sends the machine's submits and operator
+    actions through AsyncEngine over the store's asyncio twin (faults_async.py)."""
+    check_engine(engine, store_url)
     name = load_profile(profile)
     base = Settings.get_profile(name)
     if size is None and profile is None:
@@ -460,7 +480,8 @@ def run_faults(
     if failure is None and machine_examples:
         began = time.monotonic()
         with fresh_stores(url, notes) as factory:
-            sm = _covered(fault_machine(factory, kinds=kinds_t, stats=stats), coverage)
+            made = fault_machine(factory, kinds=kinds_t, stats=stats, engine=engine)
+            sm = _covered(made, coverage)
             if seed is not None:
                 sm = hypothesis_seed(seed)(sm)
             with with_reporter(lambda value: lines.append(str(value))):
@@ -487,7 +508,7 @@ def run_faults(
         reproduction=(
             None
             if failure is None or failed_model != "machine"
-            else _reproduction(report_lines, store_url, kinds_t)
+            else _reproduction(report_lines, store_url, kinds_t, engine)
         ),
         notes=tuple(dict.fromkeys(notes)),
         size=size or name,

@@ -49,6 +49,7 @@ from ..owner import Identity
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
+from .faults_async import ENGINES, AsyncClient, FaultyTwinStore
 from .faults_outside import MODES, OutsideSystem
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
@@ -206,6 +207,8 @@ class FaultMachine(RuleBasedStateMachine):
     store_factory: ClassVar[Callable[[], Store]]
     kind_specs: ClassVar[tuple[KindSpec, ...]] = DEFAULT_KINDS
     stats: ClassVar[FaultStats]
+    #: "async": submits and operator actions go through AsyncEngine (faults_async.py)
+    engine_mode: ClassVar[str] = "sync"
 
     def __init__(self) -> None:
         super().__init__()
@@ -218,7 +221,12 @@ class FaultMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.policy = suite_policy()
         self.real: Store = type(self).store_factory()
-        self.store = FaultyStore(self.real, racer=self._race)
+        try:
+            faulty = FaultyTwinStore if self.engine_mode == "async" else FaultyStore
+            self.store = faulty(self.real, racer=self._race)
+        except BadInput:
+            self.real.close()
+            raise
         kinds = {
             k.name: KindPolicy(
                 queue=self.queue,
@@ -234,6 +242,10 @@ class FaultMachine(RuleBasedStateMachine):
         #: a second client on the same store, without faults: operators and racers
         self.direct = Engine(
             self.real, clock=self.clock, policy=self.policy, kinds=kinds, spec=self.spec
+        )
+        #: who submits and acts as operator: the Engine, or an AsyncEngine over it
+        self.client: Engine | AsyncClient = (
+            AsyncClient(self.engine) if self.engine_mode == "async" else self.engine
         )
         self.kinds_by_name = {k.name: k for k in self.kind_specs}
         self.incarnations = 0
@@ -458,7 +470,7 @@ class FaultMachine(RuleBasedStateMachine):
             opts["delay"] = delay
         existing = self.keys.get(f"{self.queue}:key-{key}") if key is not None else None
         try:
-            job: Job | None = self.engine.submit(spec.name, {"n": n}, **opts)
+            job: Job | None = self.client.submit(spec.name, {"n": n}, **opts)
         except TransientStoreError:
             job = self._find_submitted(n)  # did it commit? re-read, never assume
             if job is None:
@@ -490,7 +502,7 @@ class FaultMachine(RuleBasedStateMachine):
         if deadline is not None:
             opts["deadline"] = now + deadline
         try:
-            job: Job | None = self.engine.submit(spec.name, {"n": n}, **opts)
+            job: Job | None = self.client.submit(spec.name, {"n": n}, **opts)
         except TransientStoreError:
             job = self._find_submitted(n)
             if job is None:
@@ -893,11 +905,11 @@ class FaultMachine(RuleBasedStateMachine):
         if before.state == "running":
             self._fault("cancel of a running job")
 
-        def cancel(engine: Engine) -> Job:
+        def cancel(engine: Engine | AsyncClient) -> Job:
             return engine.cancel(jid, actor="operator", reason="fault suite cancel")
 
         with contextlib.suppress(IllegalTransition, TransientStoreError):
-            cancel(self.engine)
+            cancel(self.client)
         self._repeat_is_noop(jid, lambda j: j.state in ("cancelled", "cancelling"), cancel)
 
     def _repeat_is_noop(
@@ -924,7 +936,7 @@ class FaultMachine(RuleBasedStateMachine):
         jid = picks[j % len(picks)]
         self.touched.add(jid)
         with contextlib.suppress(IllegalTransition, TransientStoreError):
-            self.engine.requeue(
+            self.client.requeue(
                 jid, actor="operator", reason="fault suite requeue", attempts=attempts
             )
 
@@ -936,11 +948,11 @@ class FaultMachine(RuleBasedStateMachine):
         self.touched.add(jid)
         outcome = "succeeded" if succeeded else "failed"
 
-        def resolve(engine: Engine) -> Job:
+        def resolve(engine: Engine | AsyncClient) -> Job:
             return engine.resolve(jid, outcome=outcome, actor="operator", reason="checked by hand")
 
         with contextlib.suppress(IllegalTransition, TransientStoreError):
-            resolve(self.engine)
+            resolve(self.client)
         self._repeat_is_noop(jid, lambda j: j.state == outcome, resolve)
 
     @precondition(lambda self: self.jobs)
@@ -1081,7 +1093,11 @@ class FaultMachine(RuleBasedStateMachine):
                 self._settle()
         finally:
             self.stats.faults.update(self.store.fired)
-            self.store.close()
+            try:
+                if isinstance(self.client, AsyncClient):
+                    self.client.close()
+            finally:
+                self.store.close()
             if self.stats.progress is not None:
                 self.stats.progress(self.stats)
 
@@ -1142,13 +1158,18 @@ def fault_machine(
     kinds: tuple[KindSpec, ...] = DEFAULT_KINDS,
     stats: FaultStats | None = None,
     name: str = "FaultSuiteMachine",
+    engine: str = "sync",
 ) -> type[FaultMachine]:
-    """A FaultMachine subclass over `store_factory` (called once per example)."""
+    """A FaultMachine subclass over `store_factory` (called once per example); `engine`
+    "async" sends submits and operator actions through AsyncEngine (faults_async.py)."""
     if not kinds:
         raise ValueError("the fault suite needs at least one handler kind")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     attrs_: dict[str, Any] = {
         "store_factory": staticmethod(store_factory),
         "kind_specs": tuple(kinds),
         "stats": stats if stats is not None else FaultStats(),
+        "engine_mode": engine,
     }
     return type(name, (FaultMachine,), attrs_)

@@ -86,6 +86,14 @@ class FaultyStore:
                 f"injected fault: {method} committed, then the reply was lost"
             )
 
+    def _race(self, decisions: Sequence[Decision]) -> None:
+        """An armed race: let the concurrent writer change the job before this apply."""
+        if self.race_armed and decisions and self.racer is not None:
+            self.race_armed = False
+            did = self.racer(decisions[0].job.id)
+            if did is not None:
+                self.fired[f"concurrent {did} before apply"] += 1
+
     def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
         when = self._before("insert")
         out = self.inner.insert(decisions, capacity)
@@ -104,11 +112,7 @@ class FaultyStore:
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         when = self._before("apply")
-        if self.race_armed and decisions and self.racer is not None:
-            self.race_armed = False
-            did = self.racer(decisions[0].job.id)
-            if did is not None:
-                self.fired[f"concurrent {did} before apply"] += 1
+        self._race(decisions)
         out = self.inner.apply(decisions)
         self._after("apply", when)
         return out
