@@ -181,8 +181,9 @@ class Delivery(Protocol):
 class Wakeup:
     """A hint that work may be there: a job id (RabbitMQ) or None ("claim any due job").
 
-    `token` is the delivery's own handle (a delivery tag and its channel
-    generation); the worker hands it back to `settle` once the lease is durable.
+    `token` is the delivery's own handle (on RabbitMQ a delivery tag and its channel
+    generation, or one part of a message that names several jobs); the worker hands
+    it back to `settle` once the lease is durable.
     """
 
     job_id: str | None
