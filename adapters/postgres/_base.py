@@ -16,6 +16,7 @@ from adapters._rows import (
     AUDIT_COLUMNS,
     JOB_COLUMNS,
     audit_from_row,
+    check_storable,
     job_from_values,
     owner_to_text,
 )
@@ -59,6 +60,18 @@ def _job_arrays(jobs: Iterable[Job]) -> list[list[Any]]:
 def _audit_arrays(entries: Iterable[AuditEntry]) -> list[list[Any]]:
     listed = list(entries)
     return [[getattr(e, c) for e in listed] for c in AUDIT_COLUMNS]
+
+
+def check_apply(decisions: Sequence[Decision]) -> bool:
+    """Refuse what `apply` cannot take (a decision without the record it was made on,
+    a value the store cannot hold), before any write, for the blocking and the async
+    store alike. True when one job has several decisions: they go one after another."""
+    for d in decisions:
+        if d.previous is None:
+            raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
+    check_storable((d.job for d in decisions), (d.entry for d in decisions))
+    ids = [d.job.id for d in decisions]
+    return len(set(ids)) != len(ids)
 
 
 def outcomes(

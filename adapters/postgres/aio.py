@@ -34,7 +34,7 @@ from fsm.records import AuditEntry, Decision, Job
 from fsm.steps import adrive
 
 from . import txn
-from ._base import _audit_arrays, _entry, _job, outcomes
+from ._base import _audit_arrays, _entry, _job, check_apply, outcomes
 from ._insert import CappedInsert, InsertRequest, existing_by_key, insert_rounds, insert_statement
 
 if TYPE_CHECKING:
@@ -304,12 +304,7 @@ class AsyncPostgresStore:
         statement (the blocking store's, `PostgresStore._apply_statement`)."""
         if not decisions:
             return []
-        for d in decisions:
-            if d.previous is None:
-                raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
-        check_storable((d.job for d in decisions), (d.entry for d in decisions))
-        ids = [d.job.id for d in decisions]
-        if len(set(ids)) != len(ids):
+        if check_apply(decisions):
             out: list[Job | VersionConflict] = []
             for d in decisions:  # several decisions for one job: each after the last
                 out += await self.apply([d])

@@ -48,6 +48,7 @@ from ._base import (
     _job_arrays,
     _lease_order,
     _rollback,
+    check_apply,
     outcomes,
 )
 from ._insert import COPY_MIN, INSERT_ROUNDS
@@ -214,12 +215,7 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         if not decisions:
             return []
-        for d in decisions:
-            if d.previous is None:
-                raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
-        check_storable((d.job for d in decisions), (d.entry for d in decisions))
-        ids = [d.job.id for d in decisions]
-        if len(set(ids)) != len(ids):
+        if check_apply(decisions):
             return self._apply_in_order(decisions)
 
         def body(conn: Conn) -> set[str]:
