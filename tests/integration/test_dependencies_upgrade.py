@@ -21,8 +21,10 @@ from adapters.sqlite import schema as sqlite_schema
 from fsm import Engine, open_store
 from fsm.records import JOB_FIELDS
 
-#: the columns of migration 1 (later migrations add progress_json and on_failed_dependency)
-OLD_COLUMNS = [c for c in JOB_FIELDS if c not in ("on_failed_dependency", "progress_json")]
+#: columns later migrations add (progress_json, on_failed_dependency, marks, reconciler)
+LATER_COLUMNS = ("progress_json", "on_failed_dependency", "marks", "reconciler")
+#: the columns of migration 1
+OLD_COLUMNS = [c for c in JOB_FIELDS if c not in LATER_COLUMNS]
 OLD_ROW = {
     "id": "01OLDJOB000000000000000000",
     "kind": "k",
