@@ -345,14 +345,6 @@ class Engine:
 
     # --- operator events (actor and reason required, audited) ---------------------
 
-    def _operator(
-        self, job_id: str, event: str, settled: Callable[[Job], bool], **args: Any
-    ) -> Job:
-        """Apply an operator event; repeating one that already took effect is a no-op."""
-        return steps.drive(
-            steps.operator(self, job_id, event, settled, args), steps.sync_performer(self)
-        )
-
     def _operator_span(
         self, event: str, job_id: str, actor: Any
     ) -> contextlib.AbstractContextManager[Any]:

@@ -101,13 +101,7 @@ class Connected:
         self.schema = settings.schema
         self.sql = Statements(_schema.quote(settings.schema))
         self._pool = ConnectionPool(
-            settings.conninfo,
-            min_size=settings.pool_min,
-            max_size=settings.pool_max,
-            timeout=settings.pool_timeout,
-            kwargs={"autocommit": True},
-            name=f"jobfsm-{settings.schema}",
-            open=False,
+            settings.conninfo, **settings.pool_options(f"jobfsm-{settings.schema}")
         )
         self._closed = False
 

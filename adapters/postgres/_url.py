@@ -46,6 +46,18 @@ class Settings:
     #: the password(s) of the URL, to mask in driver error texts (never shown)
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
 
+    def pool_options(self, name: str) -> dict[str, Any]:
+        """The keyword arguments of the store's connection pool (blocking and asyncio
+        alike): the URL's bounds, autocommit connections, opened by the caller."""
+        return {
+            "min_size": self.pool_min,
+            "max_size": self.pool_max,
+            "timeout": self.pool_timeout,
+            "kwargs": {"autocommit": True},
+            "name": name,
+            "open": False,
+        }
+
     def scrub(self, text: str) -> str:
         """A driver's error text fit to show: the URL's passwords masked."""
         return scrub(text, self.secrets)

@@ -55,13 +55,7 @@ class AsyncPostgresStore:
         self.sql = twin.sql
         self.channel = twin.channel
         self.pool = AsyncConnectionPool(
-            settings.conninfo,
-            min_size=settings.pool_min,
-            max_size=settings.pool_max,
-            timeout=settings.pool_timeout,
-            kwargs={"autocommit": True},
-            name=f"jobfsm-async-{settings.schema}",
-            open=False,
+            settings.conninfo, **settings.pool_options(f"jobfsm-async-{settings.schema}")
         )
         self._gate = asyncio.Semaphore(settings.pool_max)
         self._closed = False
