@@ -28,6 +28,8 @@ _OWNER_AT = JOB_COLUMNS.index("owner")
 _RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
 _RECONCILER_AT = JOB_COLUMNS.index("reconciler")
 
+log = logging.getLogger(__name__)
+
 
 def owner_to_text(owner: Owner | None) -> str | None:
     return None if owner is None else _owner_text(owner)
@@ -210,6 +212,42 @@ def decide_leases(
             skipped.skip(job, err)
             refused.append(job.id)
     return decisions, refused
+
+
+@attrs.frozen
+class Claimed:
+    """One job of a claim as the store writes it: `write` is the compare-and-set from
+    the pre-image (`write.previous`) to the record returned (`write.job`: running after
+    a claim-and-start, leased otherwise); `entries` are its audit entries in order.
+    `write.entry` is the last of them (what a lost commit is reconciled by)."""
+
+    write: Decision
+    entries: tuple[AuditEntry, ...]
+
+
+def start_leased(
+    leases: Sequence[Decision], start: Callable[[Job], Decision] | None
+) -> list[Claimed]:
+    """Each lease decision, followed by the core's `start` decision on the leased record
+    when the claim asks for one (`ClaimRequest.start`): one write per job from its
+    pre-image to where it ends, both audit entries. A job whose start decision raises
+    stays leased (logged); the caller starts it, or fails it, on its own."""
+    out: list[Claimed] = []
+    for lease in leases:
+        entries: tuple[AuditEntry, ...] = () if lease.entry is None else (lease.entry,)
+        if start is not None:
+            try:
+                begun = start(lease.job)
+            except Exception as err:  # this job alone is not started here
+                log.info("job %s: leased but not started in its claim: %s", lease.job.id, err)
+            else:
+                if begun.entry is not None:
+                    entries += (begun.entry,)
+                write = attrs.evolve(begun, previous=lease.previous)
+                out.append(Claimed(write, entries))
+                continue
+        out.append(Claimed(lease, entries))
+    return out
 
 
 # --- rejected reports -----------------------------------------------------------------------

@@ -24,7 +24,14 @@ from fsm.ports import (
 from fsm.records import AuditEntry, Decision, Job
 from fsm.secrets import redact_url
 
-from ._rows import Unclaimable, check_storable, decide_leases, first_rejections, rejected_key
+from ._rows import (
+    Unclaimable,
+    check_storable,
+    decide_leases,
+    first_rejections,
+    rejected_key,
+    start_leased,
+)
 from .memory_browse import MemoryBrowse
 from .memory_schedules import MemorySchedules
 
@@ -189,9 +196,10 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 if len(leased) >= request.limit:
                     break
                 decisions, _ = decide_leases([job], request.decide, self._unclaimable)
-                for d in decisions:
-                    written = self._write(d)
+                for claimed in start_leased(decisions, request.start):
+                    written = self._write(attrs.evolve(claimed.write, entry=None))
                     if isinstance(written, Job):
+                        self._audit[written.id].extend(claimed.entries)
                         leased.append(written)
             return leased
 

@@ -303,9 +303,16 @@ class Engine:
         limit: int = 1,
         ids: Sequence[str] | None = None,
         kinds: Sequence[str] | None = None,
+        *,
+        start: Callable[[Job], Mapping[str, Any]] | None = None,
     ) -> list[Job]:
         """Lease up to `limit` due jobs (or the given ids) for `owner`; with `kinds`,
-        only jobs of those kinds (a worker leases only what it has handlers for)."""
+        only jobs of those kinds (a worker leases only what it has handlers for).
+
+        With `start` (claim-and-start: a leased job's `start` arguments, its fence
+        aside), each job is also started in the claim's transaction and comes back
+        running; one whose start the core refuses comes back leased, for the caller
+        to start (or fail) on its own."""
         if limit < 1:
             return []
         queues = self._pauses.unpaused(queues)
@@ -325,6 +332,16 @@ class Engine:
                 lease_until=lease_until,
             )
 
+        started: dict[tuple[str, int], AuditEntry] = {}
+
+        def begin(job: Job) -> Decision:
+            assert start is not None
+            args = start(job)
+            d = decide(job, "start", now, self.policy, spec=self.spec, fence=job.fence, **args)
+            if d.entry is not None:
+                started[(d.job.id, d.job.version)] = d.entry
+            return d
+
         jobs = self.store.claim(
             ClaimRequest(
                 owner=owner,
@@ -336,11 +353,15 @@ class Engine:
                 decide=lease,
                 ids=None if ids is None else tuple(ids),
                 kinds=None if kinds is None else tuple(kinds),
+                start=None if start is None else begin,
             )
         )
-        if self.metrics is not None:
-            for job in jobs:
-                self.metrics.transition(job.kind, "lease", None, job.state)
+        for job in jobs:
+            if self.metrics is not None:
+                self.metrics.transition(job.kind, "lease", None, "leased")
+            entry = started.get((job.id, job.version))
+            if entry is not None:
+                self._observe(job, entry)
         return jobs
 
     # --- operator events (actor and reason required, audited) ---------------------

@@ -29,6 +29,7 @@ class ClaimRequest:
     not past their deadline, ordered by priority (lower first), run_after, id;
     locks them against other claimers; and writes `decide(job)` for each, with
     its audit entry, in one transaction. A job that is not claimable is skipped.
+    With `start`, the same transaction also starts each job it leases.
     """
 
     owner: Owner
@@ -42,6 +43,11 @@ class ClaimRequest:
     #: only jobs of these kinds (the kinds a worker has handlers for); None: any kind.
     #: A job of another kind stays where it is for a worker that knows it (rolling deploys).
     kinds: tuple[str, ...] | None = None
+    #: claim-and-start: the core's `start` decision for a job just leased. With it, the
+    #: store writes the lease and the start in the same transaction (both audit entries,
+    #: one commit) and returns the running record; a job whose start decision raises is
+    #: written and returned leased only, for the caller to start (or fail) on its own.
+    start: Callable[[Job], Decision] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

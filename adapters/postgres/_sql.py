@@ -202,6 +202,7 @@ class Statements:
         self.trail_data = f"SELECT seq, data_json FROM {events} WHERE job_id = %s"
         self.erase_entry = f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s"
         self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
+        self._locks: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
         self._waiting: dict[tuple[str, ...], str] = {}
 
     def waiting(self, states: tuple[str, ...]) -> str:
@@ -296,6 +297,28 @@ class Statements:
         kind is in %(kinds)s."""
         key = (states, by_ids, one_queue, skipping, by_kind)
         if key not in self._claims:
+            self._claims[key] = (
+                f"WITH locked AS ({self.lock(*key)}) "
+                f"UPDATE {self.jobs} AS j SET state = 'leased', fence = j.fence + 1, "
+                "owner = %(owner)s, lease_until = %(lease_until)s, version = j.version + 1, "
+                "updated_at = %(now)s FROM locked WHERE j.id = locked.id "
+                f"RETURNING {cols('locked.')}, {cols('j.')}"
+            )
+        return self._claims[key]
+
+    def lock(
+        self,
+        states: tuple[str, ...],
+        by_ids: bool,
+        one_queue: bool = False,
+        skipping: bool = False,
+        by_kind: bool = False,
+    ) -> str:
+        """The claim's candidates, locked (SKIP LOCKED) and returned unchanged: `claim`
+        updates them in the same statement; a claim-and-start lets the core decide
+        both steps and writes each row once. The arguments are `claim`'s."""
+        key = (states, by_ids, one_queue, skipping, by_kind)
+        if key not in self._locks:
             # one queue: equality lets the planner walk jobs_due in lease order and
             # stop after `limit` rows; several queues: an index scan plus a sort.
             queue = "queue = %(queue)s" if one_queue else "queue = ANY(%(queues)s::text[])"
@@ -322,14 +345,8 @@ class Statements:
                     f"SELECT {cols()} FROM {self.jobs} WHERE {due}"
                     "ORDER BY priority, run_after, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
                 )
-            self._claims[key] = (
-                f"WITH locked AS ({locked}) "
-                f"UPDATE {self.jobs} AS j SET state = 'leased', fence = j.fence + 1, "
-                "owner = %(owner)s, lease_until = %(lease_until)s, version = j.version + 1, "
-                "updated_at = %(now)s FROM locked WHERE j.id = locked.id "
-                f"RETURNING {cols('locked.')}, {cols('j.')}"
-            )
-        return self._claims[key]
+            self._locks[key] = locked
+        return self._locks[key]
 
     def scan(
         self,

@@ -22,10 +22,12 @@ import psycopg
 from adapters._rows import (
     AUDIT_COLUMNS,
     JOB_COLUMNS,
+    Claimed,
     Unclaimable,
     check_storable,
     first_rejections,
     owner_to_text,
+    start_leased,
 )
 from fsm.errors import BadInput, StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
@@ -141,15 +143,21 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         self, request: ClaimRequest, skip: Sequence[str]
     ) -> tuple[list[Job], list[str]]:
         """One lease transaction. A job whose lease decision raises is refused: the
-        transaction rolls back and its id comes back, for the next round to skip."""
+        transaction rolls back and its id comes back, for the next round to skip.
+
+        A plain claim leases in its first statement (SQL) and checks each row against
+        the core's decision. A claim-and-start (`request.start`) only locks in its
+        first statement; the core decides the lease and the start, and each row is
+        written once, from its pre-image to running, before the one commit."""
         one_queue = len(set(request.queues)) == 1
-        statement = self.sql.claim(
+        shape = (
             tuple(request.states),
             request.ids is not None,
             one_queue,
             bool(skip),
             request.kinds is not None,
         )
+        statement = self.sql.lock(*shape) if request.start else self.sql.claim(*shape)
         params = {
             "queues": list(request.queues),
             "queue": request.queues[0],
@@ -161,36 +169,42 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
             "skip": list(skip),
             "kinds": None if request.kinds is None else list(request.kinds),
         }
-        decisions: list[Decision] = []
+        claimed: list[Claimed] = []
         refused: list[str] = []
         lost: psycopg.Error | None = None
         with self.connection("claim") as conn:
             try:
-                # round trip 1: BEGIN and the lease statement, pipelined
+                # round trip 1: BEGIN and the lease (or lock) statement, pipelined
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     cursor = conn.execute(statement, params)
+                decisions: list[Decision] = []
                 for row in cursor.fetchall():
-                    before, after = _job(row[:_N]), _job(row[_N:])
+                    before = _job(row[:_N])
                     try:
                         decision = request.decide(before)
                     except Exception as err:  # one job the core refuses fails alone
                         self._unclaimable.skip(before, err)
                         refused.append(before.id)
                         continue
-                    if decision.job != after:
+                    if request.start is None and decision.job != (after := _job(row[_N:])):
                         raise StoreError(_disagreement(before, after, decision.job))
                     decisions.append(decision)
-                decisions.sort(key=lambda d: _lease_order(d.job))
                 if refused:
                     _rollback(conn)
                     return [], refused
+                decisions.sort(key=lambda d: _lease_order(d.job))
+                claimed = start_leased(decisions, request.start)
+                if request.start is not None and claimed:
+                    # round trip 2: each locked row written once (compare-and-set on
+                    # the version just read under the lock), with every audit entry
+                    self._write_claimed(conn, claimed)
             except BaseException:
                 _rollback(conn)
                 raise
-            entries = [d.entry for d in decisions if d.entry is not None]
+            entries = [] if request.start else [e for c in claimed for e in c.entries]
             try:
-                # round trip 2: the audit entries and COMMIT, pipelined
+                # last round trip: a plain claim's audit entries, and COMMIT, pipelined
                 with conn.pipeline():
                     if entries:
                         varying, rows = _batch_params([_audit_values(e) for e in entries])
@@ -202,15 +216,36 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
                     raise
                 lost = err
             else:
-                return [d.job for d in decisions], []
+                return [c.write.job for c in claimed], []
         self._purge()
-        if not decisions:
+        if not claimed:
             return [], []  # nothing was leased, so nothing can have been committed
         log.warning("connection lost while committing a claim; reconciling")
-        confirmed = self._confirmed(decisions, "claim", lost)
+        confirmed = self._confirmed([c.write for c in claimed], "claim", lost)
         if not confirmed:
-            raise self._unknown(f"claim of {len(decisions)} jobs")
-        return [d.job for d in decisions], []
+            raise self._unknown(f"claim of {len(claimed)} jobs")
+        return [c.write.job for c in claimed], []
+
+    def _write_claimed(self, conn: Conn, claimed: Sequence[Claimed]) -> None:
+        """Write a claim-and-start's rows and audit entries in one pipelined round trip
+        inside the claim's transaction; every row must be written (we hold its lock)."""
+        writes = [attrs.evolve(c.write, entry=None) for c in claimed]
+        groups: dict[tuple[str, ...], list[Decision]] = {}
+        for w in writes:  # a job whose start was refused is only leased: other columns
+            groups.setdefault(_changed(w), []).append(w)
+        entries = [e for c in claimed for e in c.entries]
+        with conn.pipeline():
+            cursors = [conn.execute(*self._apply_statement(g)) for g in groups.values()]
+            if entries:
+                varying, rows = _batch_params([_audit_values(e) for e in entries])
+                conn.execute(self.sql.audit_insert_rows(varying), rows)
+        written = {r[0] for c in cursors for r in c.fetchall()}
+        missing = [w.job.id for w in writes if w.job.id not in written]
+        if missing:
+            raise StoreError(
+                f"claim: {len(missing)} locked job(s) were not written as the core decided "
+                f"(first {missing[0]}); the claim is rolled back"
+            )
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
         if not decisions:

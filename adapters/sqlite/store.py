@@ -32,6 +32,7 @@ from .._rows import (
     first_rejections,
     owner_to_text,
     rejected_key,
+    start_leased,
 )
 from ._sql import (
     _AUDIT_COLS,
@@ -291,11 +292,11 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                 refused += bad
                 if not bad or len(rows) < wanted:
                     break
-            for start in range(0, len(decisions), _CHUNK):
-                chunk = decisions[start : start + _CHUNK]
-                written = self._write_decided(conn, chunk)
-                leased.extend(written)
-            self._append(conn, [d.entry for d in decisions if d.entry is not None])
+            claimed = start_leased(decisions, request.start)
+            for at in range(0, len(claimed), _CHUNK):
+                chunk = [c.write for c in claimed[at : at + _CHUNK]]
+                leased.extend(self._write_decided(conn, chunk))
+            self._append(conn, [e for c in claimed for e in c.entries])
         return leased
 
     def _write_decided(self, conn: sqlite3.Connection, decisions: Sequence[Decision]) -> list[Job]:
@@ -327,7 +328,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
             if written.get(d.job.id) != d.job.version:
                 # Impossible under BEGIN IMMEDIATE; refuse rather than lease silently.
                 raise StoreError(
-                    f"SQLite store {self.path}: job {d.job.id}: the lease was not written "
+                    f"SQLite store {self.path}: job {d.job.id}: the claim was not written "
                     f"as the core decided it (version {d.job.version})"
                 )
         return [d.job for d in decisions]

@@ -93,6 +93,7 @@ from ..ports import (
 from ..records import Decision, Job, Owner
 from ..recovery import sweep
 from ..registry import open_store
+from .conformance_claims import ClaimStartConformance
 from .conformance_schedules import ScheduleConformance
 
 TTL = 30.0
@@ -386,7 +387,7 @@ def _child_submit(url: str, capacity: int, go: str) -> None:
 # --- the suite ----------------------------------------------------------------------
 
 
-class StoreConformance(ScheduleConformance):
+class StoreConformance(ScheduleConformance, ClaimStartConformance):
     """Base class of a store's conformance tests; see the module docstring."""
 
     concurrent_jobs: int = 5000

@@ -1,9 +1,10 @@
 """The claim loop (the thread that calls `Worker.run`): wake-ups in, attempts out.
 
-It waits for a wake-up and a free slot, claims a batch, starts it (one batched
-write, in which each handler's kind policy is enforced) and hands each attempt to
-the executor. Launching one job can fail (a payload that cannot be decoded, an
-executor that refuses it): that job fails alone, the loop and the batch go on.
+It waits for a wake-up and a free slot, claims a batch and starts it in the same
+store transaction (claim-and-start: one commit; each handler's kind policy is
+enforced in the start decision) and hands each attempt to the executor. Launching
+one job can fail (a payload that cannot be decoded, an executor that refuses it):
+that job fails alone, the loop and the batch go on.
 """
 
 from __future__ import annotations
@@ -119,40 +120,56 @@ class Claims:
             # only kinds this worker has handlers for: another kind waits for a worker
             # that knows it (a rolling deploy), instead of failing here
             kinds = tuple(s.handlers)
+            start = self._start_args  # claim-and-start: one transaction, one commit
             if ids:
-                jobs += s.engine.claim(owner, s.queues, limit=len(ids), ids=ids, kinds=kinds)
+                jobs += s.engine.claim(
+                    owner, s.queues, limit=len(ids), ids=ids, kinds=kinds, start=start
+                )
             left = free - len(jobs)
             if any_due and left > 0:
-                jobs += s.engine.claim(owner, s.queues, limit=left, kinds=kinds)
+                jobs += s.engine.claim(owner, s.queues, limit=left, kinds=kinds, start=start)
             for job in jobs:
                 s.identity.hold(job.id, job.fence)
         return jobs
 
     def _start_args(self, job: Job) -> dict[str, Any]:
-        """`start`'s arguments: the fence, and the policy of the kind's handler here."""
+        """`start`'s arguments but the fence: the policy of the kind's handler here."""
         spec = self.s.handlers.get(job.kind)
         if spec is None:
-            return {"fence": job.fence}
+            return {}
         policy = spec.policy.enforced()
         policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
         if spec.reconciler is not None:
             policy["reconciler"] = True
-        return {"fence": job.fence, "kind_policy": policy}
+        return {"kind_policy": policy}
 
     def dispatch(self, jobs: list[Job]) -> None:
+        """Launch the claimed jobs: those the claim started at once; those it only
+        leased (their start was refused in the claim) are started here, in one write,
+        and what the store refuses is reported for that job alone."""
         s = self.s
         if not jobs:
             return
+        leased = [j for j in jobs if j.state == "leased"]
+        running = [j for j in jobs if j.state != "leased"]
         if s.stopping.is_set() or s.liveness_lost.is_set():
-            self.release(jobs)  # claimed just as we stopped or lost the liveness token
+            # claimed just as we stopped or lost the liveness token: give back what is
+            # only leased; what already started is left to recovery, never run here
+            self.release(leased)
+            for job in running:
+                s.identity.drop(job.id, job.fence, abandoned="claimed while stopping")
             return
-        reports = [(j, "start", self._start_args(j)) for j in jobs]
+        for job in running:
+            self.launch(job)
+        if not leased:
+            return
+        reports = [(j, "start", {"fence": j.fence, **self._start_args(j)}) for j in leased]
         results = s.with_retries("start", lambda: s.engine.report_many(reports))
         if results is None:
-            for job in jobs:  # the store is away: the leases lapse and recovery requeues
+            for job in leased:  # the store is away: the leases lapse and recovery requeues
                 s.identity.drop(job.id, job.fence, abandoned="could not start: store unreachable")
             return
-        for job, started in zip(jobs, results, strict=True):
+        for job, started in zip(leased, results, strict=True):
             if not isinstance(started, Job):
                 s.identity.drop(job.id, job.fence)
                 log.warning("worker %s: could not start job %s: %s", s.owner_name, job.id, started)
