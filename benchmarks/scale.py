@@ -72,7 +72,9 @@ SQLITE_MAX_ROWS = 1_000_000
 PRUNE_BATCH = 1000
 #: seconds between two timed claims while a prune runs; jobs queued for them at a time
 PRUNE_SAMPLE_GAP = 0.01
-PRUNE_SAMPLE_BACKLOG = 500
+PRUNE_SAMPLE_BACKLOG = 200
+#: claims timed after the prune in a quick run (a full run times LEASE_SAMPLES)
+QUICK_PRUNED_SAMPLES = 200
 
 
 def plan(cfg: Config) -> list[Task]:
@@ -233,7 +235,7 @@ def table(cfg: Config, store: str, rows: int) -> list[Measurement]:
                 raise RuntimeError(
                     f"scale: {store} finished {done - present} of {jobs * cfg.repeats} jobs"
                 )
-            pruned = prune(url, engine, rows, prefix) if store == "postgres" and rows else []
+            pruned = prune(cfg, url, engine, rows, prefix) if store == "postgres" and rows else []
         finally:
             engine.store.close()
     filled = {"finished_rows": rows}
@@ -340,7 +342,7 @@ def database_mib(url: str) -> float:
     return round(int(row[0]) / 2**20, 1) if row else float("nan")
 
 
-def prune(url: str, engine: Engine, rows: int, prefix: str) -> list[Measurement]:
+def prune(cfg: Config, url: str, engine: Engine, rows: int, prefix: str) -> list[Measurement]:
     """One `Engine.prune` (default retention, batches of PRUNE_BATCH) over the filled
     table, timed, with claims timed beside it; then the lease figure on what it left."""
     before_rows = finished_rows(engine)
@@ -359,7 +361,8 @@ def prune(url: str, engine: Engine, rows: int, prefix: str) -> list[Measurement]
         raise RuntimeError(
             f"scale: prune removed {removed} of {before_rows} finished jobs, {kept} left"
         )
-    after = lease_times(engine, LEASE_SAMPLES)
+    samples = QUICK_PRUNED_SAMPLES if cfg.quick else LEASE_SAMPLES
+    after = lease_times(engine, samples)
     print(
         f"scale: postgres pruned {removed:,} of {before_rows:,} finished jobs in "
         f"{seconds:.1f}s ({removed / seconds:,.0f} jobs/s)",
@@ -404,7 +407,7 @@ def prune(url: str, engine: Engine, rows: int, prefix: str) -> list[Measurement]
             label=f"postgres: lease latency p99 after the prune, {rows:,} finished rows",
             unit="ms",
             values=[percentile(after, 0.99) * 1000],
-            settings={"call": "Engine.claim(limit=1)", "samples": LEASE_SAMPLES, "rows": rows},
+            settings={"call": "Engine.claim(limit=1)", "samples": samples, "rows": rows},
             facts={"p50_ms": round(percentile(after, 0.5) * 1000, 3), "finished_left": kept},
             note="as the lease figures above, on the table the prune left (its dead rows not "
             "vacuumed: the benchmark server runs without autovacuum)",

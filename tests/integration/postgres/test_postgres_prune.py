@@ -77,7 +77,7 @@ def test_the_same_request_goes_on_after_its_last_deleted_job(pg_url: str) -> Non
     """What a batch passed over (here: locked by another transaction) waits for the
     next request, not for the next batch of the same one."""
     open_store(pg_url).close()
-    _pg_fill_finished(pg_url, "public", 4, days=70.0)  # all 4 older than 7 days but the last
+    _pg_fill_finished(pg_url, "public", 4, days=70.0)  # 52, 35, 17 days old, and just now
     store = open_store(pg_url)
     try:
         with psycopg.connect(pg_url) as holder:
