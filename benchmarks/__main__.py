@@ -7,7 +7,8 @@ Suites (all by default; pick with --suites):
               concurrency (best shape reported), with equal-durability rows; and the raw
               baselines (plain sqlite3, psycopg, pika; batched like a worker) on this machine
   recovery    kill -9 (and SIGSTOP) of a worker mid-job: jobfsm beside each peer
-  scale       lease latency and throughput with 0 / 100k / 1M finished rows; worker memory
+  scale       lease latency and throughput with 0 / 100k / 1M finished rows (PostgreSQL also
+              10M, then a retention prune of 9M); worker memory
 
 Results go to a JSON-lines file (one line of machine facts, then one line per
 figure) and, in a full run, into the generated block of docs/benchmarks.md. The

@@ -179,7 +179,49 @@ RECOVERY_TARGETS = (
     "recovery.jobfsm.postgres.cross_host",
 )
 ZOMBIE_KEYS = ("recovery.jobfsm.sqlite.zombie", "recovery.jobfsm.postgres.zombie")
-SCALE_GOAL = ("scale.postgres.rows10000000.lease_p50", "scale.postgres.rows10000000.throughput")
+S10M = "scale.postgres.rows10000000"
+S0 = "scale.postgres.rows0"
+# The scale goals: PostgreSQL with 10M finished rows against the same run's empty table.
+# Finished rows are kept out of the claim index (partial on the claimable states), so
+# the ideal is 1.0x; the bounds leave room for what a 2-core machine shared with other
+# work does to one figure between two tables: p99 of 1,000 claims moved 0.65-0.99 ms
+# and one worker's jobs/s 5,430-7,058 between repeats of the SAME empty table (run of
+# 2026-12-01), so 2x on latency and 0.7x on throughput are "no trend" with that noise.
+# Prune: a retention prune has to outrun what workers finish, or the table only grows;
+# 10x one worker's rate means a day of one saturated worker's jobs prunes in under 2.4 h.
+SCALE_COMPARISONS = (
+    Comparison(
+        "PostgreSQL lease p99, 10M finished rows / no finished rows",
+        f"{S10M}.lease_p99",
+        (f"{S0}.lease_p99",),
+        2.0,
+        lower_is_better=True,
+    ),
+    Comparison(
+        "PostgreSQL no-op jobs/s, 1 worker, 10M finished rows / no finished rows",
+        f"{S10M}.throughput",
+        (f"{S0}.throughput",),
+        0.7,
+    ),
+    Comparison(
+        "PostgreSQL prune of 9M of 10M finished rows, jobs/s removed / jobs/s 1 worker runs",
+        f"{S10M}.prune",
+        (f"{S0}.throughput",),
+        10.0,
+    ),
+    Comparison(
+        "PostgreSQL lease p99 while 9M rows are pruned / no finished rows",
+        f"{S10M}.lease_p99_pruning",
+        (f"{S0}.lease_p99",),
+        lower_is_better=True,
+    ),
+    Comparison(
+        "PostgreSQL lease p99 after the prune (dead rows not vacuumed) / no finished rows",
+        f"{S10M}.lease_p99_pruned",
+        (f"{S0}.lease_p99",),
+        lower_is_better=True,
+    ),
+)
 AUDIT_NOTE = (
     "Records written: jobfsm writes an audit row for every transition, in the same "
     "transaction (4 per no-op job: submit, lease, start, succeed, each with owner, fence "

@@ -67,7 +67,7 @@ class Config:
                 "repeats": 3,
                 "recovery_runs": 5,
                 "recovery_wait": 120.0,
-                "scale_rows": (0, 100_000, 1_000_000),
+                "scale_rows": (0, 100_000, 1_000_000, 10_000_000),
                 "memory_jobs": 100_000,
             }
         base.update({k: v for k, v in overrides.items() if v is not None})

@@ -17,7 +17,7 @@ from benchmarks.goals import (
     RECOVERY_P99_S,
     RECOVERY_TARGET_S,
     RECOVERY_TARGETS,
-    SCALE_GOAL,
+    SCALE_COMPARISONS,
     THROUGHPUT_COMPARISONS,
     ZOMBIE_KEYS,
     Bound,
@@ -28,6 +28,7 @@ from benchmarks.harness import Measurement
 __all__ = [
     "BOUNDS",
     "RECOVERY_TARGETS",
+    "SCALE_COMPARISONS",
     "THROUGHPUT_COMPARISONS",
     "ZOMBIE_KEYS",
     "Bound",
@@ -82,22 +83,21 @@ class Report:
         best = pick(theirs, key=lambda m: m.median)
         return ours.median / best.median, best.key
 
+    def verdict(self, c: Comparison) -> tuple[str, str, str, bool | None]:
+        """(label, measured, bound, met) of a comparison with a target."""
+        assert c.target is not None
+        value, _ = self.ratio(c)
+        if math.isnan(value):
+            met = None
+        else:
+            met = value <= c.target if c.lower_is_better else value >= c.target
+        bound = f"{'<=' if c.lower_is_better else '>='} {c.target}x"
+        return (c.label, "not measured" if met is None else f"{value:.2f}x", bound, met)
+
     def verdicts(self) -> list[tuple[str, str, str, bool | None]]:
         """(target, measured, bound, met) for every target of the issue."""
         out: list[tuple[str, str, str, bool | None]] = []
-        for c in THROUGHPUT_COMPARISONS:
-            if c.target is None:
-                continue
-            value, _ = self.ratio(c)
-            met = None if math.isnan(value) else value >= c.target
-            out.append(
-                (
-                    c.label,
-                    "not measured" if met is None else f"{value:.2f}x",
-                    f">= {c.target}x",
-                    met,
-                )
-            )
+        out += [self.verdict(c) for c in THROUGHPUT_COMPARISONS if c.target is not None]
         for b in BOUNDS:
             m = self.by_key.get(b.key)
             if m is None or not m.values:
@@ -116,16 +116,7 @@ class Report:
             ok = never == 0 and p99 <= RECOVERY_P99_S
             what = f"{fmt(p99, 's')} (of {len(m.values)} runs)"
             out.append((f"recovery p99 after kill -9: {m.label}", what, "<= 1.5 s", ok))
-        scale = [self.by_key.get(k) for k in SCALE_GOAL]
-        measured = all(m is not None and m.values for m in scale)
-        out.append(
-            (
-                "scale suite with 10M finished rows on PostgreSQL (lease latency, throughput)",
-                "measured" if measured else "not measured",
-                "measured",
-                True if measured else None,
-            )
-        )
+        out += [self.verdict(c) for c in SCALE_COMPARISONS if c.target is not None]
         for key in RECOVERY_TARGETS:
             m = self.by_key.get(key)
             if m is None:
@@ -244,6 +235,11 @@ class Report:
             "|---|---:|---:|---|",
         ]
         lines += [f"| {m.label} | {fmt(m.median)} | {spread(m)} | {m.unit} |" for m in rows]
+        lines += ["", "| ratio (medians, same run) | value | against |", "|---|---:|---|"]
+        for c in SCALE_COMPARISONS:
+            value, against = self.ratio(c)
+            shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
+            lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
         lines += ["", "Settings and facts of each figure:", ""]
         lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
         return lines

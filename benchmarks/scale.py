@@ -10,6 +10,19 @@ fact), and then measured twice:
 - `scale.<store>.rows<N>.throughput` (jobs/s): no-op jobs drained by one
   `jobfsm worker` process that is up and polling before the jobs are submitted.
 
+SQLite stops at `SQLITE_MAX_ROWS` (its fill is a Python loop: about 55 s per million
+rows, so 10M would be ten minutes of setup); PostgreSQL takes every size, 10,000,000
+in the full run. On PostgreSQL, once those are measured, the same table is pruned:
+
+- `scale.postgres.rows<N>.prune` (jobs/s removed): one `Engine.prune` with the
+  default retention (succeeded: 7 days) in batches of `PRUNE_BATCH`, the CLI's
+  `--batch`, and `max_batches` large enough for one call to remove everything past
+  retention (the fill spreads the finished times over 70 days: 9/10 of the rows);
+- `scale.postgres.rows<N>.lease_p99_pruning` (ms): `Engine.claim(limit=1)` from a
+  second connection, every `PRUNE_SAMPLE_GAP` s while the prune runs;
+- `scale.postgres.rows<N>.lease_p99_pruned` (ms): the lease figure again, on what the
+  prune left (dead rows and all: the benchmark server runs without autovacuum).
+
 `scale.<store>.worker_memory` (MiB) is the RSS of one `jobfsm worker` process
 (VmRSS from /proc) at each tenth of `cfg.memory_jobs` no-op jobs. The jobs are fed in
 batches, at most two batches queued at a time, so the figure is the worker's own
@@ -21,10 +34,12 @@ removed afterwards; every worker process is killed when its task ends.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -51,23 +66,43 @@ LEASE_SAMPLES = 1000
 BACKLOG_SPARE = 100
 #: the longest a drain or a memory run may take before the task fails
 DRAIN_TIMEOUT = 600.0
+#: the largest SQLite table the suite fills (see the module docstring)
+SQLITE_MAX_ROWS = 1_000_000
+#: prune batch: `jobfsm prune --batch`'s default
+PRUNE_BATCH = 1000
+#: seconds between two timed claims while a prune runs; jobs queued for them at a time
+PRUNE_SAMPLE_GAP = 0.01
+PRUNE_SAMPLE_BACKLOG = 200
+#: claims timed after the prune in a quick run (a full run times LEASE_SAMPLES)
+QUICK_PRUNED_SAMPLES = 200
 
 
 def plan(cfg: Config) -> list[Task]:
     """Per store: one task per table size (lease latency, throughput), then worker memory."""
-    tasks = [
+    return table_tasks(cfg, STORES) + memory_tasks(cfg, STORES)
+
+
+def sizes(cfg: Config, store: str) -> list[int]:
+    """The table sizes measured on `store`: SQLite stops at SQLITE_MAX_ROWS."""
+    return [n for n in cfg.scale_rows if store != "sqlite" or n <= SQLITE_MAX_ROWS]
+
+
+def table_tasks(cfg: Config, stores: tuple[str, ...]) -> list[Task]:
+    return [
         Task(f"scale {store}, {rows:,} finished rows", partial(table, cfg, store, rows))
-        for store in STORES
-        for rows in cfg.scale_rows
+        for store in stores
+        for rows in sizes(cfg, store)
     ]
-    tasks += [
+
+
+def memory_tasks(cfg: Config, stores: tuple[str, ...]) -> list[Task]:
+    return [
         Task(
             f"scale {store}, worker memory over {cfg.memory_jobs:,} jobs",
             partial(memory, cfg, store),
         )
-        for store in STORES
+        for store in stores
     ]
-    return tasks
 
 
 # --- stores ------------------------------------------------------------------------------
@@ -138,12 +173,17 @@ def lease_times(engine: Engine, samples: int) -> list[float]:
         if len(got) != 1:
             raise RuntimeError(f"scale: claim found no queued job after {len(times) - 1} leases")
         leased += got
+    finish(engine, owner, leased)
+    return times
+
+
+def finish(engine: Engine, owner: Any, leased: list[Job]) -> None:
+    """Lease what is still queued, then run every leased job to success, as a worker would."""
     while rest := engine.claim(owner, (QUEUE,), limit=500):
         leased += rest
     for start in range(0, len(leased), 500):
         running = report(engine, leased[start : start + 500], "start", {})
         report(engine, running, "succeed", {"result_json": "null"})
-    return times
 
 
 def report(engine: Engine, jobs: list[Job], event: str, args: dict[str, Any]) -> list[Job]:
@@ -195,6 +235,7 @@ def table(cfg: Config, store: str, rows: int) -> list[Measurement]:
                 raise RuntimeError(
                     f"scale: {store} finished {done - present} of {jobs * cfg.repeats} jobs"
                 )
+            pruned = prune(cfg, url, engine, rows, prefix) if store == "postgres" and rows else []
         finally:
             engine.store.close()
     filled = {"finished_rows": rows}
@@ -238,7 +279,140 @@ def table(cfg: Config, store: str, rows: int) -> list[Measurement]:
             "jobs of the latency runs have finished too (finished_rows_present)",
         )
     )
-    return out
+    for m in pruned:
+        m.facts["fill_seconds"] = round(fill_s, 2)
+    return out + pruned
+
+
+# --- prune at N finished rows (PostgreSQL) -------------------------------------------------
+
+
+class LeaseSampler(threading.Thread):
+    """Times one `Engine.claim(limit=1)` every PRUNE_SAMPLE_GAP s on its own engine (its
+    own connection pool) until stopped, queueing PRUNE_SAMPLE_BACKLOG jobs at a time
+    (untimed); the leased jobs are run to success afterwards."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="scale-lease-sampler", daemon=True)
+        self.engine = engine_for(url)
+        self.halt = threading.Event()
+        self.times: list[float] = []
+        self.submitted = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        owner = Identity().owner
+        leased: list[Job] = []
+        try:
+            queued = 0
+            while not self.halt.is_set():
+                if not queued:
+                    submit(self.engine, PRUNE_SAMPLE_BACKLOG)
+                    self.submitted += PRUNE_SAMPLE_BACKLOG
+                    queued = PRUNE_SAMPLE_BACKLOG
+                began = time.perf_counter()
+                got = self.engine.claim(owner, (QUEUE,), limit=1)
+                self.times.append(time.perf_counter() - began)
+                if len(got) != 1:
+                    raise RuntimeError("scale: a claim during the prune found no queued job")
+                leased += got
+                queued -= 1
+                self.halt.wait(PRUNE_SAMPLE_GAP)
+            finish(self.engine, owner, leased)
+        except BaseException as e:  # handed to the measuring thread by stop()
+            self.error = e
+        finally:
+            self.engine.store.close()
+
+    def stop(self) -> list[float]:
+        self.halt.set()
+        self.join(timeout=DRAIN_TIMEOUT)
+        if self.error is not None:
+            raise RuntimeError("scale: the lease sampler failed") from self.error
+        if self.is_alive():
+            raise TimeoutError("scale: the lease sampler did not stop")
+        return self.times
+
+
+def database_mib(url: str) -> float:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    return round(int(row[0]) / 2**20, 1) if row else float("nan")
+
+
+def prune(cfg: Config, url: str, engine: Engine, rows: int, prefix: str) -> list[Measurement]:
+    """One `Engine.prune` (default retention, batches of PRUNE_BATCH) over the filled
+    table, timed, with claims timed beside it; then the lease figure on what it left."""
+    before_rows = finished_rows(engine)
+    before_mib = database_mib(url)
+    max_batches = rows // PRUNE_BATCH + 2  # one call is enough for every row past retention
+    sampler = LeaseSampler(url)
+    sampler.start()
+    began = time.perf_counter()
+    try:
+        removed = engine.prune(limit=PRUNE_BATCH, max_batches=max_batches)
+    finally:
+        seconds = time.perf_counter() - began
+        during = sampler.stop()
+    kept = finished_rows(engine)
+    if removed == 0 or kept != before_rows - removed + sampler.submitted:
+        raise RuntimeError(
+            f"scale: prune removed {removed} of {before_rows} finished jobs, {kept} left"
+        )
+    samples = QUICK_PRUNED_SAMPLES if cfg.quick else LEASE_SAMPLES
+    after = lease_times(engine, samples)
+    print(
+        f"scale: postgres pruned {removed:,} of {before_rows:,} finished jobs in "
+        f"{seconds:.1f}s ({removed / seconds:,.0f} jobs/s)",
+        file=sys.stderr,
+    )
+    call = f"Engine.prune(limit={PRUNE_BATCH}, max_batches={max_batches})"
+    return [
+        Measurement(
+            key=f"{prefix}.prune",
+            label=f"postgres: prune, jobs/s removed, {rows:,} finished rows",
+            unit="jobs/s",
+            values=[removed / seconds],
+            settings={"call": call, "retention": "default (succeeded: 7 days)", "rows": rows},
+            facts={
+                "removed": removed,
+                "seconds": round(seconds, 2),
+                "finished_before": before_rows,
+                "finished_after": kept,
+                "database_mib_before": before_mib,
+                "database_mib_after": database_mib(url),
+            },
+            note="one timed call, each batch its own transaction (the jobs, their audit rows "
+            "and dependency rows deleted in one statement); a claim was timed beside it "
+            f"every {PRUNE_SAMPLE_GAP}s",
+        ),
+        Measurement(
+            key=f"{prefix}.lease_p99_pruning",
+            label=f"postgres: lease latency p99 during the prune, {rows:,} finished rows",
+            unit="ms",
+            values=[percentile(during, 0.99) * 1000],
+            settings={"call": "Engine.claim(limit=1)", "gap_s": PRUNE_SAMPLE_GAP, "rows": rows},
+            facts={
+                "samples": len(during),
+                "p50_ms": round(percentile(during, 0.5) * 1000, 3),
+                "max_ms": round(max(during) * 1000, 3),
+            },
+            note="claims from a second engine (its own pool) in a thread of the benchmark "
+            "process, while the prune ran",
+        ),
+        Measurement(
+            key=f"{prefix}.lease_p99_pruned",
+            label=f"postgres: lease latency p99 after the prune, {rows:,} finished rows",
+            unit="ms",
+            values=[percentile(after, 0.99) * 1000],
+            settings={"call": "Engine.claim(limit=1)", "samples": samples, "rows": rows},
+            facts={"p50_ms": round(percentile(after, 0.5) * 1000, 3), "finished_left": kept},
+            note="as the lease figures above, on the table the prune left (its dead rows not "
+            "vacuumed: the benchmark server runs without autovacuum)",
+        ),
+    ]
 
 
 # --- worker memory -----------------------------------------------------------------------
@@ -343,11 +517,42 @@ def memory(cfg: Config, store: str) -> list[Measurement]:
     ]
 
 
-if __name__ == "__main__":  # a quick look: python -m benchmarks.scale [--full]
+def main(argv: list[str] | None = None) -> None:
+    """Run part of the suite and print its figures as JSON lines (to --out as well)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scale",
+        description="The scale suite, or part of it, e.g. PostgreSQL at 10M rows only: "
+        "python -m benchmarks.scale --full --store postgres --rows 10000000 --no-memory",
+    )
+    parser.add_argument("--full", action="store_true", help="the full run's sizes and repeats")
+    parser.add_argument("--store", default=",".join(STORES), help="comma-separated stores")
+    parser.add_argument("--rows", help="comma-separated table sizes [the run's scale_rows]")
+    parser.add_argument("--repeats", type=int, help="runs per figure [quick 1, full 3]")
+    parser.add_argument("--no-memory", action="store_true", help="skip worker memory")
+    parser.add_argument("--out", type=Path, help="also write the JSON lines here")
+    args = parser.parse_args(argv)
+    stores = tuple(args.store.split(","))
+    if unknown := set(stores) - set(STORES):
+        parser.error(f"unknown store(s) {', '.join(sorted(unknown))}")
+    rows = tuple(int(n) for n in args.rows.split(",")) if args.rows else None
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config.make(quick="--full" not in sys.argv, tmp=Path(tmp), repeats=1)
-        for task in plan(config):
+        config = Config.make(
+            quick=not args.full, tmp=Path(tmp), repeats=args.repeats, scale_rows=rows
+        )
+        tasks = table_tasks(config, stores)
+        if not args.no_memory:
+            tasks += memory_tasks(config, stores)
+        out: list[Measurement] = []
+        for task in tasks:
             began = time.perf_counter()
-            for m in task.run():
-                print(m.to_json())
+            got = task.run()
+            out += got
+            for m in got:
+                print(m.to_json(), flush=True)
             print(f"# {task.label}: {time.perf_counter() - began:.1f}s", file=sys.stderr)
+    if args.out:
+        args.out.write_text("".join(m.to_json() + "\n" for m in out))
+
+
+if __name__ == "__main__":
+    main()

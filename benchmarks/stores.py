@@ -47,6 +47,8 @@ CHILD_TIMEOUT = 900.0
 #: busy timeout for engine and raw alike: 4 writer processes on a loaded 2-core
 #: machine can wait longer than the 5 s default for SQLite's write lock
 BUSY_MS = 60_000
+#: the finished rows of a PostgreSQL fill span this many days, oldest first
+FILL_DAYS = 70.0
 
 
 # --- the shared runner and printer ---------------------------------------------------------
@@ -467,30 +469,48 @@ def _pg_children(code_argv: Callable[[int], list[str]], n: int) -> list[dict[str
     return out
 
 
-def _pg_fill_finished(db: str, schema: str, n: int, queue: str = "default") -> None:
-    """`n` succeeded jobs (4 audit rows each) written straight into the schema: setup only."""
+def _pg_fill_finished(
+    db: str, schema: str, n: int, queue: str = "default", *, days: float = FILL_DAYS
+) -> None:
+    """`n` succeeded jobs (4 audit rows each) written straight into the schema: setup only.
+
+    Written on the server by INSERT ... SELECT over generate_series, no row crosses the
+    wire. Job g (1..n) finished `days * (n - g) / n` days ago: the oldest first, in
+    insertion order, as a live queue leaves them, so a retention prune (7 days for
+    succeeded jobs by default) finds most of the table past it (9/10 at 70 days).
+    """
     import psycopg
 
+    now = time.time()
+    span = days * 86400.0
+    # t: when job g finished; it was submitted and leased 2 s before, started 1 s before
+    spread = (
+        "SELECT g, '0' || lpad(g::text, 25, '0') AS id, "
+        "%(now)s - %(span)s * (%(n)s - g)::float8 / %(n)s AS t "
+        "FROM generate_series(1, %(n)s) AS g"
+    )
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        params = {"now": now, "span": span, "n": n, "queue": queue}
         conn.execute(
             "INSERT INTO jobs (id, kind, queue, payload_json, state, created_at, updated_at, "
             "run_after, priority, attempt, max_attempts, recoveries, max_recoveries, retry_safe, "
             "fence, version, started_at, finished_at, correlation_id, result_json) "
-            "SELECT '0' || lpad(g::text, 25, '0'), 'bench', %s, '{}', 'succeeded', "
-            "1.0, 2.0, 1.0, 0, 1, 10, 0, 3, true, 1, 4, 1.5, 2.0, g::text, 'null' "
-            "FROM generate_series(1, %s) AS g",
-            (queue, n),
+            "SELECT id, 'bench', %(queue)s, '{}', 'succeeded', t - 2, t, t - 2, 0, 1, 10, 0, 3, "
+            f"true, 1, 4, t - 1, t, g::text, 'null' FROM ({spread}) AS s",
+            params,
         )
         conn.execute(
             "INSERT INTO job_events (job_id, version, at, event, from_state, to_state, fence, "
             "attempt, outcome, data_json) "
-            "SELECT '0' || lpad(g::text, 25, '0'), v, 1.0, "
+            "SELECT id, v, t - (ARRAY[2, 2, 1, 0])[v], "
             "(ARRAY['submit','lease','start','succeed'])[v], "
             "(ARRAY[NULL,'queued','leased','running'])[v], "
-            "(ARRAY['queued','leased','running','succeeded'])[v], 1, 1, 'applied', '{}' "
-            "FROM generate_series(1, %s) AS g, generate_series(1, 4) AS v",
-            (n,),
+            "(ARRAY['queued','leased','running','succeeded'])[v], "
+            "(ARRAY[0, 1, 1, 1])[v], (ARRAY[0, 0, 1, 1])[v], 'applied', '{}' "
+            f"FROM ({spread}) AS s CROSS JOIN LATERAL generate_series(1, 4) AS v",
+            params,
         )
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("VACUUM ANALYZE job_events")

@@ -100,6 +100,10 @@ class PruneRequest:
 
     `queues`: only jobs of these queues; `other_than`: no job of these queues (the
     queues whose own retention is pruned by a request of their own).
+
+    `Engine.prune` passes the same request object batch after batch; a store may go on
+    after the last job it deleted for it (PostgreSQL does, see its `prune`): a job one
+    batch passed over (locked, held) is then left for the next request.
     """
 
     cutoffs: Mapping[str, float]

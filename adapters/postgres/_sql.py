@@ -406,12 +406,14 @@ class Statements:
                 f"ON w.id = d.job_id WHERE d.after_id = {self.jobs}.id "
                 f"AND w.state IN ({state_list(held_by)})) "
             )
+        # the last parameters: the seq to go on after (0: from the start), and the limit
         return (
             f"WITH doomed AS (SELECT id FROM {self.jobs} WHERE finished_at IS NOT NULL "
-            f"AND ({cutoffs or 'false'}) {queues}ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
+            f"AND ({cutoffs or 'false'}) {queues}AND seq > %s "
+            "ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
             f"gone AS (DELETE FROM {self.jobs} AS j USING doomed WHERE j.id = doomed.id "
-            "RETURNING j.id), "
+            "RETURNING j.id, j.seq), "
             f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id), "
             f"deps AS (DELETE FROM {self.s}.job_deps AS x USING gone WHERE x.job_id = gone.id) "
-            "SELECT count(*) FROM gone"
+            "SELECT count(*), max(seq) FROM gone"
         )

@@ -58,6 +58,8 @@ def test_quick_run_completes_with_every_compared_figure(
     wanted |= {*RECOVERY_TARGETS, *ZOMBIE_KEYS, *PEER_RECOVERY, *(b.key for b in BOUNDS)}
     wanted |= {f"scale.{s}.worker_memory" for s in ("sqlite", "postgres")}
     wanted |= {f"scale.{s}.rows0.lease_p50" for s in ("sqlite", "postgres")}
+    # the quick run's largest PostgreSQL table (10,000 rows) is pruned too
+    wanted |= {f"scale.postgres.rows10000.{k}" for k in ("prune", "lease_p99_pruning")}
     assert sorted(wanted - keys) == []
     for m in rows:
         assert m.unit, m.key

@@ -133,3 +133,53 @@ def test_the_best_shape_of_a_sweep_is_picked_by_median_and_every_shape_is_kept()
     assert facts == {"medians of the shapes tried (jobs/s)": {"4x1": 310, "1x4": 200}}
     assert sweep.processes(sweep.DRAMATIQ, 4) == [(4, 4), (4, 8), (4, 16)]
     assert set(sweep.slots(sweep.PROCRASTINATE_QUICK, 4)) == {(4, 1), (1, 4)}
+
+
+def test_scale_goals_hold_10m_rows_against_the_empty_table_of_the_same_run() -> None:
+    def verdicts(p99_10m: float, rate_10m: float, prune: float) -> dict[str, bool | None]:
+        rows = [
+            m("scale.postgres.rows0.lease_p99", 0.6, 0.7, 0.8, unit="ms"),
+            m("scale.postgres.rows0.throughput", 5000, 6000, 7000),
+            m("scale.postgres.rows10000000.lease_p99", p99_10m, unit="ms"),
+            m("scale.postgres.rows10000000.throughput", rate_10m),
+            m("scale.postgres.rows10000000.prune", prune),
+        ]
+        return {label: met for label, _s, _b, met in Report(rows).verdicts()}
+
+    latency = "PostgreSQL lease p99, 10M finished rows / no finished rows"
+    rate = "PostgreSQL no-op jobs/s, 1 worker, 10M finished rows / no finished rows"
+    prune = "PostgreSQL prune of 9M of 10M finished rows, jobs/s removed / jobs/s 1 worker runs"
+    good = verdicts(1.4, 4200, 60_000)  # 2.0x the p99, 0.7x the rate, 10x the rate
+    assert (good[latency], good[rate], good[prune]) == (True, True, True)
+    bad = verdicts(1.41, 4199, 59_999)  # lower is better for latency: above 2x fails
+    assert (bad[latency], bad[rate], bad[prune]) == (False, False, False)
+    missing = {label: met for label, _s, _b, met in Report([]).verdicts()}
+    assert missing[latency] is None
+    assert missing[prune] is None
+
+
+def test_the_scale_section_prints_its_ratios() -> None:
+    rows = [
+        m("scale.postgres.rows0.lease_p99", 0.5, unit="ms"),
+        m("scale.postgres.rows10000000.lease_p99_pruning", 1.5, unit="ms"),
+    ]
+    text = Report(rows).markdown(
+        {
+            "date": "d",
+            "cores": 2,
+            "cpu": "c",
+            "memory_gib": 1,
+            "load_average": [0],
+            "python": "3",
+            "kernel": "k",
+            "sqlite": "s",
+            "postgresql": "p",
+            "rabbitmq": "r",
+            "packages": {},
+        },
+        "python -m benchmarks",
+    )
+    assert (
+        "| PostgreSQL lease p99 while 9M rows are pruned / no finished rows | 3.00x "
+        "| `scale.postgres.rows0.lease_p99` |"
+    ) in text
