@@ -693,11 +693,18 @@ class FaultMachine(RuleBasedStateMachine):
     def _lease_marking(self, worker: SimWorker, j: int) -> str | None:
         """Lease a due job of a marking kind for `worker` (submitting one if none is due
         and there is room); its id, or None."""
-        marking = [jid for jid in self.jobs if self._marks(jid)]
-        for k in range(len(marking)):
-            jid = marking[(j + k) % len(marking)]
-            if self._claim(worker, 1, ids=[jid]):
-                return jid
+        now = self.clock.now()
+        due = [
+            job.id
+            for job in self._tracked()
+            if job.kind in self.marking
+            and job.state in self.lease_states
+            and job.run_after <= now
+            and (job.deadline is None or job.deadline > now)
+        ]
+        if due:
+            jid = due[j % len(due)]
+            return jid if self._claim(worker, 1, ids=[jid]) else None
         if len(self.jobs) >= MAX_JOBS:
             return None
         kind = next(i for i, k in enumerate(self.kind_specs) if k.marks)
