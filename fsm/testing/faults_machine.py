@@ -50,7 +50,7 @@ from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, Ret
 from ..ports import ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
 from .faults_async import ENGINES, AsyncClient, FaultyTwinStore
-from .faults_outside import MODES, OutsideSystem
+from .faults_outside import LOSS_MODES, MODES, OutsideSystem
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
 
@@ -636,6 +636,85 @@ class FaultMachine(RuleBasedStateMachine):
             self._commit_effect(jid, held.fence)
             held.effect_done = True
 
+    @precondition(lambda self: self.marking and any(x.active for x in self.workers))
+    @rule(
+        w=W,
+        j=J,
+        commit=st.booleans(),
+        how=st.sampled_from(("crash", "stall")),
+        mode=st.sampled_from(LOSS_MODES),
+    )
+    def lose_marked_run(self, w: int, j: int, commit: bool, how: str, mode: str) -> None:
+        """A marking handler's run is lost after its outside call, and the production
+        sweep asks the kind's reconciler, which answers (or fails) as `mode` says.
+
+        A worker leases a job of a marking kind (a new one if none is due), starts it,
+        marks (`ctx.mark`) and maybe commits its fenced outside effect; then the run is
+        lost: the worker is killed (-9) and its new incarnation sweeps at once, or it
+        stalls past its lease and another worker sweeps (`fsm.recovery.sweep` with the
+        reconcilers: the expire claims the reconcile, `fsm.reconcile.ask` calls the
+        reconciler). Whatever the sweep left due is then leased again by the sweeper
+        and run up to its outside call, as any worker would.
+
+        Checked after the step (`_check_job`): I7, a not-retry-safe job's outside
+        effect commits at most once per operator requeue. Only a reconciler that
+        answers `not_started` truthfully may let a lost marked run run again; one that
+        raises or returns nonsense is an unknown (investigate), never "not started".
+        """
+        worker = self._active(w)
+        assert worker is not None
+        jid = self._lease_marking(worker, j)
+        if jid is None:
+            return
+        fence = worker.held[jid].fence
+        self._start(worker, jid, fence)
+        if jid not in worker.held or worker.held[jid].phase != "running":
+            return
+        self._call_outside(worker, jid, commit)
+        self.outside.mode = mode
+        self._fault(f"marked run lost, reconciler {mode}")
+        if how == "crash" or sum(x.active for x in self.workers) < 2:
+            i = self.workers.index(worker)
+            self._crash(worker)
+            self.workers[i] = sweeper = self._new_worker()
+            self._fault("worker restart")
+        else:
+            worker.paused = True
+            self._fault("worker pause")
+            self.clock.advance(self.policy.lease.ttl + 1.0)
+            self._fault("clock jump past leases")
+            sweeper = next(x for x in self.workers if x.active)
+        self._sweep(judged=True, by=sweeper)
+        for job in self._claim(sweeper, 1, ids=[jid]):
+            self._start(sweeper, jid, job.fence)
+            if jid in sweeper.held and sweeper.held[jid].phase == "running":
+                self._call_outside(sweeper, jid, commit=True)
+
+    def _lease_marking(self, worker: SimWorker, j: int) -> str | None:
+        """Lease a due job of a marking kind for `worker` (submitting one if none is due
+        and there is room); its id, or None."""
+        now = self.clock.now()
+        due = [
+            job.id
+            for job in self._tracked()
+            if job.kind in self.marking
+            and job.state in self.lease_states
+            and job.run_after <= now
+            and (job.deadline is None or job.deadline > now)
+        ]
+        if due:
+            jid = due[j % len(due)]
+            return jid if self._claim(worker, 1, ids=[jid]) else None
+        if len(self.jobs) >= MAX_JOBS:
+            return None
+        kind = next(i for i, k in enumerate(self.kind_specs) if k.marks)
+        known = len(self.jobs)
+        self.submit(kind, None, None, 0.0)
+        if len(self.jobs) == known:
+            return None
+        jid = self.jobs[-1]
+        return jid if self._claim(worker, 1, ids=[jid]) else None
+
     @rule(mode=st.sampled_from(MODES))
     def reconciler_behaves(self, mode: str) -> None:
         """From now on the kinds' reconciler answers this way (truthful, unknown, raises,
@@ -704,7 +783,9 @@ class FaultMachine(RuleBasedStateMachine):
     def crash_worker(self, w: int) -> None:
         """kill -9: the worker's memory is gone and its pid is dead."""
         alive = [x for x in self.workers if x.alive]
-        worker = alive[w % len(alive)]
+        self._crash(alive[w % len(alive)])
+
+    def _crash(self, worker: SimWorker) -> None:
         worker.alive = False
         worker.held.clear()
         worker.sent.clear()

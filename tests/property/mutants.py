@@ -92,8 +92,11 @@ class PruneAnythingStore(MemoryStore):
         with self._lock:
             doomed = [j.id for j in self._jobs.values() if j.updated_at < cutoff]
             doomed = doomed[: request.limit]
-            for job_id in doomed:
+            for job_id in doomed:  # deleted as MemoryStore.prune deletes
                 job = self._jobs.pop(job_id)
+                self._index(job, None)
+                for after in self._deps.pop(job_id, ()):
+                    self._dependents.get(after, {}).pop(job_id, None)
                 self._audit.pop(job_id, None)
                 if job.idempotency_key is not None:
                     self._keys.pop(job.idempotency_key, None)

@@ -87,6 +87,7 @@ CI_PATCHES = (
     "sqlite-begin-deferred",
     "rabbitmq-ack-on-hand-out",  # `jobfsm faults --delivery amqp://...` (the real broker)
     "core-release-on-any-success",  # dependencies: D1
+    "reconcile-failure-read-as-not-started",  # reconcile: I7 (lose_marked_run)
 )
 
 
