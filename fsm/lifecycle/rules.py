@@ -213,9 +213,7 @@ def _enforce_kind_policy(s: Step) -> None:
     if (value := policy.get("max_recoveries")) is not None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadInput(f"job {job.id}: kind policy max_recoveries must be an integer >= 0")
-        changes["max_recoveries"] = max_recoveries = max(
-            job.recoveries, min(max_recoveries, value)
-        )
+        changes["max_recoveries"] = max_recoveries = max(job.recoveries, min(max_recoveries, value))
     if (value := policy.get("timeout")) is not None:
         limit = _number(s, "timeout", value, integer=False)
         changes["timeout"] = timeout = float(limit if timeout is None else min(timeout, limit))
