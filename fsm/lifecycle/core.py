@@ -69,6 +69,26 @@ def _data_json(data: dict[str, Any]) -> str:
     return _ENCODER.encode(data)
 
 
+#: the order `decide` passes an applied entry's fields in (a test holds AuditEntry to it)
+ENTRY_FIELDS = (
+    "job_id",
+    "version",
+    "at",
+    "event",
+    "from_state",
+    "to_state",
+    "fence",
+    "attempt",
+    "actor",
+    "reason",
+    "error",
+    "correlation_id",
+    "outcome",
+    "data_json",
+    "code",
+)
+
+
 def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> Decision:
     missing = [k for k in _REQUIRED_CREATE if not args.get(k)]
     if missing:
@@ -216,23 +236,25 @@ def decide(
     new = evolve_job(job, changes)
     entry = None
     if ev.audited:
+        # positional, in ENTRY_FIELDS order: half the cost of keywords (every transition)
         entry = AuditEntry(
-            job_id=job.id,
-            version=new.version,
-            at=now,
-            event=event,
-            from_state=job.state,
-            to_state=rule.dest,
-            fence=new.fence,
-            attempt=new.attempt,
-            actor=args.get("actor"),
-            reason=args.get("reason"),
-            error=step.error,
-            correlation_id=job.correlation_id,
-            data_json=_data_json(step.data),
-            code=rule.code_for(step),
+            job.id,  # job_id
+            new.version,  # version
+            now,  # at
+            event,  # event
+            job.state,  # from_state
+            rule.dest,  # to_state
+            new.fence,  # fence
+            new.attempt,  # attempt
+            args.get("actor"),  # actor
+            args.get("reason"),  # reason
+            step.error,  # error
+            job.correlation_id,  # correlation_id
+            "applied",  # outcome
+            _data_json(step.data),  # data_json
+            rule.code_for(step),  # code
         )
-    return Decision(job=new, entry=entry, event=event, previous=job)
+    return Decision(new, entry, event, job)  # job, entry, event, previous
 
 
 def replay(

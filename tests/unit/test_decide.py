@@ -9,11 +9,11 @@ import attrs
 import pytest
 
 from fsm.errors import BadInput, IllegalTransition, LeaseLost, OperatorError
-from fsm.lifecycle.core import _data_json, decide, replay
+from fsm.lifecycle.core import ENTRY_FIELDS, _data_json, decide, replay
 from fsm.lifecycle.rules import EFFECTS, GUARDS
 from fsm.lifecycle.spec import lifecycle
 from fsm.policies import Backoff, LeasePolicy, Policy, RetryPolicy
-from fsm.records import Job, evolve_job
+from fsm.records import AUDIT_FIELDS, AuditEntry, Decision, Job, evolve_job
 
 from .helpers import NOW, OTHER, OWNER, job_in
 
@@ -470,3 +470,34 @@ def test_every_rule_resolves_the_guards_and_effects_the_spec_names() -> None:
     for rule in lifecycle().rules:
         assert rule.guard_fns == tuple(GUARDS[g] for g in rule.guards)
         assert rule.effect_fns == tuple(EFFECTS[e] for e in rule.effects)
+
+
+def test_decide_builds_audit_entries_and_decisions_in_their_field_order() -> None:
+    # decide passes these positionally: a reordered record must fail here, not mislabel
+    assert AUDIT_FIELDS == ENTRY_FIELDS
+    assert tuple(f.name for f in attrs.fields(Decision))[:4] == (
+        "job",
+        "entry",
+        "event",
+        "previous",
+    )
+    running = job_in("running")
+    d = decide(running, "fail", NOW, policy(), fence=2, error="boom", actor="w", reason="r")
+    assert d.entry == AuditEntry(
+        job_id=running.id,
+        version=running.version + 1,
+        at=NOW,
+        event="fail",
+        from_state="running",
+        to_state="retry_wait",
+        fence=2,
+        attempt=1,
+        actor="w",
+        reason="r",
+        error="boom",
+        correlation_id="corr-1",
+        outcome="applied",
+        data_json=d.entry.data_json,
+        code="handler_error",
+    )
+    assert (d.job.state, d.event, d.previous) == ("retry_wait", "fail", running)
