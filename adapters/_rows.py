@@ -130,14 +130,15 @@ def check_storable(jobs: Iterable[Job] = (), entries: Iterable[AuditEntry | None
     a NaN or infinite time, an integer outside 64 bits. Every store calls it before it
     writes, so no store silently changes a value (SQLite stores NaN as NULL)."""
     for job in jobs:
-        floats, ints = _job_floats(job), _job_ints(job)
+        ints = _job_ints(job)
         # the common case in one pass: a sum is finite only if every term is (a sum of
-        # huge finite times may overflow: the field-by-field check then passes it)
-        if isfinite(sum([v for v in floats if v is not None])) and (
+        # huge finite times may overflow: the field-by-field check then passes it);
+        # filter(None, ...) leaves out the unset times (and zeros, which add nothing)
+        if isfinite(sum(filter(None, _job_floats(job)))) and (
             min(ints) >= INT64_MIN and max(ints) <= INT64_MAX
         ):
             continue
-        _refuse(f"job {job.id}", _JOB_FLOATS, floats, ints, _JOB_INTS)
+        _refuse(f"job {job.id}", _JOB_FLOATS, _job_floats(job), ints, _JOB_INTS)
     for entry in entries:
         if entry is None:
             continue

@@ -132,11 +132,11 @@ def evolve_job(job: Job, changes: dict[str, Any]) -> Job:
     directly. `test_evolve_job_matches_attrs_evolve` pins the equivalence.
     """
     values = list(_job_values(job))
-    for name, value in changes.items():
-        try:
+    try:
+        for name, value in changes.items():
             values[_JOB_INDEX[name]] = value
-        except KeyError:
-            raise TypeError(f"Job has no field {name!r}") from None
+    except KeyError as err:
+        raise TypeError(f"Job has no field {err.args[0]!r}") from None
     return Job(*values)
 
 

@@ -7,6 +7,7 @@ the `Step` they are given (record, event arguments, `now`, policy).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import BadInput, OperatorError
@@ -162,9 +163,12 @@ KIND_POLICY_FIELDS = (
 )
 
 
+_KIND_POLICY_KEYS = frozenset(KIND_POLICY_FIELDS)
+
+
 def _number(s: Step, name: str, value: Any, *, integer: bool) -> float:
     kinds = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < float("inf"):
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
         raise BadInput(f"job {s.job.id}: kind policy {name} must be a positive number")
     return value
 
@@ -177,49 +181,52 @@ def _enforce_kind_policy(s: Step) -> None:
     budget, so the invariants on attempts and recoveries hold across the change.
     """
     policy = s.args.get("kind_policy")
-    if policy is not None and (
-        not isinstance(policy, dict) or set(policy) - set(KIND_POLICY_FIELDS)
-    ):
+    changes = s.changes
+    if policy is None:
+        # without a kind policy: whether an outside call began is unknown (marks None)
+        changes["marks"] = None
+        changes["reconciler"] = False
+        return
+    if not isinstance(policy, dict) or not _KIND_POLICY_KEYS.issuperset(policy):
         raise BadInput(f"job {s.job.id}: start's kind_policy takes only {KIND_POLICY_FIELDS}")
-    marked = False if policy is None else policy.get("marks_outside_calls", False)
+    marked = policy.get("marks_outside_calls", False)
     if not isinstance(marked, bool):
         raise BadInput(f"job {s.job.id}: kind policy marks_outside_calls must be true or false")
     # (the kind's reconciler flag tells sweeps without it to leave a lost run a while)
     # a handler that marks before every outside call lets a run lost before any mark
     # be re-run (`safe_to_rerun`); for any other, whether one began is unknown (None)
-    s.changes["marks"] = 0 if marked else None
-    reconciler = False if policy is None else policy.get("reconciler", False)
+    changes["marks"] = 0 if marked else None
+    reconciler = policy.get("reconciler", False)
     if not isinstance(reconciler, bool):
         raise BadInput(f"job {s.job.id}: kind policy reconciler must be true or false")
-    s.changes["reconciler"] = reconciler
-    if policy is None:
-        return
+    changes["reconciler"] = reconciler
     job = s.job
-    effective: dict[str, Any] = {}
-    safe = policy.get("retry_safe")
-    if safe is not None:
+    retry_safe, max_attempts, max_recoveries = job.retry_safe, job.max_attempts, job.max_recoveries
+    timeout, deadline = job.timeout, job.deadline
+    if (safe := policy.get("retry_safe")) is not None:
         if not isinstance(safe, bool):
             raise BadInput(f"job {job.id}: kind policy retry_safe must be true or false")
-        effective["retry_safe"] = job.retry_safe and safe
-    if policy.get("max_attempts") is not None:
-        cap = int(_number(s, "max_attempts", policy["max_attempts"], integer=True))
-        effective["max_attempts"] = max(job.attempt + 1, min(job.max_attempts, cap))
-    if policy.get("max_recoveries") is not None:
-        value = policy["max_recoveries"]
+        changes["retry_safe"] = retry_safe = job.retry_safe and safe
+    if (value := policy.get("max_attempts")) is not None:
+        cap = int(_number(s, "max_attempts", value, integer=True))
+        changes["max_attempts"] = max_attempts = max(job.attempt + 1, min(max_attempts, cap))
+    if (value := policy.get("max_recoveries")) is not None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadInput(f"job {job.id}: kind policy max_recoveries must be an integer >= 0")
-        effective["max_recoveries"] = max(job.recoveries, min(job.max_recoveries, value))
-    if policy.get("timeout") is not None:
-        limit = _number(s, "timeout", policy["timeout"], integer=False)
-        effective["timeout"] = float(limit if job.timeout is None else min(job.timeout, limit))
-    if policy.get("deadline_after") is not None:
-        after = _number(s, "deadline_after", policy["deadline_after"], integer=False)
+        changes["max_recoveries"] = max_recoveries = max(job.recoveries, min(max_recoveries, value))
+    if (value := policy.get("timeout")) is not None:
+        limit = _number(s, "timeout", value, integer=False)
+        changes["timeout"] = timeout = float(limit if timeout is None else min(timeout, limit))
+    if (value := policy.get("deadline_after")) is not None:
+        after = _number(s, "deadline_after", value, integer=False)
         latest = job.created_at + after
-        effective["deadline"] = latest if job.deadline is None else min(job.deadline, latest)
-    s.changes.update(effective)
+        changes["deadline"] = deadline = latest if deadline is None else min(deadline, latest)
     s.data["effective_policy"] = {
-        name: effective.get(name, getattr(job, name))
-        for name in ("retry_safe", "max_attempts", "max_recoveries", "timeout", "deadline")
+        "retry_safe": retry_safe,
+        "max_attempts": max_attempts,
+        "max_recoveries": max_recoveries,
+        "timeout": timeout,
+        "deadline": deadline,
     }
 
 

@@ -20,7 +20,7 @@ from transitions import Machine
 
 from ..errors import SpecError
 from .codes import CODE_RULES, code_problems
-from .rules import EFFECTS, GUARDS, Step
+from .rules import EFFECTS, GUARDS, Effect, Guard, Step
 
 #: state and event names: they reach SQL literals, diagrams and log lines as they are
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -42,6 +42,30 @@ class Rule:
     #: the reason code of the audit entry: fixed, or picked by a rule of CODE_RULES
     code: str | None = None
     code_rule: str | None = None
+    #: the guards and effects themselves, looked up once by name in fsm/lifecycle/rules.py
+    #: (`decide` runs on every transition; the names above stay the spec's words)
+    guard_fns: tuple[Guard, ...] = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda self: tuple(GUARDS[g] for g in self.guards), takes_self=True),
+    )
+    effect_fns: tuple[Effect, ...] = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: tuple(EFFECTS[e] for e in self.effects), takes_self=True
+        ),
+    )
+
+    def holds(self, step: Step) -> bool:
+        """Whether every guard of this transition holds for `step` (in spec order)."""
+        # a loop, not all(<generator>): decide calls this on every transition
+        for guard in self.guard_fns:  # noqa: SIM110
+            if not guard(step):
+                return False
+        return True
 
     def codes(self) -> tuple[str, ...]:
         """Every code an entry of this transition can carry."""

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import attrs
 import pytest
 
 from fsm.errors import BadInput, IllegalTransition, LeaseLost, OperatorError
-from fsm.lifecycle.core import decide, replay
+from fsm.lifecycle.core import ENTRY_FIELDS, _data_json, decide, replay
+from fsm.lifecycle.rules import EFFECTS, GUARDS
+from fsm.lifecycle.spec import lifecycle
 from fsm.policies import Backoff, LeasePolicy, Policy, RetryPolicy
-from fsm.records import Job, evolve_job
+from fsm.records import AUDIT_FIELDS, AuditEntry, Decision, Job, evolve_job
 
 from .helpers import NOW, OTHER, OWNER, job_in
 
@@ -351,3 +356,148 @@ def test_a_lost_run_past_its_deadline_fails_instead_of_waiting_to_retry() -> Non
     # then it fails (a retry could never be leased), counting the lost run as a recovery
     assert (d.job.state, d.job.recoveries) == ("failed", job.recoveries + 1)
     assert d.job.finished_at == NOW
+
+
+def test_start_enforces_the_kind_policy_stricter_only_and_records_it() -> None:
+    leased = job_in("leased", recoveries=1)
+    kind_policy = {
+        "retry_safe": False,
+        "max_attempts": 3,
+        "max_recoveries": 5,
+        "timeout": 2,
+        "deadline_after": 60,
+    }
+    d = decide(leased, "start", NOW, policy(), fence=2, kind_policy=kind_policy)
+    assert (d.job.retry_safe, d.job.max_attempts, d.job.max_recoveries) == (False, 3, 3)
+    assert d.job.timeout == 2.0
+    assert isinstance(d.job.timeout, float)
+    assert d.job.deadline == leased.created_at + 60
+    assert (d.job.marks, d.job.reconciler) == (None, False)
+    assert d.entry is not None
+    assert d.entry.data["effective_policy"] == {
+        "retry_safe": False,
+        "max_attempts": 3,
+        "max_recoveries": 3,
+        "timeout": 2.0,
+        "deadline": leased.created_at + 60,
+    }
+    assert replay_start(leased, d.entry.data) == d.job
+
+
+def replay_start(leased: Job, data: dict[str, object]) -> Job:
+    return decide(leased, "start", NOW, policy(), **data).job
+
+
+def test_start_kind_policy_never_loosens_and_keeps_the_running_attempt_within_budget() -> None:
+    leased = job_in(
+        "leased", retry_safe=False, attempt=4, max_attempts=5, recoveries=2, timeout=1.0
+    )
+    d = decide(
+        leased,
+        "start",
+        NOW,
+        policy(),
+        fence=2,
+        kind_policy={"retry_safe": True, "max_attempts": 2, "max_recoveries": 0, "timeout": 9},
+    )
+    assert d.job.retry_safe is False
+    assert d.job.attempt == 5
+    assert d.job.max_attempts == 5  # the attempt being started stays within its budget
+    assert d.job.max_recoveries == 2  # the recoveries already counted stay within it too
+    assert d.job.timeout == 1.0
+
+
+def test_start_without_a_kind_policy_leaves_the_stored_one() -> None:
+    leased = job_in("leased", marks=3, reconciler=True)
+    d = decide(leased, "start", NOW, policy(), fence=2)
+    assert (d.job.marks, d.job.reconciler) == (None, False)
+    assert (d.job.max_attempts, d.job.timeout, d.job.deadline) == (10, None, None)
+    assert d.entry is not None
+    assert "effective_policy" not in d.entry.data
+
+
+def test_start_kind_policy_flags_set_marks_and_reconciler() -> None:
+    flags = {"marks_outside_calls": True, "reconciler": True}
+    d = decide(job_in("leased"), "start", NOW, policy(), fence=2, kind_policy=flags)
+    assert (d.job.marks, d.job.reconciler) == (0, True)
+
+
+@pytest.mark.parametrize(
+    ("kind_policy", "named"),
+    [
+        ({"colour": "red"}, "takes only"),
+        (["retry_safe"], "takes only"),
+        ({"retry_safe": 1}, "retry_safe"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"max_recoveries": -1}, "max_recoveries"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"deadline_after": -1}, "deadline_after"),
+        ({"marks_outside_calls": 1}, "marks_outside_calls"),
+        ({"reconciler": "yes"}, "reconciler"),
+    ],
+)
+def test_start_refuses_a_malformed_kind_policy(kind_policy: object, named: str) -> None:
+    with pytest.raises(BadInput, match=named):
+        decide(job_in("leased"), "start", NOW, policy(), fence=2, kind_policy=kind_policy)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"fence": 1, "result_json": "null"},
+        {"owner": {"pid": 1, "host": "h", "incarnation": "i"}, "lease_until": 1030.5},
+        {"b": [1, 2.5, None, True, "é\u2028\x00"], "a": {"z": {}, "y": []}, "n": float("nan")},
+        {"when": NOW, "owner": OWNER, "ids": {"x"}},  # not JSON: written as str()
+    ],
+)
+def test_audit_data_is_the_canonical_json_of_the_checking_encoder(data: dict[str, Any]) -> None:
+    expected = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    assert _data_json(data) == expected
+
+
+def test_audit_data_with_a_cycle_is_refused_by_name() -> None:
+    data: dict[str, Any] = {"a": 1}
+    data["self"] = data
+    with pytest.raises(ValueError, match="Circular reference"):
+        _data_json(data)
+
+
+def test_every_rule_resolves_the_guards_and_effects_the_spec_names() -> None:
+    for rule in lifecycle().rules:
+        assert rule.guard_fns == tuple(GUARDS[g] for g in rule.guards)
+        assert rule.effect_fns == tuple(EFFECTS[e] for e in rule.effects)
+
+
+def test_decide_builds_audit_entries_and_decisions_in_their_field_order() -> None:
+    # decide passes these positionally: a reordered record must fail here, not mislabel
+    assert AUDIT_FIELDS == ENTRY_FIELDS
+    assert tuple(f.name for f in attrs.fields(Decision))[:4] == (
+        "job",
+        "entry",
+        "event",
+        "previous",
+    )
+    running = job_in("running")
+    d = decide(running, "fail", NOW, policy(), fence=2, error="boom", actor="w", reason="r")
+    assert d.entry == AuditEntry(
+        job_id=running.id,
+        version=running.version + 1,
+        at=NOW,
+        event="fail",
+        from_state="running",
+        to_state="retry_wait",
+        fence=2,
+        attempt=1,
+        actor="w",
+        reason="r",
+        error="boom",
+        correlation_id="corr-1",
+        outcome="applied",
+        data_json=d.entry.data_json,
+        code="handler_error",
+    )
+    assert (d.job.state, d.event, d.previous) == ("retry_wait", "fail", running)

@@ -710,3 +710,23 @@ def test_an_async_handler_on_a_thread_executor_runs_on_a_loop_of_its_own(
     # then the coroutine was awaited (its result stored), not returned as an object
     assert engine.get(async_job.id).result_json == "42"
     assert engine.get(sync_job.id).result_json == '"plain"'
+
+
+def test_a_run_token_behaves_as_a_threading_event() -> None:
+    from fsm.worker.runs import Token
+
+    token = Token()
+    assert isinstance(token, threading.Event)
+    assert not token.is_set()
+    assert token.wait(0.01) is False  # times out unset
+    waiter_saw: list[bool] = []
+    waiter = threading.Thread(target=lambda: waiter_saw.append(token.wait(10)))
+    waiter.start()
+    time.sleep(0.05)
+    token.set()
+    waiter.join(5)
+    assert waiter_saw == [True]
+    assert token.is_set()
+    assert token.wait(0) is True
+    token.clear()
+    assert not token.is_set()
