@@ -15,6 +15,7 @@ import logging
 import operator
 import weakref
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any
 
 import attrs
@@ -79,10 +80,8 @@ _set_values = operator.attrgetter(*_SET_COLUMNS)
 def _changed(d: Decision) -> tuple[str, ...]:
     """The columns `d` changes, in column order; `version` always (it always grows)."""
     assert d.previous is not None
-    new, old = _set_values(d.job), _set_values(d.previous)
-    return tuple(
-        c for c, a, b in zip(_SET_COLUMNS, new, old, strict=True) if a != b or c == "version"
-    )
+    differ = map(operator.ne, _set_values(d.job), _set_values(d.previous))
+    return tuple(compress(_SET_COLUMNS, differ))  # version is among them: it always grows
 
 
 _audit_values = operator.attrgetter(*AUDIT_COLUMNS)

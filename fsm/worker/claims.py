@@ -34,6 +34,7 @@ class Claims:
     def __init__(self, shared: Shared, regain_liveness: Callable[[], bool]) -> None:
         self.s = shared
         self._regain_liveness = regain_liveness
+        self._start_by_kind: dict[str, dict[str, Any]] = {}
 
     def free(self) -> int:
         executor = self.s.executor
@@ -133,15 +134,20 @@ class Claims:
         return jobs
 
     def _start_args(self, job: Job) -> dict[str, Any]:
-        """`start`'s arguments but the fence: the policy of the kind's handler here."""
-        spec = self.s.handlers.get(job.kind)
-        if spec is None:
-            return {}
-        policy = spec.policy.enforced()
-        policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
-        if spec.reconciler is not None:
-            policy["reconciler"] = True
-        return {"kind_policy": policy}
+        """`start`'s arguments but the fence: the policy of the kind's handler here
+        (built once per kind: a worker's handlers and policy are fixed while it runs)."""
+        args = self._start_by_kind.get(job.kind)
+        if args is None:
+            args = {}
+            spec = self.s.handlers.get(job.kind)
+            if spec is not None:
+                policy = spec.policy.enforced()
+                policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
+                if spec.reconciler is not None:
+                    policy["reconciler"] = True
+                args = {"kind_policy": policy}
+                self._start_by_kind[job.kind] = args  # bounded: one per handled kind
+        return args
 
     def dispatch(self, jobs: list[Job]) -> None:
         """Launch the claimed jobs: those the claim started at once; those it only
