@@ -66,6 +66,8 @@ SETTLE_STEP = 100.0
 QUEUE_PREFIX = "fault-suite"
 HOSTS = ("fault-sim-a", "fault-sim-b")
 MAX_ATTEMPTS = 3
+#: what a zombie whose lease was taken over once reports (`lease_taken_over_once`)
+ONE_BEHIND_EVENTS = ("start", "release", "succeed", "fail", "ambiguous", "mark")
 
 
 def _weights(value: Mapping[str, int]) -> dict[str, int]:
@@ -847,6 +849,95 @@ class FaultMachine(RuleBasedStateMachine):
                 self._finish(zombie, jid, roll)
             elif held.phase == "leased":
                 self._start(zombie, jid, held.fence)
+
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, event=st.sampled_from(ONE_BEHIND_EVENTS), roll=st.integers(0, 999))
+    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
+        """The commonest zombie: its lease is taken over exactly once, and it reports
+        with the fence just before the current one.
+
+        A worker holds a run (leased, for a `start` or `release`; running, for a
+        `succeed`, `fail`, `ambiguous` or `mark`), leasing and starting a due job if
+        it holds none that fits. It stalls past its lease; the production sweep
+        (`fsm.recovery.sweep`) expires the lapsed lease without moving the fence
+        (leased -> queued, or a retry-safe running job -> retry_wait); another
+        worker leases the job (fence + 1) and, unless the zombie's report is a
+        `start` or `release`, starts it, so the report is legal in the job's state
+        and only its fence is wrong. Then the zombie wakes and sends that report
+        through the Engine, so it reaches `decide` with the fence one behind.
+
+        Checked in the step (`_report`): I7, a report carrying a fence other than the
+        job's current one raises `LeaseLost` and no applied entry for it appears
+        afterwards; one fence behind is as stale as ten.
+        """
+        zombie = self._active(w)
+        assert zombie is not None
+        needs = "leased" if event in ("start", "release") else "running"
+        picked = self._one_behind_run(zombie, j, needs)
+        if picked is None:
+            return
+        jid, fence = picked
+        zombie.paused = True
+        self._fault("worker pause")
+        self.clock.advance(self.policy.lease.ttl + 1.0)
+        self._fault("clock jump past leases")
+        self._sweep(judged=False)
+        takers = [x for x in self.workers if x.active]
+        if not takers:
+            return
+        taker = takers[roll % len(takers)]
+        for job in self._claim(taker, 1, ids=[jid]):
+            self._fault("lease taken over once")
+            if needs == "running":
+                self._start(taker, jid, job.fence)
+        zombie.paused = False
+        self._fault("zombie wakes")
+        call = self._zombie_call(jid, event, fence, roll)
+        self._report(zombie, jid, event, fence, call)
+        self._reconcile(zombie, jid)
+
+    def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
+        """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable
+        state without moving the fence (not a kind with a reconciler, nor a running
+        job that is not retry-safe); it leases (and starts) a due job if it holds none.
+        The run's job id and fence, or None."""
+
+        def fits(jid: str) -> bool:
+            job = self.real.get(jid)
+            return (
+                job is not None
+                and job.kind not in self.marking
+                and (phase == "leased" or job.retry_safe)
+            )
+
+        held = [
+            jid
+            for jid in sorted(worker.held, key=self.index.__getitem__)
+            if worker.held[jid].phase == phase and fits(jid)
+        ]
+        if not held:
+            for job in self._claim(worker, 1):
+                if not fits(job.id):
+                    return None
+                if phase == "running":
+                    self._start(worker, job.id, job.fence)
+            held = [jid for jid, h in worker.held.items() if h.phase == phase and fits(jid)]
+        if not held:
+            return None
+        jid = held[j % len(held)]
+        return jid, worker.held[jid].fence
+
+    def _zombie_call(self, jid: str, event: str, fence: int, roll: int) -> Callable[[], Job]:
+        e = self.engine
+        calls: dict[str, Callable[[], Job]] = {
+            "start": partial(self._start_call, jid, fence),
+            "release": lambda: e.release(jid, fence),
+            "succeed": lambda: e.succeed(jid, fence, {"fence": fence}),
+            "fail": lambda: e.fail(jid, fence, "handler raised", delay=float(roll % 60)),
+            "ambiguous": lambda: e.ambiguous(jid, fence, "outside effect unknown"),
+            "mark": lambda: e.mark(jid, fence, "calling the outside system", f"ext-{jid}"),
+        }
+        return calls[event]
 
     @rule(seconds=st.sampled_from((1.0, 6.0, 31.0, 61.0, 400.0, 4000.0)))
     def advance_clock(self, seconds: float) -> None:

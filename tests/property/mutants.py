@@ -128,7 +128,7 @@ MUTANTS: dict[type[MemoryStore], str] = {
     UncountedRecoveryStore: "I",
     PruneAnythingStore: "I3",
     PhantomAuditStore: "I",
-    EarlyReleaseStore: "D1",
+    EarlyReleaseStore: "D",
 }
 
 
