@@ -96,6 +96,11 @@ def batch_rows(columns: tuple[tuple[str, str], ...], varying: tuple[bool, ...]) 
     return f"SELECT {select} FROM unnest({arrays}) AS u({', '.join(names)})"
 
 
+#: the shape of a claim's statement: (states it leases from, by ids, one queue, skipping
+#: the ids in %(skip)s (jobs the core refused to lease), only the kinds in %(kinds)s)
+ClaimShape = tuple[tuple[str, ...], bool, bool, bool, bool]
+
+
 class Statements:
     """Every statement of the store for one schema `s` (already quoted)."""
 
@@ -201,8 +206,8 @@ class Statements:
         # erase: the job's trail, then each entry's data rewritten (erased_data_json)
         self.trail_data = f"SELECT seq, data_json FROM {events} WHERE job_id = %s"
         self.erase_entry = f"UPDATE {events} SET data_json = %s WHERE job_id = %s AND seq = %s"
-        self._claims: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
-        self._locks: dict[tuple[tuple[str, ...], bool, bool, bool, bool], str] = {}
+        self._claims: dict[ClaimShape, str] = {}
+        self._locks: dict[ClaimShape, str] = {}
         self._waiting: dict[tuple[str, ...], str] = {}
 
     def waiting(self, states: tuple[str, ...]) -> str:
@@ -282,23 +287,13 @@ class Statements:
             self._audits[varying] = statement  # bounded: one per subset of audit columns
         return statement
 
-    def claim(
-        self,
-        states: tuple[str, ...],
-        by_ids: bool,
-        one_queue: bool = False,
-        skipping: bool = False,
-        by_kind: bool = False,
-    ) -> str:
+    def claim(self, key: ClaimShape) -> str:
         """Lease in ONE statement: lock due rows (SKIP LOCKED), update them, return both
         the locked pre-images and the leased rows so the caller can check them
-        against the core's `lease` decision before it commits. `skipping`: leave out
-        the ids in %(skip)s (jobs the core refused to lease). `by_kind`: only jobs whose
-        kind is in %(kinds)s."""
-        key = (states, by_ids, one_queue, skipping, by_kind)
+        against the core's `lease` decision before it commits (`key`: see ClaimShape)."""
         if key not in self._claims:
             self._claims[key] = (
-                f"WITH locked AS ({self.lock(*key)}) "
+                f"WITH locked AS ({self.lock(key)}) "
                 f"UPDATE {self.jobs} AS j SET state = 'leased', fence = j.fence + 1, "
                 "owner = %(owner)s, lease_until = %(lease_until)s, version = j.version + 1, "
                 "updated_at = %(now)s FROM locked WHERE j.id = locked.id "
@@ -306,19 +301,12 @@ class Statements:
             )
         return self._claims[key]
 
-    def lock(
-        self,
-        states: tuple[str, ...],
-        by_ids: bool,
-        one_queue: bool = False,
-        skipping: bool = False,
-        by_kind: bool = False,
-    ) -> str:
+    def lock(self, key: ClaimShape) -> str:
         """The claim's candidates, locked (SKIP LOCKED) and returned unchanged: `claim`
         updates them in the same statement; a claim-and-start lets the core decide
-        both steps and writes each row once. The arguments are `claim`'s."""
-        key = (states, by_ids, one_queue, skipping, by_kind)
+        both steps and writes each row once."""
         if key not in self._locks:
+            states, by_ids, one_queue, skipping, by_kind = key
             # one queue: equality lets the planner walk jobs_due in lease order and
             # stop after `limit` rows; several queues: an index scan plus a sort.
             queue = "queue = %(queue)s" if one_queue else "queue = ANY(%(queues)s::text[])"

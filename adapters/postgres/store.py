@@ -56,6 +56,7 @@ from ._base import (
     outcomes,
 )
 from ._insert import COPY_MIN, INSERT_ROUNDS
+from ._sql import ClaimShape
 from ._url import CHANNEL_PREFIX, Settings
 from .aio import AsyncPostgresStore
 from .browse import PostgresBrowse
@@ -152,14 +153,14 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         first statement; the core decides the lease and the start, and each row is
         written once, from its pre-image to running, before the one commit."""
         one_queue = len(set(request.queues)) == 1
-        shape = (
+        shape: ClaimShape = (
             tuple(request.states),
             request.ids is not None,
             one_queue,
             bool(skip),
             request.kinds is not None,
         )
-        statement = self.sql.lock(*shape) if request.start else self.sql.claim(*shape)
+        statement = self.sql.lock(shape) if request.start else self.sql.claim(shape)
         params = {
             "queues": list(request.queues),
             "queue": request.queues[0],

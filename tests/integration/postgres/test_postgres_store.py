@@ -221,7 +221,7 @@ def test_claim_and_the_sweep_use_their_partial_indexes(pg_url: str, admin: Any) 
         engine.submit_many([("k", i, {}) for i in range(200)])
         admin.run("ANALYZE jobs")
         admin.run("SET enable_seqscan = off")
-        claim_sql = store.sql.claim(("queued", "retry_wait"), False, True)
+        claim_sql = store.sql.claim((("queued", "retry_wait"), False, True, False, False))
         params = {
             "queues": ["default"],
             "queue": "default",
