@@ -158,13 +158,19 @@ class Claims:
             return
         leased = [j for j in jobs if j.state == "leased"]
         running = [j for j in jobs if j.state != "leased"]
-        if s.stopping.is_set() or s.liveness_lost.is_set():
-            # claimed just as we stopped or lost the liveness token: give back what is
-            # only leased; what already started is left to recovery, never run here
+        if s.liveness_lost.is_set():
+            # claimed just as the liveness token was lost: others may judge this worker
+            # dead. Give back what is only leased; what the claim started is left to
+            # recovery, never run here.
             self.release(leased)
             for job in running:
-                s.identity.drop(job.id, job.fence, abandoned="claimed while stopping")
+                s.identity.drop(job.id, job.fence, abandoned="claimed as liveness was lost")
             return
+        if s.stopping.is_set():
+            # claimed just as we began to stop: give back what is only leased; what the
+            # claim started runs like every other run in flight, within the drain's grace
+            self.release(leased)
+            leased = []
         for job in running:
             self.launch(job)
         if not leased:
