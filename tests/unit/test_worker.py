@@ -420,6 +420,37 @@ def test_stop_drains_running_jobs_and_leaves_no_lease(
     assert all(engine.get(j.id).owner is None for j in jobs)
 
 
+def test_jobs_a_claim_started_as_the_worker_stopped_run_within_the_drain() -> None:
+    # given a worker whose first claim-and-start returns just after stop() was called
+    class StopInClaim(MemoryStore):
+        worker: Worker | None = None
+
+        def claim(self, request: ClaimRequest) -> list[Job]:
+            got = super().claim(request)
+            if got and self.worker is not None:
+                self.worker.stop()
+                self.worker = None
+            return got
+
+    store = StopInClaim()
+    engine = _engine(store, grace=10.0)
+    worker = _worker(engine, concurrency=4, handlers={"k": lambda ctx: time.sleep(0.05)})
+    store.worker = worker
+    jobs = [engine.submit("k") for _ in range(8)]
+
+    # when it runs until that stop has drained
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    t.join(10.0)
+
+    # then what that claim started ran to its end; nothing is left running or held
+    states = [_state(engine, j) for j in jobs]
+    assert not t.is_alive()
+    assert set(states) <= {"succeeded", "queued"}
+    assert states.count("succeeded") == 4  # the one claim's batch: its 4 free slots
+    assert all(engine.get(j.id).owner is None for j in jobs)
+
+
 def test_stop_now_hard_cancels_and_expires_running_jobs_with_the_reason() -> None:
     engine = _engine(ttl=60.0, grace=30.0)
     hold = threading.Event()
