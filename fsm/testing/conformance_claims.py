@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..clock import FakeClock
-from ..engine import Engine
-from ..ports import Store
 from ..records import Job, Owner
+from .suite_part import SuitePart
 
 #: the owner these checks claim for
 CLAIMER = Owner(host="host-claims", pid=4242, incarnation="inc-claims")
@@ -26,17 +24,8 @@ def _no_args(job: Job) -> dict[str, Any]:
     return {}
 
 
-class ClaimStartConformance:
+class ClaimStartConformance(SuitePart):
     """Mixed into `fsm.testing.conformance.StoreConformance` (which gives `store`, `engine`)."""
-
-    concurrent_threads: int
-
-    @property
-    def store(self) -> Store:
-        raise NotImplementedError  # StoreConformance
-
-    def engine(self, store: Store | None = None) -> tuple[Engine, FakeClock]:
-        raise NotImplementedError  # StoreConformance
 
     def _trail(self, job_id: str) -> list[str]:
         return [e.event for e in self.store.history(job_id)]

@@ -12,25 +12,15 @@ import threading
 
 import attrs
 
-from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import BadInput
-from ..ports import HoldsSchedules, ScanRequest, ScheduleRecord, Store
+from ..ports import HoldsSchedules, ScanRequest, ScheduleRecord
 from ..schedules import schedule, tick_key
 from ..scheduling import Schedules
+from .suite_part import SuitePart
 
 
-class ScheduleConformance:
+class ScheduleConformance(SuitePart):
     """Mixed into `fsm.testing.conformance.StoreConformance` (which gives `store`, `engine`)."""
-
-    concurrent_threads: int
-
-    @property
-    def store(self) -> Store:
-        raise NotImplementedError  # StoreConformance
-
-    def engine(self, store: Store | None = None) -> tuple[Engine, FakeClock]:
-        raise NotImplementedError  # StoreConformance
 
     def _holding(self) -> HoldsSchedules | None:
         store = self.store
