@@ -37,9 +37,10 @@ class Claims:
         self._start_by_kind: dict[str, dict[str, Any]] = {}
 
     def free(self) -> int:
-        executor = self.s.executor
-        assert executor is not None
-        return max(0, min(executor.free, self.s.concurrency - self.s.runs.count()))
+        s = self.s
+        assert s.executor is not None
+        running, held = s.runs.load()
+        return max(0, min(s.executor.free, s.concurrency - running, s.held_limit - held))
 
     def loop(self) -> None:
         s = self.s
@@ -57,8 +58,7 @@ class Claims:
                 s.runs.freed.wait(s.poll_interval)
                 s.runs.freed.clear()
                 continue
-            if immediate:
-                free = self._gather_slots(free)
+            free = self._gather_slots(free)
             try:
                 wakeups = delivery.poll(free, 0.0 if immediate else s.poll_interval)
                 delivery.check()
@@ -199,7 +199,7 @@ class Claims:
             if spec is None:
                 known = ", ".join(sorted(s.handlers)) or "none"
                 error = f"no handler for kind {job.kind!r} on this worker (it handles: {known})"
-                s.outcomes.put((run, Outcome(status="permanent", error=error)))
+                s.settle(run, Outcome(status="permanent", error=error))
                 return
             self._submit(run)
         except ExecutorFull:
@@ -213,7 +213,7 @@ class Claims:
                 run = Run(job, None)
                 s.runs.add(run)
             error = clean_text(f"could not launch the attempt: {type(err).__name__}: {err}")
-            s.outcomes.put((run, Outcome(status="failed", error=error)))
+            s.settle(run, Outcome(status="failed", error=error))
 
     def _marker(self, job: Job) -> Callable[[str, str | None], None]:
         """How the attempt's `ctx.mark` reaches the store: a fenced `mark` event."""
@@ -243,7 +243,7 @@ class Claims:
             progress=ctx.progress_from,
             mark=ctx.marker,
         )
-        s.executor.submit(attempt, lambda _a, outcome: s.outcomes.put((run, outcome)))
+        s.executor.submit(attempt, lambda _a, outcome: s.settle(run, outcome))
 
     def release(self, jobs: list[Job]) -> None:
         """Give back leased, unstarted jobs (bounded tries; recovery covers the rest)."""

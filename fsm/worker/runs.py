@@ -40,6 +40,7 @@ class Run:
         "cancelled",
         "ctx",
         "dropped",
+        "ended",
         "hard",
         "job",
         "lease_lost",
@@ -59,6 +60,7 @@ class Run:
         self.hard = False  # a hard stop was asked of the executor
         self.lost = False  # the lease is gone: the result is discarded
         self.dropped: str | None = None  # left to recovery at shutdown, with the reason
+        self.ended = False  # its handler returned: the outcome waits for its report
         self.reporting = False
         self.progress_saved = 0  # the ctx.progress_seq last stored with the job
 
@@ -90,6 +92,13 @@ class Runs:
             if self._runs.get(run.key) is run:
                 del self._runs[run.key]
         self.identity.drop(run.job.id, run.job.fence, abandoned=abandoned)
+        self.freed.set()
+
+    def end(self, run: Run) -> None:
+        """`run`'s handler returned (its outcome is queued for the reporter): its slot
+        is free for the next claim while the report is written."""
+        with self._lock:
+            run.ended = True
         self.freed.set()
 
     def start_reporting(self, run: Run) -> bool:
@@ -135,6 +144,11 @@ class Runs:
     def count(self) -> int:
         with self._lock:
             return len(self._runs)
+
+    def load(self) -> tuple[int, int]:
+        """(runs whose handler has not returned, runs held until their report is written)."""
+        with self._lock:
+            return sum(1 for r in self._runs.values() if not r.ended), len(self._runs)
 
     def in_flight(self) -> int:
         """Runs not yet handed to the reporter."""

@@ -28,6 +28,10 @@ T = TypeVar("T")
 
 BACKOFF_START = 0.05  # first pause after a store error in a loop
 BACKOFF_CAP = 5.0  # longest pause after repeated store errors
+#: leases a worker holds per slot at most: one whose handler runs, and one whose
+#: handler returned and whose outcome waits for its report (the next claim does not
+#: wait for the report's commit)
+HELD_PER_SLOT = 2
 
 
 def backoff(step: int) -> float:
@@ -53,6 +57,8 @@ class Shared:
         self.identity = identity
         self.handlers = handlers
         self.concurrency = concurrency
+        #: the most runs held at once: running, or returned and not yet reported
+        self.held_limit = concurrency * HELD_PER_SLOT
         self.poll_interval = poll_interval
         self.executor: Executor | None = None
         self.delivery: WorkerDelivery | None = None
@@ -73,6 +79,11 @@ class Shared:
     @property
     def owner_name(self) -> str:
         return str(self.identity.owner)
+
+    def settle(self, run: Run, outcome: Outcome) -> None:
+        """Hand `run`'s outcome to the reporter; its slot is free from now on."""
+        self.runs.end(run)
+        self.outcomes.put((run, outcome))
 
     def wake(self) -> None:
         """Make the claim loop look for work now (recovered jobs are due at once)."""

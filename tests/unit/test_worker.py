@@ -451,6 +451,53 @@ def test_jobs_a_claim_started_as_the_worker_stopped_run_within_the_drain() -> No
     assert all(engine.get(j.id).owner is None for j in jobs)
 
 
+def test_the_next_claim_runs_while_reports_are_written_and_held_leases_stay_bounded() -> None:
+    # given a store whose report writes wait at a gate, and a worker with 2 slots
+    class GatedReports(MemoryStore):
+        gate = threading.Event()
+
+        def apply(self, decisions: Any) -> Any:
+            if any(d.entry is not None and d.entry.event == "succeed" for d in decisions):
+                self.gate.wait(10.0)
+            return super().apply(decisions)
+
+    store = GatedReports()
+    engine = _engine(store, ttl=30.0)
+    lock = threading.Lock()
+    ran: list[str] = []
+    running = [0, 0]  # now, most at once
+
+    def handler(ctx: Context) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+            ran.append(ctx.job.id)
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+
+    worker = _worker(engine, concurrency=2, handlers={"k": handler})
+    jobs = [engine.submit("k") for _ in range(8)]
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        # when the first reports wait at the gate, the freed slots run the next jobs...
+        wait_for(lambda: len(ran) == 4, what="a second slot's worth of jobs to run")
+        time.sleep(0.3)
+        # ...up to 2 x concurrency held leases: 2 reporting, 2 run and waiting to report
+        assert len(ran) == 4
+        assert running[1] <= 2  # never more handlers at once than slots
+        held = [j for j in jobs if engine.get(j.id).owner is not None]
+        assert len(held) == 4
+    finally:
+        store.gate.set()
+    # then once the reports go through every job succeeds
+    wait_for(lambda: all(_state(engine, j) == "succeeded" for j in jobs), what="all succeeded")
+    worker.stop()
+    t.join(10.0)
+    assert sorted(ran) == sorted(j.id for j in jobs)
+
+
 def test_stop_now_hard_cancels_and_expires_running_jobs_with_the_reason() -> None:
     engine = _engine(ttl=60.0, grace=30.0)
     hold = threading.Event()
