@@ -92,14 +92,21 @@ class Runs:
             if self._runs.get(run.key) is run:
                 del self._runs[run.key]
         self.identity.drop(run.job.id, run.job.fence, abandoned=abandoned)
-        self.freed.set()
+        self._free()
 
     def end(self, run: Run) -> None:
         """`run`'s handler returned (its outcome is queued for the reporter): its slot
         is free for the next claim while the report is written."""
         with self._lock:
             run.ended = True
-        self.freed.set()
+        self._free()
+
+    def _free(self) -> None:
+        # set only when clear: the claim loop clears `freed` before it counts free
+        # slots again, so a set already pending covers this change too (and set()
+        # takes a lock and notifies, once per job otherwise)
+        if not self.freed.is_set():
+            self.freed.set()
 
     def start_reporting(self, run: Run) -> bool:
         """Mark `run` as being reported; False if its result must be discarded."""
