@@ -85,7 +85,7 @@ THROUGHPUT_COMPARISONS = (
         (f"{T}.procrastinate.slots4.process",),
     ),
     Comparison(
-        "jobfsm PostgreSQL, 1 process (32 threads) / procrastinate, 1 x 1",
+        "jobfsm PostgreSQL, 1 process (best threads swept) / procrastinate, 1 x 1",
         f"{T}.jobfsm.postgres.w1.process",
         (f"{T}.procrastinate.w1.process",),
     ),
