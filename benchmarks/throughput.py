@@ -49,7 +49,7 @@ from fsm.worker.handlers import Handlers
 
 QUEUE_ENV = "JOBFSM_BENCH_QUEUE"
 CONCURRENCY = 32  # thread slots per worker process (the quick run's only shape)
-THREADS = (32, 64, 128)  # threads per process swept for the 1- and 4-process rows
+THREADS = (32, 64, 128, 256)  # threads per process swept for the 1- and 4-process rows
 POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
 BATCH = 1_000  # jobs per submit_many
 DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
@@ -318,7 +318,7 @@ def process_task(
     1 process on a store with a batched raw baseline, that baseline in its claim size."""
     runs = {t: [process_rate(system, cfg, workers, t) for _ in range(cfg.repeats)] for t in threads}
     concurrency, rows = process_rows(system, workers, shape, runs)
-    if workers == 1 and shape == "w1" and system in raw_batched.BASELINES:
+    if shape == "w1" and system in raw_batched.BASELINES:
         why = f"{concurrency}, the threads per process of the 1-worker row's best shape"
         rows += raw_batched.BASELINES[system](cfg, concurrency, why)
     return rows

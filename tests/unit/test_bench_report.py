@@ -232,7 +232,7 @@ def test_a_single_shape_keeps_the_plain_label_and_quick_runs_try_one_shape(
     quick = [t.label for t in throughput.plan(Config.make(quick=True, tmp=tmp_path))]
     full = [t.label for t in throughput.plan(Config.make(quick=False, tmp=tmp_path))]
     assert "jobfsm postgres: 1 worker(s) x {1x32} threads" in quick
-    assert "jobfsm postgres: 1 worker(s) x {1x32, 1x64, 1x128} threads" in full
+    assert "jobfsm postgres: 1 worker(s) x {1x32, 1x64, 1x128, 1x256} threads" in full
     assert "jobfsm postgres: 1 worker(s) x {1x4} threads" in full  # equal slots, unswept
 
 
