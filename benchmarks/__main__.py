@@ -2,10 +2,12 @@
 
 Suites (all by default; pick with --suites):
   throughput  jobfsm end to end: SQLite, PostgreSQL, PostgreSQL + RabbitMQ; 1 and 4 workers
-              and 4 equal slots, worker CPU per job; decide's cost; a recovered job's place
+              (threads per process swept, best shape reported) and 4 equal slots, worker
+              CPU per job; the raw baselines batched like its best 1-worker shape;
+              decide's cost; a recovered job's place
   peers       procrastinate, dramatiq and celery the same way, each swept over processes x
               concurrency (best shape reported), with equal-durability rows; and the raw
-              baselines (plain sqlite3, psycopg, pika; batched like a worker) on this machine
+              baselines (plain sqlite3, psycopg, pika) on this machine
   recovery    kill -9 (and SIGSTOP) of a worker mid-job: jobfsm beside each peer
   scale       lease latency and throughput with 0 / 100k / 1M finished rows (PostgreSQL also
               10M, then a retention prune of 9M); worker memory

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 PG_ADMIN = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -27,6 +28,18 @@ def drop_database(name: str) -> None:
 
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def pg_server_settings() -> dict[str, Any]:
+    """The PostgreSQL server's version and the settings that govern commit durability."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('server_version', 'synchronous_commit', 'fsync', 'wal_sync_method')"
+        ).fetchall()
+    return {f"postgresql {name}": setting for name, setting in rows}
 
 
 @contextmanager

@@ -27,13 +27,13 @@ PROCRASTINATE_BEST = f"{T}.procrastinate.best.process"
 # wants beside them: equal job slots, equal enqueue durability, enqueue rates.
 THROUGHPUT_COMPARISONS = (
     Comparison(
-        "jobfsm RabbitMQ, 1 worker process / dramatiq, best 1-process shape (no confirms)",
+        "jobfsm RabbitMQ, best 1-process shape / dramatiq, best 1-process shape (no confirms)",
         f"{T}.jobfsm.rabbitmq.w1.process",
         (f"{T}.dramatiq.w1.process",),
         1.5,
     ),
     Comparison(
-        "jobfsm RabbitMQ, 4 worker processes / dramatiq, best 4-process shape (no confirms)",
+        "jobfsm RabbitMQ, best 4-process shape / dramatiq, best 4-process shape (no confirms)",
         f"{T}.jobfsm.rabbitmq.w4.process",
         (f"{T}.dramatiq.w4.process",),
         1.5,
@@ -85,7 +85,7 @@ THROUGHPUT_COMPARISONS = (
         (f"{T}.procrastinate.slots4.process",),
     ),
     Comparison(
-        "jobfsm PostgreSQL, 1 process (32 threads) / procrastinate, 1 x 1",
+        "jobfsm PostgreSQL, 1 process (best threads swept) / procrastinate, 1 x 1",
         f"{T}.jobfsm.postgres.w1.process",
         (f"{T}.procrastinate.w1.process",),
     ),

@@ -14,6 +14,12 @@ the peers and the raw baselines the same way):
   the store counts all of them succeeded. The worker processes' CPU time (user +
   system, from /proc/<pid>/stat) over that window, divided by the jobs, is the
   worker CPU per job: less sensitive to other load on the machine than the rate.
+- jobfsm at its best, as each peer is: the 1- and 4-process rows sweep the threads
+  per process (`THREADS`; a quick run tries `CONCURRENCY` only) and report the shape
+  with the highest median, its label naming it and its facts every shape's median;
+  the worker CPU per job rows are that shape's. More slots make bigger claim
+  batches, so with 1 process the batched raw baseline (`raw_batched`) runs beside it
+  in the winner's claim size: the comparison stays like for like.
 - equal slots: the same with 1 process x 4 threads, the 4 job slots the peers'
   equal-slot rows get.
 
@@ -24,23 +30,26 @@ its default `synchronous=FULL`.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from benchmarks._services import fresh_store_url
 from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
+from benchmarks.peers import raw_batched, sweep
 from fsm import Engine, open_store
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
 QUEUE_ENV = "JOBFSM_BENCH_QUEUE"
-CONCURRENCY = 32  # thread slots per worker process
+CONCURRENCY = 32  # thread slots per worker process (the quick run's only shape)
+THREADS = (32, 64, 128, 256)  # threads per process swept for the 1- and 4-process rows
 POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
 BATCH = 1_000  # jobs per submit_many
 DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
@@ -250,40 +259,74 @@ def _settings(
     return out
 
 
+Run = tuple[float, float, list[float]]  # what `process_rate` returns
+
+
 def process_rows(
-    system: str, cfg: Config, workers: int, concurrency: int, shape: str
-) -> list[Measurement]:
-    """The rate and the worker CPU per job of `cfg.repeats` runs of one shape."""
-    runs = [process_rate(system, cfg, workers, concurrency) for _ in range(cfg.repeats)]
+    system: str, workers: int, shape: str, runs: Mapping[int, list[Run]]
+) -> tuple[int, list[Measurement]]:
+    """(the threads per process of the best shape, its rate and worker CPU rows).
+
+    `runs` holds each tried threads-per-process' runs; the best is the highest median
+    rate (`sweep.best`, as for the peers). With more than one tried, the label names
+    the shapes and the winner, and the facts keep every shape's medians.
+    """
+    shapes = [(workers, threads) for threads in runs]
+    rates = {(workers, threads): [r[0] for r in got] for threads, got in runs.items()}
+    (_, concurrency), values, facts = sweep.best(rates, shapes)
+    best = runs[concurrency]
     label = f"{LABELS[system]}: process, {workers} worker process{'es' if workers > 1 else ''}"
-    if concurrency != CONCURRENCY:
+    if len(shapes) > 1:
+        label += f", best threads per process of {sweep.names(shapes)}: {concurrency} threads"
+    elif concurrency != CONCURRENCY:
         label += f" x {concurrency} threads ({workers * concurrency} slots)"
     settings = _settings(system, workers, concurrency)
-    return [
+    if len(shapes) > 1:
+        settings["threads per process"] = f"{concurrency} (the best of {sorted(runs)}, swept)"
+        facts["worker CPU per job medians of the shapes tried (us)"] = {
+            f"{workers}x{t}": round(statistics.median(r[1] for r in got), 1)
+            for t, got in runs.items()
+        }
+    return concurrency, [
         Measurement(
             f"throughput.jobfsm.{system}.{shape}.process",
             label,
             "jobs/s",
-            [r[0] for r in runs],
+            values,
             settings,
             facts={
-                "worker CPU per job, us (all worker processes)": [round(r[1], 1) for r in runs],
-                "worker CPU per job by process, us": [[round(u, 1) for u in r[2]] for r in runs],
+                **facts,
+                "worker CPU per job, us (all worker processes)": [round(r[1], 1) for r in best],
+                "worker CPU per job by process, us": [[round(u, 1) for u in r[2]] for r in best],
             },
         ),
         Measurement(
             f"throughput.jobfsm.{system}.{shape}.cpu",
             f"{label}: worker CPU per job",
             "us/job",
-            [r[1] for r in runs],
+            [r[1] for r in best],
             settings,
             note="user + system CPU of the worker processes over the timed window (/proc)",
         ),
     ]
 
 
+def process_task(
+    system: str, cfg: Config, workers: int, threads: Sequence[int], shape: str
+) -> list[Measurement]:
+    """`cfg.repeats` runs of each threads per process; the best shape's rows, and with
+    1 process on a store with a batched raw baseline, that baseline in its claim size."""
+    runs = {t: [process_rate(system, cfg, workers, t) for _ in range(cfg.repeats)] for t in threads}
+    concurrency, rows = process_rows(system, workers, shape, runs)
+    if shape == "w1" and system in raw_batched.BASELINES:
+        why = f"{concurrency}, the threads per process of the 1-worker row's best shape"
+        rows += raw_batched.BASELINES[system](cfg, concurrency, why)
+    return rows
+
+
 def plan(cfg: Config) -> list[Task]:
     tasks = []
+    threads = (CONCURRENCY,) if cfg.quick else THREADS
     for system in ("sqlite", "postgres", "rabbitmq"):
         label = LABELS[system]
 
@@ -308,18 +351,19 @@ def plan(cfg: Config) -> list[Task]:
             ]
 
         tasks.append(Task(f"jobfsm {system}: enqueue", enqueue))
-        shapes = [(1, CONCURRENCY, "w1"), (4, CONCURRENCY, "w4")]
+        shapes: list[tuple[int, tuple[int, ...], str]] = [(1, threads, "w1"), (4, threads, "w4")]
         if system != "rabbitmq":
-            shapes.append((1, EQUAL_SLOTS, f"slots{EQUAL_SLOTS}"))
-        for workers, concurrency, shape in shapes:
+            shapes.append((1, (EQUAL_SLOTS,), f"slots{EQUAL_SLOTS}"))
+        for workers, tried, shape in shapes:
 
             def process(
-                system: str = system, workers: int = workers, concurrency: int = concurrency,
+                system: str = system, workers: int = workers, tried: tuple[int, ...] = tried,
                 shape: str = shape,
             ) -> list[Measurement]:  # fmt: skip
-                return process_rows(system, cfg, workers, concurrency, shape)
+                return process_task(system, cfg, workers, tried, shape)
 
-            tasks.append(Task(f"jobfsm {system}: {workers} worker(s) x {concurrency}", process))
+            what = f"{workers} worker(s) x {sweep.names([(workers, t) for t in tried])} threads"
+            tasks.append(Task(f"jobfsm {system}: {what}", process))
     from benchmarks import core_figures
 
     tasks += core_figures.plan(cfg)

@@ -9,9 +9,9 @@
   runs from the first enqueue (the batch API where there is one) until the peer's
   own record says every job is done.
 - raw baselines, no engine: sqlite3 and psycopg running the three transactions of a
-  job lifecycle by hand, one job at a time and (`raw_batched`) in a worker's claim
-  batches on jobfsm's own tables with its audit rows; and pika publishing with
-  confirms and consuming with acks.
+  job lifecycle by hand, one job at a time; and pika publishing with confirms and
+  consuming with acks. The baselines batched like a worker (`raw_batched`) run in the
+  throughput suite, beside the jobfsm row whose claim size they take.
 - each peer's processes x concurrency is swept (`sweep`) and its best shape reported,
   beside its 1-slot and equal-slot shapes; dramatiq and celery are also run with
   enqueue durability equal to jobfsm's (confirmed publishes; celery with acks_late
@@ -36,8 +36,6 @@ def plan(cfg: Config) -> list[Task]:
     groups: list[tuple[str, Callable[[Config], list[Measurement]]]] = [
         ("raw sqlite3 lifecycles", measure.raw_sqlite),
         ("raw psycopg lifecycles", measure.raw_postgres),
-        ("raw sqlite3, batched like a worker", measure.raw_batched_sqlite),
-        ("raw psycopg, batched like a worker", measure.raw_batched_postgres),
         ("raw pika publish and consume", measure.raw_pika),
         ("procrastinate enqueue", measure.procrastinate_enqueue),
         ("procrastinate process, processes x concurrency swept", measure.procrastinate_sweep),

@@ -10,13 +10,13 @@ import sqlite3
 import uuid
 from typing import Any
 
+from benchmarks._services import pg_server_settings
 from benchmarks.harness import Config, Measurement, version_of
 from benchmarks.peers import (
     celery_bench,
     dramatiq_bench,
     procrastinate_bench,
     raw,
-    raw_batched,
     sweep,
 )
 from benchmarks.peers import raw_pika as pika_raw
@@ -62,21 +62,8 @@ def raw_sqlite(cfg: Config) -> list[Measurement]:
     return out
 
 
-def _pg_server_settings() -> dict[str, Any]:
-    import psycopg
-
-    from benchmarks._services import PG_ADMIN
-
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('server_version', 'synchronous_commit', 'fsync', 'wal_sync_method')"
-        ).fetchall()
-    return {f"postgresql {name}": setting for name, setting in rows}
-
-
 def raw_postgres(cfg: Config) -> list[Measurement]:
-    server = _pg_server_settings()
+    server = pg_server_settings()
     out = []
     for clients in (1, 4):
         values = [raw.postgres_lifecycles(cfg.jobs, clients) for _ in range(cfg.repeats)]
@@ -91,46 +78,6 @@ def raw_postgres(cfg: Config) -> list[Measurement]:
         key = f"throughput.raw.postgres.c{clients}.process"
         out.append(_m(key, f"raw psycopg, {clients} client(s)", values, settings, note=note))
     return out
-
-
-BATCHED = (
-    f"3 per claim batch of up to {raw_batched.CLAIM} jobs: lease (claim), start, succeed; "
-    "each a compare-and-set on version with one audit row per job; inserts in batches of "
-    f"{raw_batched.SUBMIT_BATCH} from a second connection at the same time"
-)
-
-
-def raw_batched_sqlite(cfg: Config) -> list[Measurement]:
-    values = [
-        raw_batched.sqlite_batched(cfg.tmp / f"raw-batched-{uuid.uuid4().hex[:8]}.db", cfg.jobs)
-        for _ in range(cfg.repeats)
-    ]
-    settings = {
-        "sqlite": sqlite3.sqlite_version,
-        "driver": "python sqlite3",
-        "tables": "jobfsm's own (its migrations), every index",
-        "journal_mode": "WAL",
-        "synchronous": "FULL",
-        "transactions": BATCHED,
-        "claim": "BEGIN IMMEDIATE (the single writer); SELECT the due batch; UPDATE each",
-    }
-    note = "No engine: one worker's claim batches written by hand; the ratio's denominator."
-    return [_m("throughput.raw.sqlite.batched.process", "raw sqlite3, batched like a worker",
-               values, settings, note=note)]  # fmt: skip
-
-
-def raw_batched_postgres(cfg: Config) -> list[Measurement]:
-    values = [raw_batched.postgres_batched(cfg.jobs) for _ in range(cfg.repeats)]
-    settings = {
-        "psycopg": version_of("psycopg"),
-        **_pg_server_settings(),
-        "tables": "jobfsm's own (its migrations), every index",
-        "transactions": BATCHED,
-        "claim": "one UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING",
-    }
-    note = "No engine: one worker's claim batches written by hand; the ratio's denominator."
-    return [_m("throughput.raw.postgres.batched.process", "raw psycopg, batched like a worker",
-               values, settings, note=note)]  # fmt: skip
 
 
 def raw_pika(cfg: Config) -> list[Measurement]:

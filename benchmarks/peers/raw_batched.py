@@ -17,7 +17,9 @@ The clock runs from the first insert until the drainer completed every job.
 Durability is the store's: PostgreSQL with the server's `synchronous_commit`
 (on by default), SQLite in WAL with `synchronous=FULL`, like jobfsm's defaults.
 No decide, no JSON of records, no executor, no handler call: the gap to jobfsm's
-worker is what the engine costs per job.
+worker is what the engine costs per job. A worker's largest claim is its free slots,
+so the claim size is the threads per process of the jobfsm row compared with
+(`BASELINES`, called by `benchmarks/throughput.py` with its best shape's threads).
 """
 
 from __future__ import annotations
@@ -26,17 +28,19 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
-from benchmarks._services import fresh_database
+from benchmarks._services import fresh_database, pg_server_settings
+from benchmarks.harness import Config, Measurement, version_of
 from fsm import Job, Owner, open_store
 from fsm.records import AuditEntry, new_id
 
 SUBMIT_BATCH = 1_000  # jobs per insert transaction, as submit_many in the throughput suite
-CLAIM = 32  # the throughput suite's worker slots: its largest claim batch
+CLAIM = 32  # default claim size; the throughput suite passes its worker's threads per process
 IDLE_WAIT = 0.001  # seconds the drainer waits after an empty claim
 LIMIT_S = 900.0  # a run that takes longer fails
 
@@ -256,3 +260,60 @@ def postgres_batched(jobs: int, claim: int = CLAIM) -> float:
         finally:
             writer.close()
             worker.close()
+
+
+# --- the rows ----------------------------------------------------------------------------
+
+NOTE = "No engine: one worker's claim batches written by hand; the ratio's denominator."
+
+
+def _transactions(claim: int) -> str:
+    return (
+        f"3 per claim batch of up to {claim} jobs: lease (claim), start, succeed; each a "
+        "compare-and-set on version with one audit row per job; inserts in batches of "
+        f"{SUBMIT_BATCH} from a second connection at the same time"
+    )
+
+
+def sqlite_rows(cfg: Config, claim: int, why: str) -> list[Measurement]:
+    """`cfg.repeats` runs on SQLite in claims of `claim` jobs; `why` says whose size it is."""
+    values = [
+        sqlite_batched(cfg.tmp / f"raw-batched-{uuid.uuid4().hex[:8]}.db", cfg.jobs, claim)
+        for _ in range(cfg.repeats)
+    ]
+    settings = {
+        "sqlite": sqlite3.sqlite_version,
+        "driver": "python sqlite3",
+        "tables": "jobfsm's own (its migrations), every index",
+        "journal_mode": "WAL",
+        "synchronous": "FULL",
+        "claim size": why,
+        "transactions": _transactions(claim),
+        "claim": "BEGIN IMMEDIATE (the single writer); SELECT the due batch; UPDATE each",
+    }
+    label = f"raw sqlite3, batched like a worker (claims of {claim})"
+    return [Measurement("throughput.raw.sqlite.batched.process", label, "jobs/s", values,
+                        settings, note=NOTE)]  # fmt: skip
+
+
+def postgres_rows(cfg: Config, claim: int, why: str) -> list[Measurement]:
+    """`cfg.repeats` runs on PostgreSQL in claims of `claim` jobs; `why` says whose size it is."""
+    values = [postgres_batched(cfg.jobs, claim) for _ in range(cfg.repeats)]
+    settings = {
+        "psycopg": version_of("psycopg"),
+        **pg_server_settings(),
+        "tables": "jobfsm's own (its migrations), every index",
+        "claim size": why,
+        "transactions": _transactions(claim),
+        "claim": "one UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING",
+    }
+    label = f"raw psycopg, batched like a worker (claims of {claim})"
+    return [Measurement("throughput.raw.postgres.batched.process", label, "jobs/s", values,
+                        settings, note=NOTE)]  # fmt: skip
+
+
+# The baseline of each jobfsm store (throughput.py's system names), by claim size.
+BASELINES: dict[str, Callable[[Config, int, str], list[Measurement]]] = {
+    "sqlite": sqlite_rows,
+    "postgres": postgres_rows,
+}

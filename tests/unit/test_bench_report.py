@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from benchmarks.harness import Measurement, read_jsonl, write_jsonl
 from benchmarks.report import BEGIN, END, Comparison, Report, splice
 
@@ -183,3 +185,82 @@ def test_the_scale_section_prints_its_ratios() -> None:
         "| PostgreSQL lease p99 while 9M rows are pruned / no finished rows | 3.00x "
         "| `scale.postgres.rows0.lease_p99` |"
     ) in text
+
+
+def test_jobfsm_rows_are_its_best_threads_per_process_and_the_label_names_it() -> None:
+    from benchmarks import throughput
+
+    # given three thread counts tried with 1 process; 64 has the highest median rate
+    runs = {
+        32: [(3000.0, 140.0, [140.0]), (3100.0, 130.0, [130.0]), (9000.0, 120.0, [120.0])],
+        64: [(4000.0, 110.0, [110.0]), (4100.0, 100.0, [100.0]), (3900.0, 105.0, [105.0])],
+        128: [(3500.0, 90.0, [90.0]), (3600.0, 95.0, [95.0]), (3400.0, 99.0, [99.0])],
+    }
+    threads, (rate, cpu) = throughput.process_rows("postgres", 1, "w1", runs)
+    # then the winner by median (not by its best run) is reported, named, with every median
+    assert threads == 64
+    assert rate.key == "throughput.jobfsm.postgres.w1.process"
+    assert rate.values == [4000.0, 4100.0, 3900.0]
+    assert rate.label == (
+        "jobfsm, PostgreSQL store: process, 1 worker process, "
+        "best threads per process of {1x32, 1x64, 1x128}: 64 threads"
+    )
+    assert rate.facts["medians of the shapes tried (jobs/s)"] == {
+        "1x32": 3100,
+        "1x64": 4000,
+        "1x128": 3500,
+    }
+    assert rate.settings["threads per process"] == "64 (the best of [32, 64, 128], swept)"
+    # and the worker CPU row is the winning shape's
+    assert cpu.key == "throughput.jobfsm.postgres.w1.cpu"
+    assert cpu.values == [110.0, 100.0, 105.0]
+    assert cpu.label.startswith(rate.label)
+
+
+def test_a_single_shape_keeps_the_plain_label_and_quick_runs_try_one_shape(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import throughput
+    from benchmarks.harness import Config
+
+    threads, (rate, _cpu) = throughput.process_rows(
+        "sqlite", 4, "w4", {32: [(2000.0, 200.0, [50.0] * 4)]}
+    )
+    assert threads == 32
+    assert rate.label == "jobfsm, SQLite store (synchronous=FULL): process, 4 worker processes"
+    assert rate.settings["threads per process"] == 32
+    quick = [t.label for t in throughput.plan(Config.make(quick=True, tmp=tmp_path))]
+    full = [t.label for t in throughput.plan(Config.make(quick=False, tmp=tmp_path))]
+    assert "jobfsm postgres: 1 worker(s) x {1x32} threads" in quick
+    assert "jobfsm postgres: 1 worker(s) x {1x32, 1x64, 1x128, 1x256} threads" in full
+    assert "jobfsm postgres: 1 worker(s) x {1x4} threads" in full  # equal slots, unswept
+
+
+def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from benchmarks import throughput
+    from benchmarks.harness import Config
+    from benchmarks.peers import raw_batched
+
+    # given a 1-process sweep where 128 threads per process is fastest
+    def rate(system: str, cfg: Config, workers: int, threads: int) -> throughput.Run:
+        return (float(threads), 100.0, [100.0])
+
+    claims: list[tuple[int, str]] = []
+
+    def baseline(cfg: Config, claim: int, why: str) -> list[Measurement]:
+        claims.append((claim, why))
+        return [m("throughput.raw.postgres.batched.process", 1.0)]
+
+    monkeypatch.setattr(throughput, "process_rate", rate)
+    monkeypatch.setitem(raw_batched.BASELINES, "postgres", baseline)
+    cfg = Config.make(quick=False, tmp=tmp_path, repeats=1)
+    rows = throughput.process_task("postgres", cfg, 1, (32, 64, 128), "w1")
+    # then the raw baseline runs beside it in claims of 128, and says why
+    assert claims == [(128, "128, the threads per process of the 1-worker row's best shape")]
+    assert [r.key for r in rows][-1] == "throughput.raw.postgres.batched.process"
+    # and the 4-process rows and RabbitMQ (no batched baseline) run none
+    throughput.process_task("postgres", cfg, 4, (32, 64), "w4")
+    throughput.process_task("rabbitmq", cfg, 1, (32, 64), "w1")
+    assert len(claims) == 1
