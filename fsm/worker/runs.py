@@ -80,17 +80,30 @@ class Runs:
         self.identity = identity
         self._lock = threading.Lock()
         self._runs: dict[RunKey, Run] = {}
+        # kept with the table (under its lock) so the claim loop and the reporter
+        # read them without a scan of hundreds of runs per look
+        self._running = 0  # runs whose handler has not returned
+        self._unreported = 0  # runs not yet handed to the reporter
         self.freed = threading.Event()  # set whenever a run finishes (a slot is free)
+
+    def _counted(self, run: Run, sign: int) -> None:
+        self._running += sign * (not run.ended)
+        self._unreported += sign * (not run.reporting)
 
     def add(self, run: Run) -> None:
         with self._lock:
+            replaced = self._runs.get(run.key)
+            if replaced is not None:
+                self._counted(replaced, -1)
             self._runs[run.key] = run
+            self._counted(run, +1)
 
     def finish(self, run: Run, *, abandoned: str | None = None) -> None:
         """Forget `run` (idempotent) and tell the identity it no longer holds it."""
         with self._lock:
             if self._runs.get(run.key) is run:
                 del self._runs[run.key]
+                self._counted(run, -1)
         self.identity.drop(run.job.id, run.job.fence, abandoned=abandoned)
         self._free()
 
@@ -98,7 +111,12 @@ class Runs:
         """`run`'s handler returned (its outcome is queued for the reporter): its slot
         is free for the next claim while the report is written."""
         with self._lock:
+            held = self._runs.get(run.key) is run
+            if held:
+                self._counted(run, -1)
             run.ended = True
+            if held:
+                self._counted(run, +1)
         self._free()
 
     def _free(self) -> None:
@@ -112,7 +130,12 @@ class Runs:
         """Mark `run` as being reported; False if its result must be discarded."""
         with self._lock:
             discard = run.lost or run.dropped is not None
+            held = self._runs.get(run.key) is run
+            if held:
+                self._counted(run, -1)
             run.reporting = not discard
+            if held:
+                self._counted(run, +1)
         return not discard
 
     def is_reporting(self, run: Run) -> bool:
@@ -155,9 +178,9 @@ class Runs:
     def load(self) -> tuple[int, int]:
         """(runs whose handler has not returned, runs held until their report is written)."""
         with self._lock:
-            return sum(1 for r in self._runs.values() if not r.ended), len(self._runs)
+            return self._running, len(self._runs)
 
     def in_flight(self) -> int:
         """Runs not yet handed to the reporter."""
         with self._lock:
-            return sum(1 for r in self._runs.values() if not r.reporting)
+            return self._unreported
