@@ -8,7 +8,6 @@ rebuilt from JSON and the handler is imported by name: nothing is pickled.
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import inspect
 import logging
@@ -40,6 +39,9 @@ log = logging.getLogger(__name__)
 
 class JobCancelled(HandlerOutcome):
     """Raised by `ctx.check_cancelled()`: the handler stops cooperatively."""
+
+
+_UNDECODED: Any = object()  # a payload not decoded yet (None is a payload)
 
 
 class Context:
@@ -80,11 +82,18 @@ class Context:
         self._on_progress = on_progress
         self._progress_lock = threading.Lock()
         self.marker = marker
+        self._payload: Any = _UNDECODED
 
-    @functools.cached_property
+    @property
     def payload(self) -> Any:
         """The job's payload, decoded on first use (bounded: `fsm.jsonio`)."""
-        return jsonio.decode(self.job.payload_json, what=f"payload of job {self.job.id}")
+        # kept by hand: functools.cached_property takes a lock per first use on Python
+        # 3.11, once per job; two threads decoding at once get equal values
+        value = self._payload
+        if value is _UNDECODED:
+            value = jsonio.decode(self.job.payload_json, what=f"payload of job {self.job.id}")
+            self._payload = value
+        return value
 
     def progress(self, **data: Any) -> None:
         """Record progress (keyword arguments, JSON values); the latest value wins.
