@@ -43,7 +43,7 @@ def recovery_delay(attempt: int, interval: float, rng: random.Random) -> float:
     return base * rng.uniform(0.5, 1.0)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key several times per job id a message names
 class Token:
     """A delivery tag and the channel generation it belongs to."""
 
