@@ -3,8 +3,9 @@
 Mix `DependencyConformance` into a store's conformance class when the store keeps
 prerequisites: it checks that insert stores them (and refuses unknown ones writing
 nothing), that the store returns them and finds dependents by prerequisite, that the
-engine releases a waiting job exactly as the spec's guards say, that the recovery
-sweep releases what a crash left waiting, and that prune keeps what a job waits for.
+engine releases a waiting job exactly as the spec's guards say (also when a batch of
+worker reports finishes its prerequisite), that the recovery sweep releases what a crash
+left waiting, and that prune keeps what a job waits for.
 """
 
 from __future__ import annotations
@@ -144,6 +145,21 @@ class DependencyConformance(StoreConformance):
         again = self._submit(engine, 3, after=[b.id], idempotency_key="dep-key")
         assert again == first
         assert self.deps().prerequisites([first.id]) == {first.id: {a.id: "queued"}}
+
+    def test_a_batch_of_reports_releases_the_dependents_of_the_jobs_it_finished(self) -> None:
+        engine, _ = self.engine()
+        a, b = self._submit(engine, 1), self._submit(engine, 2)
+        c = self._submit(engine, 3, after=[a.id])
+        d = self._submit(engine, 4, after=[b.id], on_failed_dependency="run")
+        leased = engine.claim(owner(), limit=10, ids=[a.id, b.id])
+        running = [engine.start(j.id, j.fence) for j in leased]
+        out = engine.report_many(
+            [(j, "succeed", {"fence": j.fence, "result": {"ok": True}}) for j in running]
+        )
+        assert {j.state for j in out if isinstance(j, Job)} == {"succeeded"}
+        assert engine.get(c.id).state == "queued", "left waiting for the recovery sweep"
+        assert engine.get(d.id).state == "queued"
+        assert self.store.history(c.id)[-1].event == "dependencies_met"
 
     def test_the_recovery_sweep_releases_what_a_crash_left_waiting(self) -> None:
         engine, _ = self.engine()
