@@ -7,10 +7,13 @@ Everything here is prepared outside a write transaction: the store enters
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import compress
+from operator import ne
 from typing import Any
 
 from fsm.errors import SchemaError, StoreError, TransientStoreError
@@ -37,6 +40,7 @@ _SCHEMA = ("no such table", "no such column", "has no column")
 
 _OWNER_AT = JOB_COLUMNS.index("owner")
 _VERSION_AT = JOB_COLUMNS.index("version")
+_SET_AT = range(1, len(JOB_COLUMNS))  # every column but `id` (a decision keeps its job's id)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -49,17 +53,22 @@ def _job(row: Sequence[Any]) -> Job:
     return job_from_values(row)
 
 
+#: a record's values in column order, read in C (one attrgetter call per record)
+_job_tuple = operator.attrgetter(*JOB_COLUMNS)
+
+
 def _job_values(job: Job) -> list[Any]:
     """The row of `job` in `JOB_COLUMNS` order (as `_rows.job_to_row` maps it)."""
-    values = [getattr(job, c) for c in JOB_COLUMNS]
+    values = list(_job_tuple(job))
     if job.owner is not None:
         values[_OWNER_AT] = _owner_text(job.owner)
     return values
 
 
 @functools.lru_cache(maxsize=256)  # bounded: a transition changes one of a few column sets
-def _update_sql(columns: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{c} = ?" for c in columns)
+def _update_sql(changed: tuple[int, ...]) -> str:
+    """The compare-and-set of the columns at the indexes `changed` (of JOB_COLUMNS)."""
+    sets = ", ".join(f"{JOB_COLUMNS[i]} = ?" for i in changed)
     return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
 
 
@@ -72,11 +81,14 @@ def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
     rewrite every index entry of the row, unchanged or not.)
     """
     assert d.previous is not None
-    new, old = _job_values(d.job), _job_values(d.previous)
-    changed = [i for i in range(1, len(new)) if new[i] != old[i] or i == _VERSION_AT]
-    columns = tuple(JOB_COLUMNS[i] for i in changed)
+    new, old = _job_tuple(d.job), _job_tuple(d.previous)
+    changed = tuple(compress(_SET_AT, map(ne, new[1:], old[1:])))
+    if _VERSION_AT not in changed:  # a decision always bumps it; never rely on it here
+        changed = tuple(sorted((*changed, _VERSION_AT)))
     values = [new[i] for i in changed]
-    return _update_sql(columns), [*values, d.job.id, d.previous.version]
+    if d.job.owner is not None and _OWNER_AT in changed:
+        values[changed.index(_OWNER_AT)] = _owner_text(d.job.owner)
+    return _update_sql(changed), [*values, d.job.id, d.previous.version]
 
 
 def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
@@ -85,8 +97,8 @@ def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
     return conn.execute(sql, params).rowcount == 1
 
 
-def _audit_values(entry: AuditEntry) -> list[Any]:
-    return [getattr(entry, c) for c in AUDIT_COLUMNS]
+#: an audit entry's values in column order, read in C
+_audit_values: Callable[[AuditEntry], tuple[Any, ...]] = operator.attrgetter(*AUDIT_COLUMNS)
 
 
 _AUDIT_INSERT = f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})"

@@ -1,0 +1,65 @@
+"""The SQLite store's compare-and-set sets exactly the columns a decision changed."""
+
+from __future__ import annotations
+
+import attrs
+
+from adapters._rows import JOB_COLUMNS, job_to_row
+from adapters.sqlite._sql import _cas_statement
+from fsm.lifecycle.core import decide
+from fsm.policies import Policy
+from fsm.records import Decision, Job, Owner
+
+OWNER = Owner("host-a", 7, "inc-a")
+
+
+def _set_columns(sql: str) -> list[str]:
+    sets = sql.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    return [part.split(" = ", 1)[0] for part in sets.split(", ")]
+
+
+def _lifecycle() -> list[Decision]:
+    policy = Policy()
+    job = Job(
+        id="j1",
+        kind="k",
+        queue="default",
+        payload_json="{}",
+        state="queued",
+        created_at=1.0,
+        updated_at=1.0,
+        run_after=1.0,
+    )
+    out = []
+    for event, args in [
+        ("lease", {"owner": OWNER, "lease_ttl": 30.0}),
+        ("start", {}),
+        ("fail", {"error": "boom"}),
+        ("lease", {"owner": OWNER, "lease_ttl": 30.0}),
+        ("start", {}),
+        ("succeed", {"result_json": "[1, 2.5]"}),
+    ]:
+        fenced = args if event == "lease" else {**args, "fence": job.fence}
+        d = decide(job, event, job.updated_at + 1000.0, policy, **fenced)
+        out.append(d)
+        job = d.job
+    return out
+
+
+def test_each_decision_sets_its_changed_columns_and_the_version() -> None:
+    for d in _lifecycle():
+        assert d.previous is not None
+        sql, params = _cas_statement(d)
+        new, old = job_to_row(d.job), job_to_row(d.previous)
+        changed = [c for c in JOB_COLUMNS[1:] if new[c] != old[c] or c == "version"]
+        assert _set_columns(sql) == changed, d.entry
+        assert params == [*(new[c] for c in changed), d.job.id, d.previous.version]
+
+
+def test_a_decision_that_changes_nothing_else_still_sets_the_version() -> None:
+    d = _lifecycle()[0]
+    assert d.previous is not None
+    same = attrs.evolve(d, job=attrs.evolve(d.previous, version=d.previous.version + 1))
+    sql, params = _cas_statement(same)
+    assert _set_columns(sql) == ["version"]
+    assert params == [d.previous.version + 1, d.job.id, d.previous.version]
