@@ -11,11 +11,12 @@ connection, never by assuming.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import weakref
 from collections.abc import Callable, Sequence
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any
 
 import attrs
@@ -91,18 +92,32 @@ _audit_values = operator.attrgetter(*AUDIT_COLUMNS)
 def _batch_params(rows: Sequence[Sequence[Any]]) -> tuple[tuple[bool, ...], list[Any]]:
     """`batch_rows` flags and parameters for `rows`: a column whose rows all hold the
     very same object (one `now`, one state name, None) goes as one scalar; the first
-    column always goes as an array. Fewer values to dump, the same rows written."""
-    first = rows[0]
+    column always goes as an array. Fewer values to dump, the same rows written.
+    (Transposed and compared by identity in C: this runs for every batch written.)"""
+    columns = list(zip(*rows, strict=True))
     varying = tuple(
-        i == 0 or any(row[i] is not value for row in rows) for i, value in enumerate(first)
+        i == 0 or not all(map(operator.is_, column, repeat(column[0])))
+        for i, column in enumerate(columns)
     )
-    scalars = [value for value, v in zip(first, varying, strict=True) if not v]
-    arrays = [[row[i] for row in rows] for i, v in enumerate(varying) if v]
+    scalars = [column[0] for column, v in zip(columns, varying, strict=True) if not v]
+    arrays = [list(column) for column, v in zip(columns, varying, strict=True) if v]
     return varying, scalars + arrays
 
 
-def _value(job: Job, column: str) -> Any:
-    return owner_to_text(job.owner) if column == "owner" else getattr(job, column)
+@functools.lru_cache(maxsize=256)  # bounded: a transition changes one of a few column sets
+def _values_of(columns: tuple[str, ...]) -> Callable[[Job], list[Any]]:
+    """The values of `columns` of a job, read in C; the owner as its text."""
+    get = operator.attrgetter(*columns)
+    owner_at = columns.index("owner") if "owner" in columns else None
+
+    def values(job: Job) -> list[Any]:
+        got = get(job)
+        out = list(got) if len(columns) > 1 else [got]
+        if owner_at is not None:
+            out[owner_at] = owner_to_text(job.owner)
+        return out
+
+    return values
 
 
 class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDependencies):
@@ -315,13 +330,13 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         if len(decisions) == 1:
             (d,) = decisions
             assert d.previous is not None
-            params = [_value(d.job, c) for c in columns] + [d.job.id, d.previous.version]
+            params = [*_values_of(columns)(d.job), d.job.id, d.previous.version]
             if entries:
                 params += [getattr(entries[0], c) for c in AUDIT_COLUMNS]
         else:
+            values = _values_of(columns)
             rows = [
-                [d.job.id, d.previous.version if d.previous is not None else None]
-                + [_value(d.job, c) for c in columns]
+                [d.job.id, d.previous.version if d.previous is not None else None, *values(d.job)]
                 for d in decisions
             ]
             varying, params = _batch_params(rows)
