@@ -26,7 +26,6 @@ _JOB_COLS = ", ".join(JOB_COLUMNS)
 _JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
 _AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 _AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
-_DECIDED_COLS = tuple(c for c in JOB_COLUMNS if c != "id")
 #: rows per multi-row statement: 29 bound values a row stays under SQLite's
 #: default limit of 32766 variables.
 _CHUNK = 500
@@ -72,12 +71,12 @@ def _update_sql(changed: tuple[int, ...]) -> str:
     return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"
 
 
-def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
-    """The compare-and-set writing `d.job` over `d.previous` (made before BEGIN).
+def _changed(d: Decision) -> tuple[tuple[int, ...], list[Any]]:
+    """The indexes (of JOB_COLUMNS) of the columns `d` changes, and their new values.
 
-    Only the columns the decision changed are set: every write bumps `version`,
-    so a row at `d.previous.version` holds exactly `d.previous`, and setting the
-    changed columns leaves the row equal to `d.job`. (Setting every column would
+    Only these need setting: every write bumps `version`, so a row at
+    `d.previous.version` holds exactly `d.previous`, and setting the changed
+    columns leaves the row equal to `d.job`. (Setting every column would
     rewrite every index entry of the row, unchanged or not.)
     """
     assert d.previous is not None
@@ -88,13 +87,32 @@ def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
     values = [new[i] for i in changed]
     if d.job.owner is not None and _OWNER_AT in changed:
         values[changed.index(_OWNER_AT)] = _owner_text(d.job.owner)
+    return changed, values
+
+
+def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
+    """The compare-and-set writing `d.job` over `d.previous` (made before BEGIN),
+    setting the columns the decision changed (`_changed`)."""
+    assert d.previous is not None
+    changed, values = _changed(d)
     return _update_sql(changed), [*values, d.job.id, d.previous.version]
 
 
-def _cas_update(conn: sqlite3.Connection, d: Decision) -> bool:
-    """Write `d.job` over `d.previous` if the stored version is still the previous one."""
-    sql, params = _cas_statement(d)
-    return conn.execute(sql, params).rowcount == 1
+def _cas_groups(decisions: Sequence[Decision]) -> list[tuple[str, list[list[Any]]]]:
+    """The compare-and-set of each decision (`_cas_statement`), grouped by the
+    columns they change: (statement, one parameter row per decision), each group
+    for one `executemany` (made before BEGIN).
+
+    One statement run many times costs SQLite less per row than one multi-row
+    `UPDATE ... FROM (VALUES ...)`, which joins into a temporary table first.
+    """
+    groups: dict[tuple[int, ...], list[list[Any]]] = {}
+    for d in decisions:
+        assert d.previous is not None
+        changed, values = _changed(d)
+        values += (d.job.id, d.previous.version)
+        groups.setdefault(changed, []).append(values)
+    return [(_update_sql(changed), rows) for changed, rows in groups.items()]
 
 
 #: an audit entry's values in column order, read in C

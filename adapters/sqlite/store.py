@@ -38,17 +38,15 @@ from ._sql import (
     _AUDIT_COLS,
     _AUDIT_INSERT,
     _CHUNK,
-    _DECIDED_COLS,
     _JOB_COLS,
     _RECORD,
     _RECORD_REJECTED,
     CLAIM_ROUNDS,
     _audit_values,
+    _cas_groups,
     _cas_statement,
-    _cas_update,
     _create_private,
     _job,
-    _job_values,
     _translated,
 )
 from .browse import SqliteBrowse
@@ -293,44 +291,22 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                 if not bad or len(rows) < wanted:
                     break
             claimed = start_leased(decisions, request.start)
-            for at in range(0, len(claimed), _CHUNK):
-                chunk = [c.write for c in claimed[at : at + _CHUNK]]
-                leased.extend(self._write_decided(conn, chunk))
+            leased = self._write_decided(conn, [c.write for c in claimed])
             self._append(conn, [e for c in claimed for e in c.entries])
         return leased
 
     def _write_decided(self, conn: sqlite3.Connection, decisions: Sequence[Decision]) -> list[Job]:
-        """Write the core's decided records in one statement, compare-and-set on version.
-
-        One job: `UPDATE ... WHERE id = ? AND version = ?`. Several: one
-        `WITH v(...) AS (VALUES ...) UPDATE jobs SET ... FROM v` over all of them.
-        The values written are the decisions' records, field for field.
-        """
-        cols = _DECIDED_COLS
-        if len(decisions) == 1:
-            (d,) = decisions
-            written = {d.job.id: d.job.version} if _cas_update(conn, d) else {}
-        else:
-            row_marks = "(" + ", ".join("?" for _ in range(len(cols) + 2)) + ")"
-            values: list[Any] = []
-            for d in decisions:
-                assert d.previous is not None
-                values += [d.job.id, d.previous.version, *_job_values(d.job)[1:]]
-            sql = (
-                f"WITH v(id, old_version, {', '.join(cols)}) AS "
-                f"(VALUES {', '.join(row_marks for _ in decisions)}) "
-                f"UPDATE jobs SET {', '.join(f'{c} = v.{c}' for c in cols)} FROM v "
-                f"WHERE jobs.id = v.id AND jobs.version = v.old_version "
-                f"RETURNING id, version"
+        """Write the core's decided records, compare-and-set on version: one
+        `executemany` per set of changed columns (`_cas_groups`). The values
+        written are the decisions' records, field for field."""
+        written = sum(conn.executemany(sql, rows).rowcount for sql, rows in _cas_groups(decisions))
+        if written != len(decisions):
+            # Impossible under BEGIN IMMEDIATE; refuse rather than lease silently.
+            raise StoreError(
+                f"SQLite store {self.path}: {len(decisions) - written} of {len(decisions)} "
+                "claimed jobs were not written as the core decided them; the claim is "
+                "rolled back"
             )
-            written = {r[0]: r[1] for r in conn.execute(sql, values).fetchall()}
-        for d in decisions:
-            if written.get(d.job.id) != d.job.version:
-                # Impossible under BEGIN IMMEDIATE; refuse rather than lease silently.
-                raise StoreError(
-                    f"SQLite store {self.path}: job {d.job.id}: the claim was not written "
-                    f"as the core decided it (version {d.job.version})"
-                )
         return [d.job for d in decisions]
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from adapters._rows import JOB_COLUMNS, job_to_row
-from adapters.sqlite._sql import _cas_statement
+from adapters.sqlite._sql import _cas_groups, _cas_statement
 from fsm.lifecycle.core import decide
 from fsm.policies import Policy
 from fsm.records import Decision, Job, Owner
@@ -63,3 +63,16 @@ def test_a_decision_that_changes_nothing_else_still_sets_the_version() -> None:
     sql, params = _cas_statement(same)
     assert _set_columns(sql) == ["version"]
     assert params == [d.previous.version + 1, d.job.id, d.previous.version]
+
+
+def test_decisions_are_grouped_by_changed_columns_in_their_order() -> None:
+    # given decisions changing three different column sets, two of them the same set
+    lease, start, _, _, start2, succeed = _lifecycle()
+    other = attrs.evolve(start2, job=attrs.evolve(start2.job, id="j2"))
+    # when they are grouped for executemany
+    groups = _cas_groups([start, lease, other, succeed])
+    # then each group is one statement with a parameter row per decision, in order
+    assert [len(rows) for _, rows in groups] == [2, 1, 1]
+    assert groups[0] == (_cas_statement(start)[0], [_cas_statement(d)[1] for d in (start, other)])
+    assert groups[1] == (_cas_statement(lease)[0], [_cas_statement(lease)[1]])
+    assert groups[2] == (_cas_statement(succeed)[0], [_cas_statement(succeed)[1]])
