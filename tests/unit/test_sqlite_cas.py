@@ -8,9 +8,9 @@ from adapters._rows import JOB_COLUMNS, job_to_row
 from adapters.sqlite._sql import _cas_groups, _cas_statement
 from fsm.lifecycle.core import decide
 from fsm.policies import Policy
-from fsm.records import Decision, Job, Owner
+from fsm.records import Decision
 
-OWNER = Owner("host-a", 7, "inc-a")
+from .helpers import OWNER, job_in
 
 
 def _set_columns(sql: str) -> list[str]:
@@ -20,16 +20,7 @@ def _set_columns(sql: str) -> list[str]:
 
 def _lifecycle() -> list[Decision]:
     policy = Policy()
-    job = Job(
-        id="j1",
-        kind="k",
-        queue="default",
-        payload_json="{}",
-        state="queued",
-        created_at=1.0,
-        updated_at=1.0,
-        run_after=1.0,
-    )
+    job = job_in("queued")
     out = []
     for event, args in [
         ("lease", {"owner": OWNER, "lease_ttl": 30.0}),

@@ -6,25 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsm.owner import Identity
-from fsm.records import Job
 from fsm.worker.runs import Run, Runs
+
+from .helpers import job_in
 
 OPS = ("add", "end", "report", "lose", "finish")
 
 
 def _run(i: int, fence: int) -> Run:
-    job = Job(
-        id=f"job-{i}",
-        kind="k",
-        queue="default",
-        payload_json="{}",
-        state="running",
-        created_at=0.0,
-        updated_at=0.0,
-        run_after=0.0,
-        fence=fence,
-    )
-    return Run(job, None)
+    return Run(job_in("running", id=f"job-{i}", fence=fence), None)
 
 
 @given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.integers(1, 2)), max_size=80))
