@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -43,9 +43,12 @@ def recovery_delay(attempt: int, interval: float, rng: random.Random) -> float:
     return base * rng.uniform(0.5, 1.0)
 
 
-@attrs.frozen(cache_hash=True)  # a dict key several times per job id a message names
-class Token:
-    """A delivery tag and the channel generation it belongs to."""
+class Token(NamedTuple):
+    """A delivery tag and the channel generation it belongs to.
+
+    A named tuple, not an attrs class: it is built once per message and hashed as a
+    dict key several times per job id the message names, and a tuple hashes in C.
+    """
 
     generation: int
     tag: int

@@ -31,8 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-
-import attrs
+from typing import NamedTuple
 
 from fsm.ports import Wakeup
 
@@ -42,12 +41,12 @@ from .consumer import Consumer, Token
 PURGE_EVERY = 1.0
 
 
-@attrs.frozen
-class Part:
-    """One job id of a multi-job message; `index` of `of` ids."""
+class Part(NamedTuple):
+    """One job id of a multi-job message: the id at `at` of its `of` ids (a named
+    tuple, like `Token`: one is built and hashed per job id)."""
 
     message: Token
-    index: int
+    at: int
     of: int
 
     @property
@@ -98,7 +97,7 @@ class Parts:
             left = self._unsettled.get(part.message)
             if left is None:
                 return None  # returned to the broker meanwhile: the ack would be stale
-            left.discard(part.index)
+            left.discard(part.at)
             if left:
                 return None
             del self._unsettled[part.message]

@@ -149,7 +149,7 @@ class _AckAudit:
         key = (part.message.generation, part.message.tag)
         with self._lock:
             done = self._parts.setdefault(key, set())
-            done.add(part.index)
+            done.add(part.at)
             if len(done) == part.of:
                 self._settled.add(key)
 
