@@ -26,8 +26,9 @@ _JOB_COLS = ", ".join(JOB_COLUMNS)
 _JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
 _AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 _AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
-#: rows per multi-row statement: 29 bound values a row stays under SQLite's
-#: default limit of 32766 variables.
+#: ids per `IN (...)` list (prune); renew and save_progress bind 2 or 3 values per
+#: row in chunks of 10 x this: every statement stays under SQLite's default limit of
+#: 32766 bound variables.
 _CHUNK = 500
 _TRANSIENT = ("locked", "busy")
 #: how many times one claim looks again past jobs the core refused to lease
