@@ -31,7 +31,8 @@ from typing import Any
 
 from benchmarks._services import fresh_store_url
 from benchmarks.harness import AMQP_URL
-from benchmarks.throughput import BATCH, CLOCK_TICKS, make_handlers
+from benchmarks.machine import process_cpu, servers_cpu
+from benchmarks.throughput import BATCH, make_handlers
 from fsm import Engine, open_store
 from fsm.worker import Worker
 
@@ -40,30 +41,7 @@ LIMIT_S = 600.0  # longest drain before the profile gives up
 
 def _cpu_self(task: int | None = None) -> float:
     """CPU seconds of this process, or of one of its threads (by native id)."""
-    path = "/proc/self/stat" if task is None else f"/proc/self/task/{task}/stat"
-    with open(path) as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _servers_cpu() -> dict[str, float]:
-    """CPU seconds so far of the RabbitMQ server (beam.smp) and of all PostgreSQL
-    processes on this machine, from /proc. Other clients of the same servers count too."""
-    out = {"RabbitMQ server (beam.smp)": 0.0, "PostgreSQL server processes": 0.0}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        used = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        if comm == "beam.smp":
-            out["RabbitMQ server (beam.smp)"] += used
-        elif comm == "postgres":
-            out["PostgreSQL server processes"] += used
-    return out
+    return process_cpu("self" if task is None else f"self/task/{task}")
 
 
 def _role(name: str) -> str:
@@ -127,7 +105,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
 
                 yappi.set_clock_type("cpu")
                 yappi.start(builtins=False, profile_threads=True)
-            threads0, servers0 = _threads_cpu(), _servers_cpu()
+            threads0, servers0 = _threads_cpu(), servers_cpu()
             cpu0, began = _cpu_self(), time.perf_counter()
             child = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.profile_worker", "--submit", url, queue,
@@ -139,7 +117,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
                     raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
                 time.sleep(0.01)
             elapsed, cpu = time.perf_counter() - began, _cpu_self() - cpu0
-            threads, servers = _threads_cpu(), _servers_cpu()
+            threads, servers = _threads_cpu(), servers_cpu()
             names = {t.ident or 0: t.name for t in threading.enumerate()}
             if child.wait(60) != 0:
                 raise RuntimeError(f"the submitting process exited with {child.returncode}")

@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks._services import fresh_store_url
 from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
+from benchmarks.machine import Meter, process_cpu
 from benchmarks.peers import raw_batched, sweep
 from fsm import Engine, open_store
 from fsm.worker.context import Context
@@ -54,7 +55,6 @@ POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
 BATCH = 1_000  # jobs per submit_many
 DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
 START_LIMIT = 60.0  # seconds a worker process may take to become ready (or to warm up)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of utime/stime in /proc/<pid>/stat
 EQUAL_SLOTS = 4  # job slots of the equal-slot rows (1 process x 4 threads)
 AUDIT = (
     "an audit row per transition, written in its transaction: 4 per job "
@@ -204,30 +204,33 @@ def enqueue_rate(system: str, cfg: Config, batched: bool) -> float:
         return cfg.jobs / (time.perf_counter() - began)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` and all its threads, from /proc."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
-
-
 def process_rate(
-    system: str, cfg: Config, workers: int, concurrency: int = CONCURRENCY
+    system: str,
+    cfg: Config,
+    workers: int,
+    concurrency: int = CONCURRENCY,
+    *,
+    meter: Meter | None = None,
 ) -> tuple[float, float, list[float]]:
-    """(jobs/s, worker CPU microseconds per job, the same per worker process), workers warm."""
+    """(jobs/s, worker CPU microseconds per job, the same per worker process), workers
+    warm; `meter` also splits the whole machine's CPU of the timed window."""
     with setup(system, cfg.tmp) as s:
         for _ in range(workers):
             s.start_worker(concurrency)
         warm = workers * concurrency  # one job per slot, as every peer is warmed up
         s.submit_batches(warm)
         wait_for(lambda: s.succeeded() >= warm, START_LIMIT, f"{warm} warm-up jobs")
-        cpu = [cpu_seconds(p.pid) for p in s.procs]
+        if meter is not None:
+            meter.start(lambda: sum(process_cpu(p.pid) for p in s.procs))
+        cpu = [process_cpu(p.pid) for p in s.procs]
         began = time.perf_counter()
         s.submit_batches(cfg.jobs)
         target = warm + cfg.jobs
         wait_for(lambda: s.succeeded() >= target, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
         elapsed = time.perf_counter() - began
-        each = [cpu_seconds(p.pid) - before for p, before in zip(s.procs, cpu, strict=True)]
+        each = [process_cpu(p.pid) - before for p, before in zip(s.procs, cpu, strict=True)]
+        if meter is not None:
+            meter.stop(cfg.jobs)
         return cfg.jobs / elapsed, sum(each) / cfg.jobs * 1e6, [u / cfg.jobs * 1e6 for u in each]
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,9 +27,9 @@ import pika
 import pika.exceptions
 
 from benchmarks.harness import AMQP_URL, REPO, wait_for
+from benchmarks.machine import CLOCK_TICKS
 
 START_TIMEOUT = 90.0  # seconds for worker processes to come up under load
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of the CPU times in /proc/<pid>/stat
 
 
 def group_cpu_seconds(groups: set[int]) -> float:
@@ -206,7 +207,13 @@ def broker_counts(queue: str) -> tuple[int, int]:
 
 
 def wait_drained(
-    probe: QueueProbe, queue: str, started: float, jobs: int, workers: Workers
+    probe: QueueProbe,
+    queue: str,
+    started: float,
+    jobs: int,
+    workers: Workers,
+    *,
+    at_ready: Callable[[], None] | None = None,
 ) -> tuple[float, float]:
     """Wait until `queue` holds nothing, ready or unacked; return two elapsed times.
 
@@ -217,7 +224,8 @@ def wait_drained(
     moment at most the consumers' total prefetch is still unacknowledged, so it is
     early by at most that many messages. The second is when `rabbitmqctl` first reports
     ready + unacked == 0 (the end of that call): late by at most one call (~0.3 s).
-    The true end lies between the two.
+    The true end lies between the two. `at_ready` is called at the first, before
+    any `rabbitmqctl` (an Erlang VM of its own) runs.
     """
     limit = drain_timeout(jobs)
 
@@ -226,7 +234,9 @@ def wait_drained(
         return probe.ready(queue) == 0
 
     wait_for(no_ready, limit, f"ready messages on {queue} to reach 0", step=0.002)
-    at_ready = time.perf_counter() - started
+    ready_after = time.perf_counter() - started
+    if at_ready is not None:
+        at_ready()
 
     def empty() -> bool:
         workers.check()
@@ -234,4 +244,4 @@ def wait_drained(
 
     wait_for(empty, limit, f"ready + unacked on {queue} to reach 0 (rabbitmqctl)", step=0.0)
     at_empty = time.perf_counter() - started
-    return at_ready, at_empty
+    return ready_after, at_empty

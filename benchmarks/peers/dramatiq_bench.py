@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Config, version_of
+from benchmarks.machine import Meter
 from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
 from benchmarks.peers.dramatiq_app import QUEUE_ENV, make
 
@@ -76,10 +77,18 @@ def enqueue_rate(jobs: int, confirm: bool = False) -> float:
 
 
 def process_rate(
-    jobs: int, processes: int, log: Path, threads: int = THREADS, confirm: bool = False
+    jobs: int,
+    processes: int,
+    log: Path,
+    threads: int = THREADS,
+    confirm: bool = False,
+    *,
+    meter: Meter | None = None,
 ) -> tuple[float, float, float]:
     """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
-    worker CPU microseconds per job)."""
+    worker CPU microseconds per job); `meter` also splits the whole machine's CPU from
+    the first send until the queue's ready count is 0 (at most the prefetch of jobs
+    still running: no `rabbitmqctl` VM is counted)."""
     queue = run_name("dramatiq")
     broker, actor = make(queue, confirm)
     argv = ["dramatiq", "benchmarks.peers.dramatiq_app", "--processes", str(processes)]
@@ -92,12 +101,15 @@ def process_rate(
                 actor.send()
             _barrier(broker, queue)
             wait_drained(probe, queue, time.perf_counter(), processes * threads, workers)
+            if meter is not None:
+                meter.start(workers.cpu_seconds)
             cpu = workers.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 actor.send()
             _barrier(broker, queue)
-            at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers)
+            stop = None if meter is None else (lambda: meter.stop(jobs))
+            at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers, at_ready=stop)
             cpu = workers.cpu_seconds() - cpu
     finally:
         broker.close()

@@ -1,0 +1,102 @@
+"""Where a job's CPU goes on the whole machine, read from /proc.
+
+A throughput row's worker CPU per job says what one system's workers spent. On a
+machine whose database, broker, client and workers share the same cores, the rate
+is bounded by what all of them spend together: `Meter` splits the CPU of the timed
+window into the worker processes, the PostgreSQL server, the RabbitMQ server, this
+benchmark process (the client that enqueues, and waits) and the rest of the machine,
+and says how busy the cores were. The servers' figures count every client they
+served meanwhile, so the machine should be otherwise idle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of the CPU times in /proc
+CORES = os.cpu_count() or 1
+
+#: the command names (/proc/<pid>/comm) of the servers' processes
+SERVERS = {"postgres": "PostgreSQL server", "beam.smp": "RabbitMQ server"}
+WORKERS = "worker processes"
+CLIENT = "this benchmark process (enqueue, wait)"
+OTHER = "rest of the machine (kernel, other processes)"
+
+
+def process_cpu(pid: int | str = "self") -> float:
+    """User + system CPU seconds of process `pid` and all its threads."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def servers_cpu() -> dict[str, float]:
+    """CPU seconds so far of every PostgreSQL and RabbitMQ server process here."""
+    out = dict.fromkeys(SERVERS.values(), 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name = SERVERS.get((entry / "comm").read_text().strip())
+            if name is not None:
+                out[name] += process_cpu(entry.name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return out
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, idle) CPU seconds so far of all cores together, from /proc/stat;
+    time waiting for I/O counts as idle."""
+    with open("/proc/stat") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    busy = sum(ticks[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / CLOCK_TICKS, idle / CLOCK_TICKS
+
+
+class Meter:
+    """The machine's CPU over one timed window, per component, per job.
+
+    `start(workers)` where `workers()` gives the worker processes' CPU seconds so far;
+    `stop(jobs)` ends the window. Then `per_job` maps each component to microseconds
+    per job, `busy` is the share of all cores in use, and `ceiling` the jobs/s the
+    machine could reach if every core were busy at this cost per job.
+    """
+
+    def __init__(self) -> None:
+        self.per_job: dict[str, float] = {}
+        self.busy = 0.0
+        self.ceiling = 0.0
+        self._workers: Callable[[], float] = lambda: 0.0
+        self._start: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        busy, idle = machine_cpu()
+        return {
+            WORKERS: self._workers(),
+            **servers_cpu(),
+            CLIENT: process_cpu(),
+            "busy": busy,
+            "idle": idle,
+        }
+
+    def start(self, workers: Callable[[], float]) -> None:
+        self._workers = workers
+        self._start = self._read()
+
+    def stop(self, jobs: int) -> None:
+        spent = {k: v - self._start[k] for k, v in self._read().items()}
+        busy, idle = spent.pop("busy"), spent.pop("idle")
+        spent[OTHER] = max(0.0, busy - sum(spent.values()))
+        self.per_job = {k: v / jobs * 1e6 for k, v in spent.items()}
+        self.busy = min(1.0, busy / (busy + idle)) if busy + idle > 0 else 0.0
+        total = sum(self.per_job.values())
+        self.ceiling = CORES * 1e6 / total if total > 0 else 0.0
+
+    @property
+    def total(self) -> float:
+        """Machine CPU microseconds per job, every component together."""
+        return sum(self.per_job.values())
