@@ -12,8 +12,10 @@ served meanwhile, so the machine should be otherwise idle.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # units of the CPU times in /proc
 CORES = os.cpu_count() or 1
@@ -100,3 +102,21 @@ class Meter:
     def total(self) -> float:
         """Machine CPU microseconds per job, every component together."""
         return sum(self.per_job.values())
+
+
+#: the fact a throughput row keeps of its machine's CPU (the best shape's repeats)
+MACHINE_FACT = "machine CPU per job, us, by part (medians of the repeats, from /proc)"
+
+
+def machine_fact(meters: Sequence[Meter]) -> dict[str, dict[str, Any]]:
+    """A row's fact: each part's median microseconds per job, all of them, and the
+    median share of the cores in use."""
+    if not meters:
+        return {}
+    fact: dict[str, Any] = {
+        part: round(statistics.median(m.per_job[part] for m in meters), 1)
+        for part in meters[0].per_job
+    }
+    fact["all"] = round(statistics.median(m.total for m in meters), 1)
+    fact["cores busy"] = f"{statistics.median(m.busy for m in meters):.0%}"
+    return {MACHINE_FACT: fact}

@@ -24,6 +24,7 @@ from benchmarks.goals import (
     Comparison,
 )
 from benchmarks.harness import Measurement
+from benchmarks.machine import MACHINE_FACT
 
 __all__ = [
     "BOUNDS",
@@ -187,8 +188,31 @@ class Report:
             value, against = self.ratio(c)
             shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
             lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
+        lines += self._machine(rows)
         lines += ["", AUDIT_NOTE, "", "Settings (and facts) of each figure:", ""]
         lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
+        return lines
+
+    @staticmethod
+    def _machine(rows: list[Measurement]) -> list[str]:
+        """The whole machine's CPU per job of each row that measured it, part by part."""
+        metered = [m for m in rows if isinstance(m.facts.get(MACHINE_FACT), dict)]
+        if not metered:
+            return []
+        parts = list(metered[0].facts[MACHINE_FACT])
+        lines = [
+            "",
+            "The whole machine's CPU per job, us, over each row's timed window (medians of its "
+            "repeats, from /proc; a server's share counts every client it served):",
+            "",
+            "| figure | " + " | ".join(parts) + " |",
+            "|---" + "|---:" * len(parts) + "|",
+        ]
+        for m in metered:
+            fact = m.facts[MACHINE_FACT]
+            cells = [fact.get(p, "") for p in parts]
+            shown = [fmt(c) if isinstance(c, int | float) else str(c) for c in cells]
+            lines.append(f"| {m.label} | " + " | ".join(shown) + " |")
         return lines
 
     def _recovery(self) -> list[str]:

@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks._services import fresh_store_url
 from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
-from benchmarks.machine import Meter, process_cpu
+from benchmarks.machine import Meter, machine_fact, process_cpu
 from benchmarks.peers import raw_batched, sweep
 from fsm import Engine, open_store
 from fsm.worker.context import Context
@@ -266,13 +266,18 @@ Run = tuple[float, float, list[float]]  # what `process_rate` returns
 
 
 def process_rows(
-    system: str, workers: int, shape: str, runs: Mapping[int, list[Run]]
+    system: str,
+    workers: int,
+    shape: str,
+    runs: Mapping[int, list[Run]],
+    meters: Mapping[int, list[Meter]] | None = None,
 ) -> tuple[int, list[Measurement]]:
     """(the threads per process of the best shape, its rate and worker CPU rows).
 
     `runs` holds each tried threads-per-process' runs; the best is the highest median
     rate (`sweep.best`, as for the peers). With more than one tried, the label names
-    the shapes and the winner, and the facts keep every shape's medians.
+    the shapes and the winner, and the facts keep every shape's medians; with
+    `meters`, also the whole machine's CPU per job of the best shape's runs.
     """
     shapes = [(workers, threads) for threads in runs]
     rates = {(workers, threads): [r[0] for r in got] for threads, got in runs.items()}
@@ -301,6 +306,7 @@ def process_rows(
                 **facts,
                 "worker CPU per job, us (all worker processes)": [round(r[1], 1) for r in best],
                 "worker CPU per job by process, us": [[round(u, 1) for u in r[2]] for r in best],
+                **machine_fact((meters or {}).get(concurrency, [])),
             },
         ),
         Measurement(
@@ -319,8 +325,14 @@ def process_task(
 ) -> list[Measurement]:
     """`cfg.repeats` runs of each threads per process; the best shape's rows, and with
     1 process on a store with a batched raw baseline, that baseline in its claim size."""
-    runs = {t: [process_rate(system, cfg, workers, t) for _ in range(cfg.repeats)] for t in threads}
-    concurrency, rows = process_rows(system, workers, shape, runs)
+    runs: dict[int, list[Run]] = {}
+    meters: dict[int, list[Meter]] = {}
+    for t in threads:
+        for _ in range(cfg.repeats):
+            meter = Meter()
+            runs.setdefault(t, []).append(process_rate(system, cfg, workers, t, meter=meter))
+            meters.setdefault(t, []).append(meter)
+    concurrency, rows = process_rows(system, workers, shape, runs, meters)
     if shape == "w1" and system in raw_batched.BASELINES:
         why = f"{concurrency}, the threads per process of the 1-worker row's best shape"
         rows += raw_batched.BASELINES[system](cfg, concurrency, why)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Config, version_of
+from benchmarks.machine import Meter
 from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
 from benchmarks.peers.celery_app import DURABLE_ENV, QUEUE_ENV, make_app
 
@@ -94,10 +95,17 @@ def worker_argvs(queue: str, workers: int, concurrency: int) -> list[list[str]]:
 
 
 def process_rate(
-    jobs: int, workers: int, concurrency: int, log: Path, durable: bool = False
+    jobs: int,
+    workers: int,
+    concurrency: int,
+    log: Path,
+    durable: bool = False,
+    *,
+    meter: Meter | None = None,
 ) -> tuple[float, float, float]:
     """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
-    worker CPU microseconds per job)."""
+    worker CPU microseconds per job); `meter` also splits the whole machine's CPU from
+    the first publish until the queue's ready count is 0."""
     queue = run_name("celery")
     app, noop = make_app(queue, durable)
     env = {QUEUE_ENV: queue, DURABLE_ENV: "1" if durable else "0"}
@@ -113,12 +121,15 @@ def process_rate(
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
             wait_drained(probe, queue, time.perf_counter(), warm, procs)
+            if meter is not None:
+                meter.start(procs.cpu_seconds)
             cpu = procs.cpu_seconds()
             started = time.perf_counter()
             for _ in range(jobs):
                 noop.apply_async(producer=producer)
             _barrier(producer, queue)
-            at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs)
+            stop = None if meter is None else (lambda: meter.stop(jobs))
+            at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs, at_ready=stop)
             cpu = procs.cpu_seconds() - cpu
     finally:
         app.close()
@@ -133,7 +144,9 @@ def enqueue_runs(cfg: Config, durable: bool = False) -> list[float]:
 
 def process_runs(
     cfg: Config, workers: int, concurrency: int, durable: bool = False
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[Meter]]:
+    """Each run's two rates and worker CPU per job, and its machine's CPU (`Meter`)."""
     log = cfg.tmp / f"{run_name('celery')}.log"
-    runs = [process_rate(cfg.jobs, workers, concurrency, log, durable) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
+    meters = [Meter() for _ in range(cfg.repeats)]
+    runs = [process_rate(cfg.jobs, workers, concurrency, log, durable, meter=m) for m in meters]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs], meters

@@ -124,7 +124,9 @@ def enqueue_runs(cfg: Config, confirm: bool = False) -> list[float]:
 
 def process_runs(
     cfg: Config, processes: int, threads: int = THREADS, confirm: bool = False
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[Meter]]:
+    """Each run's two rates and worker CPU per job, and its machine's CPU (`Meter`)."""
     log = cfg.tmp / f"{run_name('dramatiq')}.log"
-    runs = [process_rate(cfg.jobs, processes, log, threads, confirm) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
+    meters = [Meter() for _ in range(cfg.repeats)]
+    runs = [process_rate(cfg.jobs, processes, log, threads, confirm, meter=m) for m in meters]
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs], meters

@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks._services import pg_server_settings
 from benchmarks.harness import Config, Measurement, version_of
+from benchmarks.machine import Meter, machine_fact
 from benchmarks.peers import (
     celery_bench,
     dramatiq_bench,
@@ -22,6 +23,9 @@ from benchmarks.peers import (
 from benchmarks.peers import raw_pika as pika_raw
 
 CPU_FACT = "worker CPU per job, us (every worker process and its forks, from /proc)"
+#: a RabbitMQ peer's runs: rates until ready == 0, until ready + unacked == 0, worker
+#: CPU per job, and the machine's CPU of each run
+Runs = tuple[list[float], list[float], list[float], list[Meter]]
 
 
 def _rounded(values: list[float] | None) -> list[float]:
@@ -132,6 +136,7 @@ def procrastinate_sweep(cfg: Config) -> list[Measurement]:
     def row(key: str, what: str, shapes: list[sweep.Shape]) -> Measurement:
         (p, c), values, facts = sweep.best(runs, shapes)
         facts[CPU_FACT] = _rounded(both[(p, c)][1])
+        facts.update(machine_fact(both[(p, c)][2]))
         settings = procrastinate_bench.settings(
             **{"worker processes": p, "concurrency per worker": c},
             **procrastinate_bench.WORKER_SETTINGS,
@@ -186,12 +191,11 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
     rates = {shape: r[0] for shape, r in runs.items()}
 
     def row(key: str, what: str, shapes: list[sweep.Shape], *, confirm: bool = False,
-            values: list[float] | None = None, confirmed: list[float] | None = None,
-            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
-        (p, t), best_values, facts = sweep.best(rates, shapes)
-        if values is None:
-            values, confirmed, cpu = best_values, runs[(p, t)][1], runs[(p, t)][2]
+            measured: Runs | None = None) -> Measurement:  # fmt: skip
+        (p, t), _best_values, facts = sweep.best(rates, shapes)
+        values, confirmed, cpu, meters = measured or runs[(p, t)]
         facts[CPU_FACT] = _rounded(cpu)
+        facts.update(machine_fact(meters))
         settings = dramatiq_bench.settings(
             confirm,
             **{
@@ -218,9 +222,9 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
             list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
-    values, confirmed, cpu = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
+    measured = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
     out.append(row("throughput.dramatiq.confirmed.process", "confirmed sends, best shape",
-                   [shape], confirm=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
+                   [shape], confirm=True, measured=measured))  # fmt: skip
     return out
 
 
@@ -248,12 +252,11 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
     rates = {shape: r[0] for shape, r in runs.items()}
 
     def row(key: str, what: str, shapes: list[sweep.Shape], *, durable: bool = False,
-            values: list[float] | None = None, confirmed: list[float] | None = None,
-            cpu: list[float] | None = None) -> Measurement:  # fmt: skip
-        (w, c), best_values, facts = sweep.best(rates, shapes)
-        if values is None:
-            values, confirmed, cpu = best_values, runs[(w, c)][1], runs[(w, c)][2]
+            measured: Runs | None = None) -> Measurement:  # fmt: skip
+        (w, c), _best_values, facts = sweep.best(rates, shapes)
+        values, confirmed, cpu, meters = measured or runs[(w, c)]
         facts[CPU_FACT] = _rounded(cpu)
+        facts.update(machine_fact(meters))
         prefetch = w * c * celery_bench.PREFETCH_MULTIPLIER
         settings = celery_bench.settings(
             durable,
@@ -277,10 +280,10 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
             list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
-    values, confirmed, cpu = celery_bench.process_runs(cfg, *shape, durable=True)
+    measured = celery_bench.process_runs(cfg, *shape, durable=True)
     out.append(row("throughput.celery.durable.process",
                    "confirmed publishes + acks_late + reject_on_worker_lost, best shape",
-                   [shape], durable=True, values=values, confirmed=confirmed, cpu=cpu))  # fmt: skip
+                   [shape], durable=True, measured=measured))  # fmt: skip
     return out
 
 

@@ -16,6 +16,7 @@ import psycopg
 
 from benchmarks._services import fresh_database
 from benchmarks.harness import Config, version_of, wait_for
+from benchmarks.machine import Meter
 from benchmarks.peers._common import START_TIMEOUT, Workers, drain_timeout, run_name
 from benchmarks.peers.procrastinate_app import DSN_ENV, make_app
 
@@ -76,9 +77,12 @@ def enqueue_rate(jobs: int, batch: bool) -> float:
     return jobs / elapsed
 
 
-def process_rate(jobs: int, processes: int, concurrency: int, log: Path) -> tuple[float, float]:
+def process_rate(
+    jobs: int, processes: int, concurrency: int, log: Path, *, meter: Meter | None = None
+) -> tuple[float, float]:
     """(jobs/s from the first batch_defer until `jobs` jobs succeeded, workers warm;
-    worker CPU microseconds per job)."""
+    worker CPU microseconds per job); `meter` also splits the whole machine's CPU of
+    that window."""
     argv = ["procrastinate", f"--app={APP_PATH}", "worker", f"--concurrency={concurrency}"]
     with fresh_database() as url:
         app = make_app(url).open()
@@ -112,12 +116,16 @@ def process_rate(jobs: int, processes: int, concurrency: int, log: Path) -> tupl
                     workers.check()
                     return _count(probe, "succeeded") >= target
 
+                if meter is not None:
+                    meter.start(workers.cpu_seconds)
                 cpu = workers.cpu_seconds()
                 started = time.perf_counter()
                 task.batch_defer(*({} for _ in range(jobs)))
                 wait_for(finished, drain_timeout(jobs), f"{jobs} procrastinate jobs", step=0.01)
                 elapsed = time.perf_counter() - started
                 cpu = workers.cpu_seconds() - cpu
+                if meter is not None:
+                    meter.stop(jobs)
                 failed = _count(probe, "failed")
         finally:
             app.close()
@@ -134,8 +142,11 @@ def enqueue_runs(cfg: Config) -> dict[str, list[float]]:
     return {"defer": single, "batch": batch}
 
 
-def process_runs(cfg: Config, processes: int, concurrency: int) -> tuple[list[float], list[float]]:
-    """(jobs/s, worker CPU microseconds per job) of `cfg.repeats` runs."""
+def process_runs(
+    cfg: Config, processes: int, concurrency: int
+) -> tuple[list[float], list[float], list[Meter]]:
+    """(jobs/s, worker CPU microseconds per job, the machine's CPU) of `cfg.repeats` runs."""
     log = cfg.tmp / f"{run_name('procrastinate')}.log"
-    runs = [process_rate(cfg.jobs, processes, concurrency, log) for _ in range(cfg.repeats)]
-    return [r[0] for r in runs], [r[1] for r in runs]
+    meters = [Meter() for _ in range(cfg.repeats)]
+    runs = [process_rate(cfg.jobs, processes, concurrency, log, meter=m) for m in meters]
+    return [r[0] for r in runs], [r[1] for r in runs], meters

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import read_jsonl
+from benchmarks.machine import MACHINE_FACT
 from benchmarks.report import BOUNDS, RECOVERY_TARGETS, THROUGHPUT_COMPARISONS, ZOMBIE_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,17 @@ def test_quick_run_completes_with_every_compared_figure(
     assert all(m.values for m in rows if m.key.startswith(("throughput.", "scale.", "core.")))
     # a recovered job keeps its place: the next claim batch takes it
     assert {m.key: m.values for m in rows}["core.recovered_place"] == [1.0]
+    # every system's drains keep the whole machine's CPU per job, part by part
+    drains = [
+        m
+        for m in rows
+        if m.key.startswith("throughput.") and m.key.endswith(".process") and ".raw." not in m.key
+    ]
+    assert drains
+    for m in drains:
+        assert m.facts[MACHINE_FACT]["all"] > 0, m.key
+        assert m.facts[MACHINE_FACT]["worker processes"] > 0, m.key
+    assert "The whole machine's CPU per job" in done.stdout
     assert "### Targets" in done.stdout
     assert "jobfsm writes an audit row for every transition" in done.stdout
     assert docs.read_text() == before

@@ -8,12 +8,28 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import Measurement, read_jsonl, write_jsonl
+from benchmarks.machine import MACHINE_FACT
 from benchmarks.report import BEGIN, END, Comparison, Report, splice
 
 
 def m(key: str, *values: float, unit: str = "jobs/s", **facts: object) -> Measurement:
     return Measurement(key, key, unit, list(values), facts=dict(facts))
 
+
+#: the machine facts a report's header needs
+MACHINE = {
+    "date": "d",
+    "cores": 2,
+    "cpu": "c",
+    "memory_gib": 1,
+    "load_average": [0],
+    "python": "3",
+    "kernel": "k",
+    "sqlite": "s",
+    "postgresql": "p",
+    "rabbitmq": "r",
+    "packages": {},
+}
 
 FOUR_WAY = Comparison(
     "pg / procrastinate",
@@ -165,22 +181,7 @@ def test_the_scale_section_prints_its_ratios() -> None:
         m("scale.postgres.rows0.lease_p99", 0.5, unit="ms"),
         m("scale.postgres.rows10000000.lease_p99_pruning", 1.5, unit="ms"),
     ]
-    text = Report(rows).markdown(
-        {
-            "date": "d",
-            "cores": 2,
-            "cpu": "c",
-            "memory_gib": 1,
-            "load_average": [0],
-            "python": "3",
-            "kernel": "k",
-            "sqlite": "s",
-            "postgresql": "p",
-            "rabbitmq": "r",
-            "packages": {},
-        },
-        "python -m benchmarks",
-    )
+    text = Report(rows).markdown(MACHINE, "python -m benchmarks")
     assert (
         "| PostgreSQL lease p99 while 9M rows are pruned / no finished rows | 3.00x "
         "| `scale.postgres.rows0.lease_p99` |"
@@ -244,7 +245,9 @@ def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
     from benchmarks.peers import raw_batched
 
     # given a 1-process sweep where 128 threads per process is fastest
-    def rate(system: str, cfg: Config, workers: int, threads: int) -> throughput.Run:
+    def rate(
+        system: str, cfg: Config, workers: int, threads: int, *, meter: object = None
+    ) -> throughput.Run:
         return (float(threads), 100.0, [100.0])
 
     claims: list[tuple[int, str]] = []
@@ -264,3 +267,16 @@ def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
     throughput.process_task("postgres", cfg, 4, (32, 64), "w4")
     throughput.process_task("rabbitmq", cfg, 1, (32, 64), "w1")
     assert len(claims) == 1
+
+
+def test_the_machine_cpu_table_lists_each_metered_row_part_by_part() -> None:
+    parts = {"worker processes": 150.0, "PostgreSQL server": 93.4, "all": 299.0}
+    fact = {MACHINE_FACT: {**parts, "cores busy": "94%"}}
+    metered = m("throughput.jobfsm.rabbitmq.w4.process", 6000, **fact)
+    plain = m("throughput.raw.postgres.batched.process", 6300)
+    text = Report([metered, plain]).markdown(MACHINE, "python -m benchmarks")
+    header = "| figure | worker processes | PostgreSQL server | all | cores busy |"
+    assert header in text
+    assert "| throughput.jobfsm.rabbitmq.w4.process | 150 | 93.4 | 299 | 94% |" in text
+    table = text[text.index(header) :].split("\n\n")[0]
+    assert "throughput.raw.postgres.batched.process" not in table  # nothing measured: no row
