@@ -149,7 +149,7 @@ def test_the_best_shape_of_a_sweep_is_picked_by_median_and_every_shape_is_kept()
     assert shape == (4, 1)
     assert values == [300.0, 310.0, 320.0]
     assert facts == {"medians of the shapes tried (jobs/s)": {"4x1": 310, "1x4": 200}}
-    assert sweep.processes(sweep.DRAMATIQ, 4) == [(4, 4), (4, 8), (4, 16)]
+    assert sweep.processes(sweep.DRAMATIQ, 4) == [(4, 4), (4, 8), (4, 16), (4, 32)]
     assert set(sweep.slots(sweep.PROCRASTINATE_QUICK, 4)) == {(4, 1), (1, 4)}
 
 
