@@ -44,6 +44,7 @@ import psycopg
 
 from benchmarks._services import fresh_database
 from benchmarks.harness import REPO, version_of, wait_for
+from benchmarks.machine import process_cpu
 from benchmarks.peers.procrastinate_app import DSN_ENV
 from benchmarks.peers.procrastinate_async_app import SLEEP
 from benchmarks.peers.procrastinate_async_app import make_app as make_procrastinate
@@ -64,12 +65,6 @@ async def io_async(ctx: Context) -> None:
 @handlers.handler("io.thread")
 def io_thread(ctx: Context) -> None:
     time.sleep(SLEEP)
-
-
-def _cpu(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _count(url: str, sql: str) -> int:
@@ -102,12 +97,12 @@ def _time(
             raise RuntimeError(f"the worker exited with {proc.returncode}")
         return _count(url, done_sql) >= jobs
 
-    cpu0 = _cpu(proc.pid)
+    cpu0 = process_cpu(proc.pid)
     began = time.perf_counter()
     enqueue()
     wait_for(finished, 60 + jobs * SLEEP, f"{jobs} jobs", step=0.01)
     took = time.perf_counter() - began
-    cpu = _cpu(proc.pid) - cpu0
+    cpu = process_cpu(proc.pid) - cpu0
     return {"jobs_per_s": jobs / took, "seconds": took, "cpu_ms_per_job": 1000 * cpu / jobs}
 
 

@@ -27,10 +27,16 @@ CLIENT = "this benchmark process (enqueue, wait)"
 OTHER = "rest of the machine (kernel, other processes)"
 
 
+def stat_fields(pid: int | str = "self") -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name: state is [0], ppid [1],
+    pgrp [2], utime [11], stime [12], cutime [13], cstime [14]."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()
+
+
 def process_cpu(pid: int | str = "self") -> float:
     """User + system CPU seconds of process `pid` and all its threads."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 

@@ -27,7 +27,7 @@ import pika
 import pika.exceptions
 
 from benchmarks.harness import AMQP_URL, REPO, wait_for
-from benchmarks.machine import CLOCK_TICKS
+from benchmarks.machine import CLOCK_TICKS, stat_fields
 
 START_TIMEOUT = 90.0  # seconds for worker processes to come up under load
 
@@ -40,8 +40,7 @@ def group_cpu_seconds(groups: set[int]) -> float:
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            fields = stat_fields(entry.name)
         except OSError:  # gone meanwhile
             continue
         if int(fields[2]) in groups:  # pgrp
