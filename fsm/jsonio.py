@@ -27,10 +27,16 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def _unencodable(value: Any) -> str | None:
-    """Where in `value` the first value JSON cannot hold is (`['when']`, `[2]`), and what."""
+    """Where in `value` the first value JSON cannot hold is (`['when']`, `[2]`), and what;
+    None if there is none (a cycle: each container is walked once, so the walk ends)."""
     stack: list[tuple[Any, str]] = [(value, "")]
+    walked: set[int] = set()
     while stack:
         item, path = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if id(item) in walked:
+                continue
+            walked.add(id(item))
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):

@@ -38,6 +38,13 @@ def _deep(depth: int, wide: bool) -> Any:
     return value
 
 
+def _cyclic() -> Any:
+    """A dict that holds itself: JSON cannot encode it, and walking it never ends."""
+    value: dict[str, Any] = {"a": 1}
+    value["self"] = value
+    return value
+
+
 ODD_TEXT = st.one_of(
     st.text(max_size=40),
     st.sampled_from(
@@ -65,6 +72,7 @@ PAYLOADS = st.one_of(
     st.just("x" * (2 * 1024 * 1024)),
     st.just({1, 2}),
     st.just(object()),
+    st.builds(_cyclic),
 )
 OPTIONS = st.dictionaries(
     st.sampled_from(
@@ -218,3 +226,37 @@ def test_hostile_cli_submits_exit_cleanly(
         assert str(result.exception)
     else:
         assert result.exit_code in (0, 2), result.output
+
+
+def test_a_handler_result_that_holds_itself_fails_its_job_alone(hostile_engine: Engine) -> None:
+    """A result JSON cannot encode because it refers to itself ends its own job failed,
+    naming the cycle, within the run; the worker goes on with the next job."""
+    engine = hostile_engine
+    looped = engine.submit("k", {"loop": True}, queue=QUEUE)
+    plain = engine.submit("k", {"loop": False}, queue=QUEUE)
+    worker = Worker(
+        engine,
+        {"k": lambda ctx: _cyclic() if ctx.payload["loop"] else "done"},
+        queues=[QUEUE],
+        concurrency=1,
+        identity=Identity(),
+        poll_interval=0.05,
+        install_signals=False,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        until = time.monotonic() + 20
+        while time.monotonic() < until and not all(
+            engine.spec.is_final(engine.get(j.id).state) for j in (looped, plain)
+        ):
+            time.sleep(0.05)
+        failed = engine.get(looped.id)
+        assert failed.state == "failed"
+        assert failed.last_error is not None
+        assert "Circular reference" in failed.last_error
+        assert engine.get(plain.id).state == "succeeded"
+    finally:
+        worker.stop(now=True)
+        thread.join(15)
+    assert not thread.is_alive()
