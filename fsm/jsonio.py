@@ -9,8 +9,10 @@ limit wherever it is decoded (a worker, a broker consumer, the CLI).
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import PayloadError
@@ -64,10 +66,49 @@ def text_depth(text: str) -> int:
     return deepest
 
 
+def _refuse_default(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: the C core of `json.dumps(value, separators=(",", ":"), sort_keys=True,
+#: allow_nan=False)`, built once: `dumps` with any argument builds a new encoder per
+#: call, most of the cost of a small document (every result and payload). It keeps no
+#: markers, so a cycle surfaces as RecursionError; on any error `_canonical` lets
+#: `json.dumps` itself say what is wrong.
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE: Any = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None,  # markers: none (see above)
+        _refuse_default,  # default: nothing beyond JSON's own types
+        json.encoder.encode_basestring_ascii,
+        None,  # indent
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+)
+
+
+def _canonical(value: Any) -> str:
+    """`json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)`."""
+    if value is None:
+        return "null"  # a handler's usual result
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(value, 0))
+        except (RecursionError, TypeError, ValueError):
+            pass  # json.dumps raises the error that names the problem
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
 def encode(value: Any, *, what: str = "payload", limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Canonical JSON text of `value`, or PayloadError naming what is wrong."""
     try:
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = _canonical(value)
     except RecursionError as err:
         raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels") from err
     except (TypeError, ValueError) as err:
@@ -87,10 +128,23 @@ def _may_be_deep(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
+#: the texts most payloads and results are, decoded without the parser
+_CONSTANTS: dict[str, Callable[[], Any]] = {
+    "null": lambda: None,
+    "{}": dict,
+    "[]": list,
+    "true": lambda: True,
+    "false": lambda: False,
+}
+
+
 def decode(text: str | None, *, what: str = "JSON") -> Any:
     """The value of JSON text, or PayloadError if it is not JSON or nests too deep."""
     if text is None:
         return None
+    constant = _CONSTANTS.get(text)
+    if constant is not None:
+        return constant()  # a new object each time: callers may change what they get
     if _may_be_deep(text) and text_depth(text) > MAX_DEPTH:
         raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels")
     try:
