@@ -542,6 +542,47 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         assert isinstance(out[1], VersionConflict)
         assert self.store.history(job.id)[-1].actor == "tester"
 
+    def test_a_batch_writes_every_decision_but_the_stale_one_which_it_names(self) -> None:
+        engine, clock = self.engine()
+        jobs = [reach(engine, clock, "queued") for _ in range(5)]
+        now = clock.now()
+        mine = owner()
+        batch = [
+            decide(j, "cancel", now, engine.policy, **_OPERATOR)
+            if i % 2
+            else decide(j, "lease", now, engine.policy, owner=mine, lease_until=1e12)
+            for i, j in enumerate(jobs)
+        ]
+        moved = decide(jobs[3], "lease", now, engine.policy, owner=mine, lease_until=1e12)
+        assert self.store.apply([moved]) == [moved.job]  # batch[3] is stale now
+        out = self.store.apply(batch)
+        assert [o for i, o in enumerate(out) if i != 3] == [
+            d.job for i, d in enumerate(batch) if i != 3
+        ]
+        conflict = out[3]
+        assert isinstance(conflict, VersionConflict)
+        assert conflict.actual == moved.job.version
+        for i, d in enumerate(batch):
+            kept = moved if i == 3 else d
+            assert self.store.get(d.job.id) == kept.job
+            assert [e.event for e in self.store.history(d.job.id)] == ["submit", kept.event]
+
+    def test_a_batch_of_good_decisions_is_written_whole_in_its_order(self) -> None:
+        engine, clock = self.engine()
+        job = reach(engine, clock, "queued")
+        others = [reach(engine, clock, "queued") for _ in range(3)]
+        now = clock.now()
+        lease = decide(job, "lease", now, engine.policy, owner=owner(), lease_until=1e12)
+        # the second decision builds on the first: in one call, in this order, both hold
+        start = decide(lease.job, "start", now, engine.policy, fence=lease.job.fence)
+        batch = [lease, *[decide(o, "cancel", now, engine.policy, **_OPERATOR) for o in others]]
+        batch.append(start)
+        assert self.store.apply(batch) == [d.job for d in batch]
+        assert self.store.get(job.id) == start.job
+        assert [e.event for e in self.store.history(job.id)] == ["submit", "lease", "start"]
+        for o in others:
+            assert [e.event for e in self.store.history(o.id)] == ["submit", "cancel"]
+
     def test_concurrent_decisions_from_threads_on_one_version_have_one_winner(self) -> None:
         engine, clock = self.engine()
         job = reach(engine, clock, "queued")
