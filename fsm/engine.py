@@ -478,41 +478,65 @@ class Engine:
         """Apply worker reports decided on the records the worker last saw, in one write.
 
         Each (job, event, args) is decided on `job` as given and written with
-        compare-and-set on its version, all in one `store.apply`. A report whose
-        record moved since (a heartbeat, a cancel, a recovery) falls back to
-        `transition`, which re-reads and decides again. Results are in order: the
-        new record, or the error (LeaseLost, IllegalTransition, ...) for that report.
+        compare-and-set on its version, all in one `store.apply`. The reports whose
+        record moved since (a heartbeat renews a lease with a new version, so every
+        job that ran past one has) are decided again on the stored records and
+        written in a second `store.apply`; what still fails (a cancel, a recovery,
+        a fence that moved) falls back to `transition`, one by one, which re-reads,
+        decides again and records a stale report. Results are in order: the new
+        record, or the error (LeaseLost, IllegalTransition, ...) for that report.
         """
-        now = self.clock.now()
         out: list[Job | JobFSMError | None] = [None] * len(reports)
-        batch: list[int] = []
-        decisions: list[Decision] = []
-        for i, (job, event, args) in enumerate(reports):
-            try:
-                decisions.append(decide(job, event, now, self.policy, spec=self.spec, **args))
-            except JobFSMError:
-                continue  # decided again on the stored record below
-            batch.append(i)
-        if decisions:
-            applied: Sequence[Job | VersionConflict | None]
-            try:
-                applied = self.store.apply(decisions)
-            except StoreError:
-                raise  # the store is away: the caller retries the batch, bounded
-            except Exception as err:  # one report the store cannot take: each alone
-                log.warning("a batch of %d reports failed (%s); one by one", len(decisions), err)
-                applied = [None] * len(decisions)
-            for i, d, written in zip(batch, decisions, applied, strict=True):
-                if isinstance(written, Job):
-                    if d.entry is not None:
-                        self._observe(written, d.entry)
-                    out[i] = written
-            if self.releaser is not None:
-                self.releaser.settled(j for j in applied if isinstance(j, Job))
+        self._report_batch(reports, list(range(len(reports))), out, reread=False)
+        moved = [i for i, r in enumerate(out) if r is None]
+        if len(moved) > 1:  # one alone is read again by `transition` anyway
+            self._report_batch(reports, moved, out, reread=True)
         for i, (job, event, args) in enumerate(reports):
             if out[i] is None:
                 out[i] = self._report_alone(job, event, args)
         return [r for r in out if r is not None]
+
+    def _report_batch(
+        self,
+        reports: Sequence[tuple[Job, str, Mapping[str, Any]]],
+        indexes: list[int],
+        out: list[Job | JobFSMError | None],
+        *,
+        reread: bool,
+    ) -> None:
+        """Decide the reports at `indexes` (on the records as given, or as stored now
+        with `reread`) and write them in one `store.apply`; fill `out` with what was
+        written, leave None where the decision or its compare-and-set failed."""
+        now = self.clock.now()
+        batch: list[int] = []
+        decisions: list[Decision] = []
+        for i in indexes:
+            job, event, args = reports[i]
+            try:
+                seen = self.store.get(job.id) if reread else job
+                if seen is None:
+                    continue  # gone: `transition` says so
+                decisions.append(decide(seen, event, now, self.policy, spec=self.spec, **args))
+            except JobFSMError:
+                continue  # decided again on the stored record, alone
+            batch.append(i)
+        if not decisions:
+            return
+        applied: Sequence[Job | VersionConflict | None]
+        try:
+            applied = self.store.apply(decisions)
+        except StoreError:
+            raise  # the store is away: the caller retries the batch, bounded
+        except Exception as err:  # one report the store cannot take: each alone
+            log.warning("a batch of %d reports failed (%s); one by one", len(decisions), err)
+            applied = [None] * len(decisions)
+        for i, d, written in zip(batch, decisions, applied, strict=True):
+            if isinstance(written, Job):
+                if d.entry is not None:
+                    self._observe(written, d.entry)
+                out[i] = written
+        if self.releaser is not None:
+            self.releaser.settled(j for j in applied if isinstance(j, Job))
 
     def _report_alone(self, job: Job, event: str, args: Mapping[str, Any]) -> Job | JobFSMError:
         """One report, decided on the stored record; its failure is its own."""
