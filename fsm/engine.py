@@ -489,7 +489,7 @@ class Engine:
         out: list[Job | JobFSMError | None] = [None] * len(reports)
         self._report_batch(reports, list(range(len(reports))), out, reread=False)
         moved = [i for i, r in enumerate(out) if r is None]
-        if len(moved) > 1:  # one alone is read again by `transition` anyway
+        if moved:
             self._report_batch(reports, moved, out, reread=True)
         for i, (job, event, args) in enumerate(reports):
             if out[i] is None:

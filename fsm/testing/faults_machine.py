@@ -33,7 +33,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from .. import recovery
+from .. import jsonio, recovery
 from ..clock import FakeClock
 from ..engine import Engine
 from ..errors import BadInput, IllegalTransition, LeaseLost, TransientStoreError
@@ -68,6 +68,8 @@ HOSTS = ("fault-sim-a", "fault-sim-b")
 MAX_ATTEMPTS = 3
 #: what a zombie whose lease was taken over once reports (`lease_taken_over_once`)
 ONE_BEHIND_EVENTS = ("start", "release", "succeed", "fail", "ambiguous", "mark")
+#: the outcomes a worker's reporter writes (in batches, through `Engine.report_many`)
+REPORTED = ("succeed", "fail", "ambiguous")
 
 
 def _weights(value: Mapping[str, int]) -> dict[str, int]:
@@ -161,6 +163,9 @@ class Held:
     fence: int
     phase: str
     effect_done: bool = False
+    #: the record the worker last saw (claimed, or read after a report): what its
+    #: batched reports are decided on, however far heartbeats have moved it since
+    seen: Job | None = None
 
 
 @attrs.frozen
@@ -351,6 +356,7 @@ class FaultMachine(RuleBasedStateMachine):
             del w.held[jid]
         else:
             held.phase = job.state
+            held.seen = job
 
     def _report(
         self, w: SimWorker, jid: str, event: str, fence: int, call: Callable[[], Job]
@@ -360,14 +366,9 @@ class FaultMachine(RuleBasedStateMachine):
         before = self.real.get(jid)
         if before is None:
             return "gone"
-        stale = before.fence != fence
-        if stale:
-            self._fault("stale report (zombie or late duplicate)")
         try:
             call()
         except LeaseLost:
-            if not stale:
-                self._fail(f"I7 job {jid}: {event} with the current fence {fence} got LeaseLost")
             outcome = "lost"
         except IllegalTransition:
             outcome = "illegal"
@@ -375,6 +376,17 @@ class FaultMachine(RuleBasedStateMachine):
             outcome = "unknown"
         else:
             outcome = "applied"
+        return self._judge(w, Sent(jid, event, fence), before, outcome)
+
+    def _judge(self, w: SimWorker, report: Sent, before: Job, outcome: str) -> str:
+        """Check what a report did against the record `before` it was sent: one with
+        the current fence is never refused as stale; a stale one changes nothing (I7)."""
+        jid, event, fence = report.job_id, report.event, report.fence
+        stale = before.fence != fence
+        if stale:
+            self._fault("stale report (zombie or late duplicate)")
+        if outcome == "lost" and not stale:
+            self._fail(f"I7 job {jid}: {event} with the current fence {fence} got LeaseLost")
         if stale and (
             outcome == "applied" or self._applied_since(jid, before.version, event, fence)
         ):
@@ -383,7 +395,7 @@ class FaultMachine(RuleBasedStateMachine):
                 f"(current {before.fence}) changed the job"
             )
         if outcome == "applied":
-            w.sent.append(Sent(jid, event, fence))
+            w.sent.append(report)
             del w.sent[:-SENT_LOG]
         return outcome
 
@@ -423,25 +435,42 @@ class FaultMachine(RuleBasedStateMachine):
         else:
             self._fault("fenced effect refused (stale fence)")
 
-    def _outcome_call(
+    def _outcome_report(
         self, jid: str, held: Held, outcome: str, roll: int
-    ) -> tuple[str, Callable[[], Job]]:
-        e = self.engine
+    ) -> tuple[str, dict[str, Any]]:
+        """The worker's report of how the handler ended: (event, arguments), as the
+        reporter hands them to `Engine.report_many` (or one by one to `transition`)."""
         f = held.fence
+
+        def fail(
+            error: str, delay: float | None = None, permanent: bool = False
+        ) -> tuple[str, dict[str, Any]]:
+            return "fail", {"fence": f, "error": error, "delay": delay, "permanent": permanent}
+
         if outcome == "succeed":
             if not held.effect_done:
                 if self._marks(jid) and not self._mark(jid, f):
-                    return "fail", lambda: e.fail(jid, f, "ctx.mark raised")
+                    return fail("ctx.mark raised")
                 self._commit_effect(jid, f)
                 held.effect_done = True
-            return "succeed", lambda: e.succeed(jid, f, {"fence": f})
+            return "succeed", {"fence": f, "result_json": jsonio.encode({"fence": f})}
         if outcome == "fail":
-            return "fail", lambda: e.fail(jid, f, "handler raised")
+            return fail("handler raised")
         if outcome == "retry_after":
-            return "fail", lambda: e.fail(jid, f, "Retry(after=)", delay=float(roll % 60))
+            return fail("Retry(after=)", delay=float(roll % 60))
         if outcome == "permanent":
-            return "fail", lambda: e.fail(jid, f, "Permanent", permanent=True)
-        return "ambiguous", lambda: e.ambiguous(jid, f, "outside effect unknown")
+            return fail("Permanent", permanent=True)
+        return "ambiguous", {"fence": f, "error": "outside effect unknown"}
+
+    def _outcome(self, worker: SimWorker, jid: str, roll: int) -> tuple[str, dict[str, Any]]:
+        """How `jid`'s handler ends this time (its kind's mix), as a report."""
+        held = worker.held[jid]
+        job = self.real.get(jid)
+        kind = self.kinds_by_name.get(job.kind) if job is not None else None
+        outcome = (kind or self.kind_specs[0]).pick(roll)
+        if held.effect_done and outcome != "ambiguous":
+            outcome = "succeed"  # a handler past its outside call returns (or says unknown)
+        return self._outcome_report(jid, held, outcome, roll)
 
     # --- normal work ---------------------------------------------------------------
 
@@ -540,7 +569,7 @@ class FaultMachine(RuleBasedStateMachine):
                 self._fail(f"I1 job {job.id}: claim returned it {job.state} for {job.owner}")
             if job.id not in self.index:
                 self._fail(f"I3 claim returned job {job.id} that was never submitted")
-            worker.held[job.id] = Held(job.fence, job.state)
+            worker.held[job.id] = Held(job.fence, job.state, seen=job)
         return got
 
     @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
@@ -597,15 +626,75 @@ class FaultMachine(RuleBasedStateMachine):
         self._finish(worker, jid, roll)
 
     def _finish(self, worker: SimWorker, jid: str, roll: int) -> None:
-        held = worker.held[jid]
-        job = self.real.get(jid)
-        kind = self.kinds_by_name.get(job.kind) if job is not None else None
-        outcome = (kind or self.kind_specs[0]).pick(roll)
-        if held.effect_done and outcome != "ambiguous":
-            outcome = "succeed"  # a handler past its outside call returns (or says unknown)
-        event, call = self._outcome_call(jid, held, outcome, roll)
-        self._report(worker, jid, event, held.fence, call)
+        fence = worker.held[jid].fence
+        event, args = self._outcome(worker, jid, roll)
+        call = partial(self.engine.transition, jid, event, **args)
+        self._report(worker, jid, event, fence, call)
         self._reconcile(worker, jid)
+
+    @precondition(lambda self: self._has_held("running"))
+    @rule(w=W, roll=st.integers(0, 999))
+    def finish_together(self, w: int, roll: int) -> None:
+        """The worker's reporter: the outcomes of all a worker's running jobs in one
+        `Engine.report_many`, each decided on the record the worker last saw.
+        Heartbeats have moved some of those records since, another worker may hold
+        others now (those reports are stale): each report must fare as it would alone."""
+        worker = next(
+            x
+            for x in self.workers[w % len(self.workers) :] + self.workers
+            if x.active and any(h.phase == "running" for h in x.held.values())
+        )
+        running = [
+            jid
+            for jid in sorted(worker.held, key=self.index.__getitem__)
+            if worker.held[jid].phase == "running"
+        ]
+        batch: list[tuple[Sent, Job, dict[str, Any]]] = []
+        for i, jid in enumerate(running):
+            held = worker.held[jid]
+            event, args = self._outcome(worker, jid, (roll + 7 * i) % 1000)
+            if held.seen is not None:
+                batch.append((Sent(jid, event, held.fence), held.seen, args))
+        self._report_together(worker, batch)
+
+    def _report_together(self, w: SimWorker, batch: list[tuple[Sent, Job, dict[str, Any]]]) -> None:
+        """Send `batch` (each report with the record the worker decided it on) in one
+        `Engine.report_many`, as the worker's reporter does, and judge each report as
+        `_report` judges one sent alone."""
+        reports: list[tuple[Job, str, Mapping[str, Any]]] = []
+        sent: list[tuple[Sent, Job]] = []
+        for report, seen, args in batch:
+            self.touched.add(report.job_id)
+            before = self.real.get(report.job_id)
+            if before is None:
+                continue  # gone (pruned): nothing to report on
+            if seen.version != before.version:
+                self._fault("batched report on a record a heartbeat or a writer moved")
+            reports.append((seen, report.event, args))
+            sent.append((report, before))
+        if len(reports) > 1:
+            self._fault("reports written in one batch")
+        try:
+            results: list[Any] = list(self.engine.report_many(reports))
+        except TransientStoreError:
+            results = [None] * len(reports)
+        for (report, before), result in zip(sent, results, strict=True):
+            self._judge(w, report, before, self._report_outcome(result))
+            self._reconcile(w, report.job_id)
+
+    @staticmethod
+    def _report_outcome(result: Any) -> str:
+        """How one report of `report_many` ended, as `_report` names it; an error no
+        single report could end with fails the run (it is raised)."""
+        if isinstance(result, Job):
+            return "applied"
+        if isinstance(result, LeaseLost):
+            return "lost"
+        if isinstance(result, IllegalTransition):
+            return "illegal"
+        if result is None or isinstance(result, TransientStoreError):
+            return "unknown"
+        raise result
 
     @precondition(lambda self: self._has_held("running"))
     @rule(w=W, j=J, commit=st.booleans())
@@ -851,8 +940,14 @@ class FaultMachine(RuleBasedStateMachine):
                 self._start(zombie, jid, held.fence)
 
     @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
-    @rule(w=W, j=J, event=st.sampled_from(ONE_BEHIND_EVENTS), roll=st.integers(0, 999))
-    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
+    @rule(
+        w=W,
+        j=J,
+        event=st.sampled_from(ONE_BEHIND_EVENTS),
+        roll=st.integers(0, 999),
+        batched=st.booleans(),
+    )
+    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int, batched: bool) -> None:
         """The commonest zombie: its lease is taken over exactly once, and it reports
         with the fence just before the current one.
 
@@ -864,7 +959,9 @@ class FaultMachine(RuleBasedStateMachine):
         worker leases the job (fence + 1) and, unless the zombie's report is a
         `start` or `release`, starts it, so the report is legal in the job's state
         and only its fence is wrong. Then the zombie wakes and sends that report
-        through the Engine, so it reaches `decide` with the fence one behind.
+        through the Engine, so it reaches `decide` with the fence one behind: alone,
+        or (`batched`, for an outcome its reporter writes) through `report_many` on
+        the record it last saw, which a heartbeat may have moved too.
 
         Checked in the step (`_report`): I7, a report carrying a fence other than the
         job's current one raises `LeaseLost` and no applied entry for it appears
@@ -890,8 +987,13 @@ class FaultMachine(RuleBasedStateMachine):
             self._fault("lease taken over once")
             if needs == "running":
                 self._start(taker, jid, job.fence)
+        seen = zombie.held[jid].seen if jid in zombie.held else None
         zombie.paused = False
         self._fault("zombie wakes")
+        if batched and event in REPORTED and seen is not None:
+            args = self._zombie_args(event, fence, roll)
+            self._report_together(zombie, [(Sent(jid, event, fence), seen, args)])
+            return
         call = self._zombie_call(jid, event, fence, roll)
         self._report(zombie, jid, event, fence, call)
         self._reconcile(zombie, jid)
@@ -927,14 +1029,22 @@ class FaultMachine(RuleBasedStateMachine):
         jid = held[j % len(held)]
         return jid, worker.held[jid].fence
 
+    @staticmethod
+    def _zombie_args(event: str, fence: int, roll: int) -> dict[str, Any]:
+        """The arguments of a zombie's report of an outcome (an event in REPORTED)."""
+        if event == "succeed":
+            return {"fence": fence, "result_json": jsonio.encode({"fence": fence})}
+        if event == "fail":
+            return {"fence": fence, "error": "handler raised", "delay": float(roll % 60)}
+        return {"fence": fence, "error": "outside effect unknown"}
+
     def _zombie_call(self, jid: str, event: str, fence: int, roll: int) -> Callable[[], Job]:
         e = self.engine
+        if event in REPORTED:
+            return partial(e.transition, jid, event, **self._zombie_args(event, fence, roll))
         calls: dict[str, Callable[[], Job]] = {
             "start": partial(self._start_call, jid, fence),
             "release": lambda: e.release(jid, fence),
-            "succeed": lambda: e.succeed(jid, fence, {"fence": fence}),
-            "fail": lambda: e.fail(jid, fence, "handler raised", delay=float(roll % 60)),
-            "ambiguous": lambda: e.ambiguous(jid, fence, "outside effect unknown"),
             "mark": lambda: e.mark(jid, fence, "calling the outside system", f"ext-{jid}"),
         }
         return calls[event]

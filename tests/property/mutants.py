@@ -301,6 +301,23 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a report one fence behind is accepted",
     ),
+    Patch(
+        "core-batched-report-takes-the-stored-fence",
+        "core",
+        "fsm/engine.py",
+        (
+            (
+                "                decisions.append(decide(seen, event, now, self.policy, "
+                "spec=self.spec, **args))",
+                "                if reread:\n"
+                '                    args = {**args, "fence": seen.fence}\n'
+                "                decisions.append(decide(seen, event, now, self.policy, "
+                "spec=self.spec, **args))",
+            ),
+        ),
+        ("memory",),
+        "a batched report whose record moved is decided again with the stored fence",
+    ),
     # --- recovery sweep (fsm/recovery.py) and owner judgement ------------------------
     Patch(
         "recovery-deadline-sweep-skips-leased-running",
