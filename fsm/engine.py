@@ -490,7 +490,14 @@ class Engine:
         self._report_batch(reports, list(range(len(reports))), out, reread=False)
         moved = [i for i, r in enumerate(out) if r is None]
         if moved:
-            self._report_batch(reports, moved, out, reread=True)
+            try:
+                self._report_batch(reports, moved, out, reread=True)
+            except StoreError:
+                if len(moved) == len(reports):
+                    raise  # nothing is written yet: the caller retries the whole batch
+                # some are written: a retry would find those final and call their
+                # reports refused, so the rest go one by one below instead
+                log.warning("%d reports on moved records: one by one", len(moved))
         for i, (job, event, args) in enumerate(reports):
             if out[i] is None:
                 out[i] = self._report_alone(job, event, args)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fsm import Engine, KindPolicy, LeaseLost, open_store
+from fsm.errors import TransientStoreError
 from fsm.owner import Identity
 from fsm.records import Decision, Job
 
@@ -90,3 +91,50 @@ def test_a_report_with_a_fence_that_is_not_the_jobs_is_refused_alone_and_recorde
     assert writes.batches == [2, 2]  # the stale one is in neither batch
     last = engine.history(jobs[2].id)[-1]
     assert (last.event, last.outcome, last.fence) == ("succeed", "rejected", stale)
+
+
+class FailingApply:
+    """The real store's `apply`, but call number `n` (1-based) raises a retryable
+    store error before reaching the store, as a dropped connection would."""
+
+    def __init__(self, engine: Engine, n: int) -> None:
+        self.calls = 0
+        real = engine.store.apply
+
+        def apply(decisions: Sequence[Decision]) -> Any:
+            self.calls += 1
+            if self.calls == n:
+                raise TransientStoreError("injected: the connection dropped")
+            return real(decisions)
+
+        engine.store.apply = apply  # type: ignore[method-assign]
+
+
+def test_a_store_error_on_the_moved_reports_leaves_them_one_by_one_when_some_are_written(
+    engine: Engine,
+) -> None:
+    jobs = _running(engine, 3)
+    owner = jobs[0].owner
+    assert owner is not None
+    engine.heartbeat(owner, {j.id: j.fence for j in jobs[1:]})
+    FailingApply(engine, 2)  # the first batch is written, the second fails
+    results = engine.report_many(_succeed(jobs))
+    # the written report is not retried (it would be refused as final); the two
+    # moved ones are written alone, each after a fresh read
+    assert [r.state for r in results if isinstance(r, Job)] == ["succeeded"] * 3
+    assert [[e.event for e in engine.history(j.id)][-1] for j in jobs] == ["succeed"] * 3
+
+
+def test_a_store_error_before_anything_is_written_is_the_callers_to_retry(
+    engine: Engine,
+) -> None:
+    jobs = _running(engine, 3)
+    owner = jobs[0].owner
+    assert owner is not None
+    engine.heartbeat(owner, {j.id: j.fence for j in jobs})
+    FailingApply(engine, 2)  # every record moved: the first batch writes nothing
+    with pytest.raises(TransientStoreError):
+        engine.report_many(_succeed(jobs))
+    assert [engine.get(j.id).state for j in jobs] == ["running"] * 3
+    results = engine.report_many(_succeed(jobs))  # the worker's bounded retry
+    assert [r.state for r in results if isinstance(r, Job)] == ["succeeded"] * 3
