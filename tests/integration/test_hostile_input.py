@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -106,6 +107,29 @@ def hostile_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         engine.store.close()
 
 
+@contextmanager
+def _serving(engine: Engine, handler: Callable[[Any], Any], concurrency: int) -> Iterator[Worker]:
+    """A worker serving QUEUE with `handler` for kind "k", in a thread; stopped (and
+    checked gone) when the block ends, whatever happened in it."""
+    worker = Worker(
+        engine,
+        {"k": handler},
+        queues=[QUEUE],
+        concurrency=concurrency,
+        identity=Identity(),
+        poll_interval=0.05,
+        install_signals=False,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(now=True)
+        thread.join(15)
+    assert not thread.is_alive()
+
+
 def _submit(engine: Engine, kind: Any, payload: Any, opts: dict[str, Any]) -> Job | None:
     """Submit; a refusal must be a BadInput that names what it refuses."""
     opts = {**opts, "queue": QUEUE} if "queue" not in opts else opts
@@ -149,18 +173,7 @@ def test_hostile_submits_are_stored_and_run_or_refused_and_nothing_else_changes(
     # a worker serving the queue runs every stored job of its kind to a final state and
     # lives on
     seen: list[Any] = []
-    worker = Worker(
-        engine,
-        {"k": lambda ctx: seen.append(ctx.job.id) or "done"},
-        queues=[QUEUE],
-        concurrency=4,
-        identity=Identity(),
-        poll_interval=0.05,
-        install_signals=False,
-    )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with _serving(engine, lambda ctx: seen.append(ctx.job.id) or "done", 4) as worker:
         assert worker.wait_started(10)
         # the worker leases only kinds it has a handler for: a stored job of another
         # kind waits for a worker that knows it (and is no harm to this one)
@@ -183,10 +196,6 @@ def test_hostile_submits_are_stored_and_run_or_refused_and_nothing_else_changes(
         assert engine.get(ordinary.id).state == "succeeded"
         assert worker.ready
         assert engine.get(sentinel.id).state == "queued"
-    finally:
-        worker.stop(now=True)
-        thread.join(15)
-    assert not thread.is_alive()
 
 
 @settings(
@@ -234,18 +243,7 @@ def test_a_handler_result_that_holds_itself_fails_its_job_alone(hostile_engine: 
     engine = hostile_engine
     looped = engine.submit("k", {"loop": True}, queue=QUEUE)
     plain = engine.submit("k", {"loop": False}, queue=QUEUE)
-    worker = Worker(
-        engine,
-        {"k": lambda ctx: _cyclic() if ctx.payload["loop"] else "done"},
-        queues=[QUEUE],
-        concurrency=1,
-        identity=Identity(),
-        poll_interval=0.05,
-        install_signals=False,
-    )
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with _serving(engine, lambda ctx: _cyclic() if ctx.payload["loop"] else "done", 1):
         until = time.monotonic() + 20
         while time.monotonic() < until and not all(
             engine.spec.is_final(engine.get(j.id).state) for j in (looped, plain)
@@ -256,7 +254,3 @@ def test_a_handler_result_that_holds_itself_fails_its_job_alone(hostile_engine: 
         assert failed.last_error is not None
         assert "Circular reference" in failed.last_error
         assert engine.get(plain.id).state == "succeeded"
-    finally:
-        worker.stop(now=True)
-        thread.join(15)
-    assert not thread.is_alive()

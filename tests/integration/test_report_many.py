@@ -25,15 +25,19 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         engine.store.close()
 
 
-class Writes:
-    """Counts the calls of the real store's `apply` (one transaction each)."""
+class Applies:
+    """The real store's `apply`, its calls counted (one transaction each) and, with
+    `fail_at`, that call (1-based) refused with a retryable store error before it
+    reaches the store, as a dropped connection would be."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fail_at: int | None = None) -> None:
         self.batches: list[int] = []
         real = engine.store.apply
 
         def apply(decisions: Sequence[Decision]) -> Any:
             self.batches.append(len(decisions))
+            if len(self.batches) == fail_at:
+                raise TransientStoreError("injected: the connection dropped")
             return real(decisions)
 
         engine.store.apply = apply  # type: ignore[method-assign]
@@ -47,6 +51,13 @@ def _running(engine: Engine, n: int) -> list[Job]:
     return jobs
 
 
+def _renew(engine: Engine, jobs: Sequence[Job]) -> None:
+    """A heartbeat of the jobs' owner: each renewed lease gets a new version."""
+    owner = jobs[0].owner
+    assert owner is not None
+    assert set(engine.heartbeat(owner, {j.id: j.fence for j in jobs})) == {j.id for j in jobs}
+
+
 def _succeed(jobs: Sequence[Job]) -> list[tuple[Job, str, dict[str, Any]]]:
     return [(j, "succeed", {"fence": j.fence, "result_json": '"ok"'}) for j in jobs]
 
@@ -56,9 +67,8 @@ def test_reports_on_records_a_heartbeat_moved_are_written_in_one_more_batch(
 ) -> None:
     jobs = _running(engine, 6)
     fresh, moved = jobs[:2], jobs[2:]
-    renewed = engine.heartbeat(moved[0].owner, {j.id: j.fence for j in moved})  # type: ignore[arg-type]
-    assert set(renewed) == {j.id for j in moved}
-    writes = Writes(engine)
+    _renew(engine, moved)
+    writes = Applies(engine)
     results = engine.report_many(_succeed(jobs))
     assert [r.state for r in results if isinstance(r, Job)] == ["succeeded"] * 6
     assert [r.id for r in results if isinstance(r, Job)] == [j.id for j in jobs]
@@ -78,13 +88,11 @@ def test_a_report_with_a_fence_that_is_not_the_jobs_is_refused_alone_and_recorde
     engine: Engine,
 ) -> None:
     jobs = _running(engine, 3)
-    owner = jobs[0].owner
-    assert owner is not None
-    engine.heartbeat(owner, {j.id: j.fence for j in jobs})
+    _renew(engine, jobs)
     reports = _succeed(jobs)
     stale = jobs[2].fence + 1  # as a worker holding an older or newer lease would say
     reports[2] = (jobs[2], "succeed", {"fence": stale, "result_json": '"late"'})
-    writes = Writes(engine)
+    writes = Applies(engine)
     results = engine.report_many(reports)
     assert [type(r) for r in results] == [Job, Job, LeaseLost]
     assert [engine.get(j.id).state for j in jobs] == ["succeeded", "succeeded", "running"]
@@ -93,31 +101,12 @@ def test_a_report_with_a_fence_that_is_not_the_jobs_is_refused_alone_and_recorde
     assert (last.event, last.outcome, last.fence) == ("succeed", "rejected", stale)
 
 
-class FailingApply:
-    """The real store's `apply`, but call number `n` (1-based) raises a retryable
-    store error before reaching the store, as a dropped connection would."""
-
-    def __init__(self, engine: Engine, n: int) -> None:
-        self.calls = 0
-        real = engine.store.apply
-
-        def apply(decisions: Sequence[Decision]) -> Any:
-            self.calls += 1
-            if self.calls == n:
-                raise TransientStoreError("injected: the connection dropped")
-            return real(decisions)
-
-        engine.store.apply = apply  # type: ignore[method-assign]
-
-
 def test_a_store_error_on_the_moved_reports_leaves_them_one_by_one_when_some_are_written(
     engine: Engine,
 ) -> None:
     jobs = _running(engine, 3)
-    owner = jobs[0].owner
-    assert owner is not None
-    engine.heartbeat(owner, {j.id: j.fence for j in jobs[1:]})
-    FailingApply(engine, 2)  # the first batch is written, the second fails
+    _renew(engine, jobs[1:])
+    Applies(engine, fail_at=2)  # the first batch is written, the second fails
     results = engine.report_many(_succeed(jobs))
     # the written report is not retried (it would be refused as final); the two
     # moved ones are written alone, each after a fresh read
@@ -129,10 +118,8 @@ def test_a_store_error_before_anything_is_written_is_the_callers_to_retry(
     engine: Engine,
 ) -> None:
     jobs = _running(engine, 3)
-    owner = jobs[0].owner
-    assert owner is not None
-    engine.heartbeat(owner, {j.id: j.fence for j in jobs})
-    FailingApply(engine, 2)  # every record moved: the first batch writes nothing
+    _renew(engine, jobs)
+    Applies(engine, fail_at=2)  # every record moved: the first batch writes nothing
     with pytest.raises(TransientStoreError):
         engine.report_many(_succeed(jobs))
     assert [engine.get(j.id).state for j in jobs] == ["running"] * 3
