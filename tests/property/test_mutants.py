@@ -97,7 +97,6 @@ CI_PATCHES = (
     "core-release-on-any-success",  # dependencies: D1
     "reconcile-failure-read-as-not-started",  # reconcile: I7 (lose_marked_run)
     "core-stale-fence-accepted",  # fences: I7 (lease_taken_over_once)
-    "core-batched-report-takes-the-stored-fence",  # report_many: I7 (batched zombie)
 )
 
 
