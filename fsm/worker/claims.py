@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..engine import Engine
 from ..errors import IllegalTransition, JobFSMError, LeaseLost, StoreError
 from ..ports import Attempt, ExecutorFull, Outcome, Wakeup
 from ..records import Job
 from ..text import clean_text
 from .context import run_attempt, run_attempt_async
+from .handlers import HandlerSpec
 from .runs import Run
 from .state import Shared, backoff
 
@@ -26,6 +28,16 @@ log = logging.getLogger(__name__)
 
 BATCH_WINDOW = 0.02  # longest wait to gather free slots into one claim batch
 RELEASE_TRIES = 3  # bounded tries to give back an unstarted lease at shutdown
+
+
+def start_args(spec: HandlerSpec, engine: Engine) -> dict[str, Any]:
+    """`start`'s arguments but the fence for a job of `spec`'s kind: the policy of the
+    kind's handler on this worker, which the start decision enforces."""
+    policy = spec.policy.enforced()
+    policy.setdefault("max_recoveries", engine.policy.recovery.max_recoveries)
+    if spec.reconciler is not None:
+        policy["reconciler"] = True
+    return {"kind_policy": policy}
 
 
 class Claims:
@@ -134,19 +146,15 @@ class Claims:
         return jobs
 
     def _start_args(self, job: Job) -> dict[str, Any]:
-        """`start`'s arguments but the fence: the policy of the kind's handler here
-        (built once per kind: a worker's handlers and policy are fixed while it runs)."""
+        """`start`'s arguments but the fence (built once per kind: a worker's handlers
+        and policy are fixed while it runs)."""
         args = self._start_by_kind.get(job.kind)
         if args is None:
-            args = {}
             spec = self.s.handlers.get(job.kind)
-            if spec is not None:
-                policy = spec.policy.enforced()
-                policy.setdefault("max_recoveries", self.s.engine.policy.recovery.max_recoveries)
-                if spec.reconciler is not None:
-                    policy["reconciler"] = True
-                args = {"kind_policy": policy}
-                self._start_by_kind[job.kind] = args  # bounded: one per handled kind
+            if spec is None:
+                return {}
+            args = start_args(spec, self.s.engine)
+            self._start_by_kind[job.kind] = args  # bounded: one per handled kind
         return args
 
     def dispatch(self, jobs: list[Job]) -> None:
