@@ -106,6 +106,9 @@ class Report:
                 continue
             value = m.high if b.stat == "max" else m.median
             shown = fmt(value, b.unit) + (f" (max of {len(m.values)})" if b.stat == "max" else "")
+            floor = self.by_key.get(b.floor) if b.floor else None
+            if floor is not None and floor.values:
+                shown += f" (floor, {floor.label}: {fmt(floor.median, b.unit)})"
             out.append((b.label, shown, f"<= {fmt(b.bound, b.unit)}", value <= b.bound))
         for key in RECOVERY_TARGETS:
             m = self.by_key.get(key)

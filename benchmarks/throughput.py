@@ -19,7 +19,9 @@ the peers and the raw baselines the same way):
   with the highest median, its label naming it and its facts every shape's median;
   the worker CPU per job rows are that shape's. More slots make bigger claim
   batches, so with 1 process the batched raw baseline (`raw_batched`) runs beside it
-  in the winner's claim size: the comparison stays like for like.
+  in the winner's claim size: the comparison stays like for like. So does the
+  engine path alone (`engine_path`: the same claims and reports in one thread, no
+  worker), the floor that row's worker CPU per job cannot go below.
 - equal slots: the same with 1 process x 4 threads, the 4 job slots the peers'
   equal-slot rows get.
 
@@ -336,6 +338,9 @@ def process_task(
     if shape == "w1" and system in raw_batched.BASELINES:
         why = f"{concurrency}, the threads per process of the 1-worker row's best shape"
         rows += raw_batched.BASELINES[system](cfg, concurrency, why)
+        from benchmarks import engine_path  # it builds on this module's handlers
+
+        rows += engine_path.rows(system, cfg, concurrency, why)
     return rows
 
 

@@ -57,6 +57,7 @@ def test_quick_run_completes_with_every_compared_figure(
     wanted = {c.ours for c in THROUGHPUT_COMPARISONS}
     wanted |= {k for c in THROUGHPUT_COMPARISONS for k in c.theirs}
     wanted |= {*RECOVERY_TARGETS, *ZOMBIE_KEYS, *PEER_RECOVERY, *(b.key for b in BOUNDS)}
+    wanted |= {b.floor for b in BOUNDS if b.floor is not None}
     wanted |= {f"scale.{s}.worker_memory" for s in ("sqlite", "postgres")}
     wanted |= {f"scale.{s}.rows0.lease_p50" for s in ("sqlite", "postgres")}
     # the quick run's largest PostgreSQL table (10,000 rows) is pruned too
@@ -67,6 +68,12 @@ def test_quick_run_completes_with_every_compared_figure(
         assert all(v >= 0 for v in m.values), m.key
     # jobfsm's own runs always finish: a figure per key (peers may never re-run a job)
     assert all(m.values for m in rows if m.key.startswith(("throughput.", "scale.", "core.")))
+    # the engine path alone spends CPU in both of its calls, on both stores
+    by_key = {m.key: m for m in rows}
+    for store in ("sqlite", "postgres"):
+        path = by_key[f"throughput.engine.{store}.batched.cpu"]
+        assert path.facts["claim-and-start, us per job"][0] > 0, store
+        assert path.facts["report_many, us per job"][0] > 0, store
     # a recovered job keeps its place: the next claim batch takes it
     assert {m.key: m.values for m in rows}["core.recovered_place"] == [1.0]
     # every system's drains keep the whole machine's CPU per job, part by part

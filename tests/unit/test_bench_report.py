@@ -133,6 +133,20 @@ def test_bounds_hold_a_figure_to_its_median_or_to_every_run() -> None:
     assert met["`decide`, median of one call"] is False
 
 
+def test_a_cpu_goal_shows_the_floor_the_same_run_measured_beside_it() -> None:
+    # given the worker's CPU per job and its engine path alone in the same run
+    cpu = m("throughput.jobfsm.postgres.w1.cpu", 100, 104, 110, unit="us/job")
+    floor = m("throughput.engine.postgres.batched.cpu", 70, 72, 75, unit="us/job")
+    got = {label: (shown, ok) for label, shown, _bound, ok in Report([cpu, floor]).verdicts()}
+    shown, ok = got["worker CPU per no-op job, PostgreSQL polling, 1 worker"]
+    # then the verdict is the worker's, with the floor's median beside it
+    assert ok is False
+    assert shown == "104 us (floor, throughput.engine.postgres.batched.cpu: 72.0 us)"
+    # and without the floor's row, the figure alone
+    alone = {label: shown for label, shown, _b, _ok in Report([cpu]).verdicts()}
+    assert alone["worker CPU per no-op job, PostgreSQL polling, 1 worker"] == "104 us"
+
+
 def test_recovery_p99_is_the_nearest_rank_so_one_slow_run_of_five_fails_it() -> None:
     slow = m("recovery.jobfsm.sqlite.same_host", 0.3, 0.4, 0.5, 0.6, 1.6, unit="s", never_rerun=0)
     rows = {label: (shown, ok) for label, shown, _bound, ok in Report([slow]).verdicts()}
@@ -240,7 +254,7 @@ def test_a_single_shape_keeps_the_plain_label_and_quick_runs_try_one_shape(
 def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from benchmarks import throughput
+    from benchmarks import engine_path, throughput
     from benchmarks.harness import Config
     from benchmarks.peers import raw_batched
 
@@ -256,17 +270,27 @@ def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
         claims.append((claim, why))
         return [m("throughput.raw.postgres.batched.process", 1.0)]
 
+    def path(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
+        claims.append((claim, f"engine path: {why}"))
+        return [m(f"throughput.engine.{system}.batched.cpu", 90.0, unit="us/job")]
+
     monkeypatch.setattr(throughput, "process_rate", rate)
     monkeypatch.setitem(raw_batched.BASELINES, "postgres", baseline)
+    monkeypatch.setattr(engine_path, "rows", path)
     cfg = Config.make(quick=False, tmp=tmp_path, repeats=1)
     rows = throughput.process_task("postgres", cfg, 1, (32, 64, 128), "w1")
-    # then the raw baseline runs beside it in claims of 128, and says why
-    assert claims == [(128, "128, the threads per process of the 1-worker row's best shape")]
-    assert [r.key for r in rows][-1] == "throughput.raw.postgres.batched.process"
-    # and the 4-process rows and RabbitMQ (no batched baseline) run none
+    # then the raw baseline and the engine path alone run beside it in claims of 128,
+    # and say why
+    why = "128, the threads per process of the 1-worker row's best shape"
+    assert claims == [(128, why), (128, f"engine path: {why}")]
+    assert [r.key for r in rows][-2:] == [
+        "throughput.raw.postgres.batched.process",
+        "throughput.engine.postgres.batched.cpu",
+    ]
+    # and the 4-process rows and RabbitMQ (no batched baseline) run neither
     throughput.process_task("postgres", cfg, 4, (32, 64), "w4")
     throughput.process_task("rabbitmq", cfg, 1, (32, 64), "w1")
-    assert len(claims) == 1
+    assert len(claims) == 2
 
 
 def test_the_machine_cpu_table_lists_each_metered_row_part_by_part() -> None:

@@ -1,0 +1,145 @@
+"""The engine path alone: what a worker's claims and reports cost with no worker around them.
+
+    python -m benchmarks.engine_path --store postgres --claim 128 --jobs 10000
+
+A worker's CPU per no-op job is its engine path (the core's lease, start and succeed
+decisions, the records they build, the store client's statements) plus what the
+worker adds around it (threads, the run table, the executor hand-off, the reporter's
+batching). This measures the first part by itself, in one thread of this process:
+`--jobs` no-op jobs are submitted first (not timed), then drained by repeating
+
+- `Engine.claim(..., limit=claim, kinds=..., start=...)`: claim-and-start, with the
+  start arguments a worker passes (`fsm.worker.claims.start_args`), and
+- `Engine.report_many` of each claimed job's `succeed`, as the reporter sends it,
+
+timing this thread's CPU (`time.thread_time`: user + system) over the drain. The claim
+size defaults to the largest a worker of `claim` threads makes (its free slots), so
+the figure is the cheapest the engine path gets at that shape: a worker's CPU per job
+cannot fall below it unless the core or the store client gets cheaper. The throughput
+suite runs it beside the 1-worker row, in that row's best threads per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import attrs
+
+from benchmarks._services import fresh_store_url
+from benchmarks.harness import Config, Measurement
+from benchmarks.throughput import BATCH, STORES, make_handlers
+from fsm import Engine, Job, Owner, open_store
+from fsm.worker.claims import start_args
+
+LIMIT_S = 600.0  # longest drain before the measurement gives up
+
+
+@attrs.frozen
+class Drain:
+    """CPU of one drain, microseconds per job, split into its two calls."""
+
+    claim_us: float  # Engine.claim with start
+    report_us: float  # Engine.report_many of the succeeds
+    jobs_per_s: float  # the drain's wall-clock rate (this thread alone, for context)
+
+    @property
+    def total_us(self) -> float:
+        return self.claim_us + self.report_us
+
+
+def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
+    """Submit `jobs` no-op jobs to a fresh `store`, then claim and report them all here."""
+    queue = f"path-{uuid.uuid4().hex[:8]}"
+    spec = make_handlers(queue)["noop"]
+    with fresh_store_url(store, tmp) as url:
+        engine = Engine(open_store(url), kinds={"noop": spec.policy})
+        try:
+            for start in range(0, jobs, BATCH):
+                engine.submit_many([("noop", None, {})] * min(BATCH, jobs - start))
+            owner = Owner("engine-path", os.getpid(), queue)
+            args = start_args(spec, engine)
+            claim_s = report_s = 0.0
+            done = 0
+            began = time.perf_counter()
+            while done < jobs:
+                if time.perf_counter() - began > LIMIT_S:
+                    raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
+                t0 = time.thread_time()
+                got = engine.claim(owner, [queue], limit=claim, kinds=("noop",),
+                                   start=lambda _job: args)  # fmt: skip
+                t1 = time.thread_time()
+                results = engine.report_many(
+                    [(j, "succeed", {"fence": j.fence, "result_json": "null"}) for j in got]
+                )
+                report_s += time.thread_time() - t1
+                claim_s += t1 - t0
+                refused = [r for r in results if not isinstance(r, Job)]
+                if refused:
+                    raise RuntimeError(f"the engine refused a report: {refused[0]}")
+                if not got:  # every job was due before the clock started
+                    raise RuntimeError(f"a claim found no job with {jobs - done} not drained")
+                done += len(got)
+            elapsed = time.perf_counter() - began
+            succeeded = engine.counts().get((queue, "succeeded"), 0)
+            if succeeded != jobs:
+                raise RuntimeError(f"{succeeded} of {jobs} jobs succeeded after the drain")
+        finally:
+            engine.store.close()
+    return Drain(claim_s / jobs * 1e6, report_s / jobs * 1e6, jobs / elapsed)
+
+
+def rows(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
+    """`cfg.repeats` drains of `system` (a throughput-suite store name) in claims of
+    `claim`; `why` says whose size that is."""
+    store = STORES[system]
+    drains = [drain(store, cfg.jobs, claim, cfg.tmp) for _ in range(cfg.repeats)]
+    settings = {
+        "store": store,
+        "what": (
+            "Engine.claim with start (claim-and-start) and Engine.report_many of the "
+            "succeeds, one thread, no worker: no executor, no handler call, no run table"
+        ),
+        "claim size": why,
+        "CPU": "time.thread_time over the drain (user + system of this thread)",
+    }
+    return [
+        Measurement(
+            f"throughput.engine.{system}.batched.cpu",
+            f"jobfsm's engine path alone, {store}, claims and reports of {claim}: CPU per job",
+            "us/job",
+            [d.total_us for d in drains],
+            settings,
+            facts={
+                "claim-and-start, us per job": [round(d.claim_us, 1) for d in drains],
+                "report_many, us per job": [round(d.report_us, 1) for d in drains],
+                "drain rate, jobs/s (one thread)": [round(d.jobs_per_s) for d in drains],
+            },
+            note="the floor of a worker's CPU per job at this claim size",
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engine_path")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="postgres")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--claim", type=int, default=128, help="jobs per claim and per report")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with TemporaryDirectory() as tmp:
+        got = [drain(args.store, args.jobs, args.claim, Path(tmp)) for _ in range(args.repeats)]
+    for d in got:
+        print(f"{args.store}, claims of {args.claim}: {d.total_us:6.1f} us/job "
+              f"(claim-and-start {d.claim_us:.1f}, report_many {d.report_us:.1f}), "
+              f"{d.jobs_per_s:,.0f} jobs/s in one thread")  # fmt: skip
+    print(f"median: {statistics.median(d.total_us for d in got):.1f} us/job")
+
+
+if __name__ == "__main__":
+    main()
