@@ -244,7 +244,7 @@ def start_leased(
             else:
                 if begun.entry is not None:
                     entries += (begun.entry,)
-                write = attrs.evolve(begun, previous=lease.previous)
+                write = begun.since(lease.previous)
                 out.append(Claimed(write, entries))
                 continue
         out.append(Claimed(lease, entries))

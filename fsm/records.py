@@ -184,3 +184,9 @@ class Decision:
     previous: Job | None
     #: a submit decision's prerequisites (`after=`): the store records them with the job
     prerequisites: tuple[str, ...] = ()
+
+    def since(self, previous: Job | None) -> Decision:
+        """This decision as a write from `previous` (a claim-and-start writes its start
+        from the pre-image of its lease): `attrs.evolve(self, previous=previous)`
+        without its per-call introspection (2.3 against 0.6 us, once per claimed job)."""
+        return Decision(self.job, self.entry, self.event, previous, self.prerequisites)

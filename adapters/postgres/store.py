@@ -247,13 +247,16 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
     def _write_claimed(self, conn: Conn, claimed: Sequence[Claimed]) -> None:
         """Write a claim-and-start's rows and audit entries in one pipelined round trip
         inside the claim's transaction; every row must be written (we hold its lock)."""
-        writes = [attrs.evolve(c.write, entry=None) for c in claimed]
+        writes = [c.write for c in claimed]
         groups: dict[tuple[str, ...], list[Decision]] = {}
         for w in writes:  # a job whose start was refused is only leased: other columns
             groups.setdefault(_changed(w), []).append(w)
         entries = [e for c in claimed for e in c.entries]
-        with conn.pipeline():
-            cursors = [conn.execute(*self._apply_statement(g)) for g in groups.values()]
+        with conn.pipeline():  # the rows without their entries: those are all written below
+            cursors = [
+                conn.execute(*self._apply_statement(g, columns, audited=False))
+                for columns, g in groups.items()
+            ]
             if entries:
                 varying, rows = _batch_params([_audit_values(e) for e in entries])
                 conn.execute(self.sql.audit_insert_rows(varying), rows)
@@ -312,7 +315,13 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         (outcome,) = self._outcomes([decision], self._write("erase", body, reconcile))
         return outcome
 
-    def _apply_statement(self, decisions: Sequence[Decision]) -> tuple[str, list[Any]]:
+    def _apply_statement(
+        self,
+        decisions: Sequence[Decision],
+        columns: tuple[str, ...] | None = None,
+        *,
+        audited: bool | None = None,
+    ) -> tuple[str, list[Any]]:
         """The apply statement and its parameters, setting only the changed columns.
 
         Every write bumps `version`, so the row a compare-and-set on
@@ -320,13 +329,21 @@ class PostgresStore(JoinsPostgres, PostgresSchedules, PostgresBrowse, PostgresDe
         that differ leaves it equal to `d.job`, field for field, while the row,
         the parameters and the server's work shrink to what changed. A batch
         whose decisions change different sets of columns sets every column.
+
+        A caller that grouped the decisions by their changed columns passes them
+        (`columns`); `audited=False` writes the rows without their audit entries
+        (a claim-and-start writes every entry of a job in one statement of its own).
         """
-        changed = {_changed(d) for d in decisions}
-        audited = all(d.entry is not None for d in decisions)
-        if len(changed) != 1 or not (audited or all(d.entry is None for d in decisions)):
-            return self.sql.apply, self._apply_params(decisions)
-        (columns,) = changed
-        entries = [d.entry for d in decisions if d.entry is not None]
+        if columns is None:
+            changed = {_changed(d) for d in decisions}
+            if len(changed) != 1:
+                return self.sql.apply, self._apply_params(decisions)
+            (columns,) = changed
+        if audited is None:
+            audited = all(d.entry is not None for d in decisions)
+            if not (audited or all(d.entry is None for d in decisions)):
+                return self.sql.apply, self._apply_params(decisions)
+        entries = [d.entry for d in decisions if d.entry is not None] if audited else []
         if len(decisions) == 1:
             (d,) = decisions
             assert d.previous is not None

@@ -328,6 +328,23 @@ def test_evolve_job_matches_attrs_evolve() -> None:
         evolve_job(job, {"colour": "red"})
 
 
+def test_a_decision_since_another_record_matches_attrs_evolve() -> None:
+    submitted = decide(
+        None, "submit", NOW, policy(), id="J", kind="k", payload_json="{}",
+        after=("a",), on_failed_dependency="cancel",
+    )  # fmt: skip
+    other = job_in("leased")
+    # every field of a Decision is set, none to its default
+    assert submitted.prerequisites
+    assert submitted.entry is not None
+    fields = [f.name for f in attrs.fields(Decision)]
+    assert fields == ["job", "entry", "event", "previous", "prerequisites"], (
+        "a new Decision field must be carried by Decision.since"
+    )
+    assert submitted.since(other) == attrs.evolve(submitted, previous=other)
+    assert submitted.since(None) == attrs.evolve(submitted, previous=None)
+
+
 def test_error_text_is_bounded_and_nul_free_and_replays_identically() -> None:
     huge = "line\x00" * 5000
     d = decide(job_in("running"), "fail", NOW, policy(), fence=2, error=huge, permanent=True)
