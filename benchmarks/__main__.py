@@ -3,8 +3,9 @@
 Suites (all by default; pick with --suites):
   throughput  jobfsm end to end: SQLite, PostgreSQL, PostgreSQL + RabbitMQ; 1 and 4 workers
               (threads per process swept, best shape reported) and 4 equal slots, worker
-              CPU per job; the raw baselines batched like its best 1-worker shape;
-              decide's cost; a recovered job's place
+              CPU per job; the raw baselines batched like its best 1-worker shape, and
+              its engine path alone (the floor of its CPU per job); decide's cost; a
+              recovered job's place
   peers       procrastinate, dramatiq and celery the same way, each swept over processes x
               concurrency (best shape reported), with equal-durability rows; and the raw
               baselines (plain sqlite3, psycopg, pika) on this machine
