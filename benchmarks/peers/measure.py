@@ -212,14 +212,14 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
                   facts={**facts, **_broker_facts(prefetch, confirmed or [])},
                   note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
 
-    names = sweep.names(grid)
-    out = [
-        row("throughput.dramatiq.w1.process", f"best 1-process shape of {names}",
-            sweep.processes(grid, 1)),
-        row("throughput.dramatiq.w4.process", f"best 4-process shape of {names}",
-            sweep.processes(grid, 4)),
-        row("throughput.dramatiq.best.process", f"best of processes x threads {names}",
-            list(grid)),
+    one, four = sweep.processes(grid, 1), sweep.processes(grid, 4)
+    out = [  # each label names the shapes its row picked from
+        row("throughput.dramatiq.w1.process", f"best 1-process shape of {sweep.names(one)}",
+            one),
+        row("throughput.dramatiq.w4.process", f"best 4-process shape of {sweep.names(four)}",
+            four),
+        row("throughput.dramatiq.best.process",
+            f"best of processes x threads {sweep.names(grid)}", list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
     measured = dramatiq_bench.process_runs(cfg, *shape, confirm=True)
@@ -271,13 +271,13 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
                   facts={**facts, **_broker_facts(prefetch, confirmed or [])},
                   note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
 
-    names = sweep.names(grid)
-    out = [
+    slots4 = sweep.slots(grid, 4)
+    out = [  # each label names the shapes its row picked from
         row("throughput.celery.w1.process", "1 pool process", [(1, 1)]),
-        row("throughput.celery.w4.process", f"best 4-process shape of {names}",
-            sweep.slots(grid, 4)),
-        row("throughput.celery.best.process", f"best of workers x concurrency {names}",
-            list(grid)),
+        row("throughput.celery.w4.process", f"best 4-slot shape of {sweep.names(slots4)}",
+            slots4),
+        row("throughput.celery.best.process",
+            f"best of workers x concurrency {sweep.names(grid)}", list(grid)),
     ]  # fmt: skip
     shape, _values, _facts = sweep.best(rates, list(grid))
     measured = celery_bench.process_runs(cfg, *shape, durable=True)

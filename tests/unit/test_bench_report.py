@@ -304,3 +304,31 @@ def test_the_machine_cpu_table_lists_each_metered_row_part_by_part() -> None:
     assert "| throughput.jobfsm.rabbitmq.w4.process | 150 | 93.4 | 299 | 94% |" in text
     table = text[text.index(header) :].split("\n\n")[0]
     assert "throughput.raw.postgres.batched.process" not in table  # nothing measured: no row
+
+
+def test_a_peer_row_label_names_only_the_shapes_it_picked_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from benchmarks.harness import Config
+    from benchmarks.peers import celery_bench, dramatiq_bench, measure, sweep
+
+    # given sweeps whose every shape drains at processes x threads jobs/s (no real peer)
+    def runs(cfg: Config, a: int, b: int, **_: object) -> tuple[list[float], ...]:
+        return [float(a * b)], [float(a * b)], [100.0], []
+
+    monkeypatch.setattr(dramatiq_bench, "process_runs", runs)
+    monkeypatch.setattr(celery_bench, "process_runs", runs)
+    cfg = Config.make(quick=False, tmp=tmp_path, repeats=1)
+    labels = {r.key: r.label for r in measure.dramatiq_sweep(cfg) + measure.celery_sweep(cfg)}
+    # then each row's label lists the shapes that row chose among, and no other
+    one = sweep.names(sweep.processes(sweep.DRAMATIQ, 1))
+    four = sweep.names(sweep.processes(sweep.DRAMATIQ, 4))
+    assert labels["throughput.dramatiq.w1.process"] == (
+        f"dramatiq, best 1-process shape of {one}: 1 process(es) x 32 threads"
+    )
+    assert labels["throughput.dramatiq.w4.process"] == (
+        f"dramatiq, best 4-process shape of {four}: 4 process(es) x 32 threads"
+    )
+    assert labels["throughput.celery.w4.process"] == (
+        "celery, best 4-slot shape of {1x4, 2x2, 4x1}: 1 worker(s) x prefork concurrency 4"
+    )
