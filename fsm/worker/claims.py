@@ -60,6 +60,7 @@ class Claims:
         assert delivery is not None
         errors = 0
         immediate = True
+        kept: list[Wakeup] = []  # polled as the liveness token was lost: claimed once regained
         while not s.stopping.is_set():
             if s.liveness_lost.is_set() and not self._regain_liveness():
                 s.stopping.wait(backoff(errors))
@@ -72,7 +73,10 @@ class Claims:
                 continue
             free = self._gather_slots(free)
             try:
-                wakeups = delivery.poll(free, 0.0 if immediate else s.poll_interval)
+                if kept:
+                    wakeups, kept = kept, []
+                else:
+                    wakeups = delivery.poll(free, 0.0 if immediate else s.poll_interval)
                 delivery.check()
             except JobFSMError:
                 raise
@@ -83,6 +87,13 @@ class Claims:
                 continue
             if s.stopping.is_set() or not wakeups:
                 immediate = False
+                continue
+            if s.liveness_lost.is_set():
+                # The token was lost while this loop waited for work: a lease taken now
+                # would name an owner every sweep already judges dead and be left to
+                # recovery (an attempt and a recovery spent on a run that never ran;
+                # investigate for a kind that is not retry-safe). Take a new token first.
+                kept = wakeups
                 continue
             ids = [w.job_id for w in wakeups if w.job_id is not None]
             any_due = len(ids) < len(wakeups)
