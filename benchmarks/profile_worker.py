@@ -19,6 +19,7 @@ as the throughput suite does) and this one waits until all succeeded; it prints:
 from __future__ import annotations
 
 import argparse
+import importlib
 import resource
 import subprocess
 import sys
@@ -81,6 +82,12 @@ def submit(url: str, queue: str, delivery: str, jobs: int) -> None:
 
 
 def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: bool) -> None:
+    yappi: Any = None
+    if use_yappi:  # before a worker starts: a missing profiler must not leave one running
+        try:
+            yappi = importlib.import_module("yappi")
+        except ImportError:
+            raise SystemExit("--yappi needs the yappi profiler: pip install yappi") from None
     queue = f"prof-{uuid.uuid4().hex[:8]}"
     handlers = make_handlers(queue)
     with TemporaryDirectory() as tmp, fresh_store_url(store, Path(tmp)) as url:
@@ -94,15 +101,13 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
             engine, handlers, delivery=chosen, queues=[queue], concurrency=concurrency,
             poll_interval=0.05,
         )  # fmt: skip
-        runner = threading.Thread(target=worker.run, name="worker-run")
+        runner = threading.Thread(target=worker.run, name="worker-run", daemon=True)
         runner.start()
         names: dict[int, str] = {}
         try:
             if not worker.wait_started(60.0):
                 raise RuntimeError("worker did not start within 60 s")
-            if use_yappi:
-                import yappi
-
+            if yappi is not None:
                 yappi.set_clock_type("cpu")
                 yappi.start(builtins=False, profile_threads=True)
             threads0, servers0 = _threads_cpu(), servers_cpu()
@@ -126,12 +131,10 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
                 usage.ru_utime + usage.ru_stime
             )
         finally:
-            if use_yappi:
-                import yappi
-
-                yappi.stop()
             worker.stop()
             runner.join(60)
+            if yappi is not None:
+                yappi.stop()
         print(f"{store} + {delivery}: {jobs / elapsed:,.0f} jobs/s, {jobs:,} jobs submitted "
               f"from another process; worker process CPU {cpu / jobs * 1e6:.0f} us/job "
               "(includes the wait-for-done polling of this script)")  # fmt: skip
@@ -143,7 +146,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
         for name, used in sorted(spent.items(), key=lambda kv: -kv[1]):
             if used > 0:
                 print(f"  {used / jobs * 1e6:8.1f}  {name}")
-        if use_yappi:
+        if yappi is not None:
             _print_yappi(jobs, names)
         if chosen is not None:
             chosen.close()
