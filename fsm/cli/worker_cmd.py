@@ -20,6 +20,7 @@ from ..inputs import check_name
 from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
 from ..registry import load_delivery, open_store, store_url
 from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
+from ..worker.collector import tune_collector
 from ..worker.handlers import HandlerSpec
 from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL
 from . import cli
@@ -314,6 +315,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         if ready_file:
             marker = _ReadyFile(w, Path(ready_file))
             marker.start()
+        tune_collector()  # this process is the worker's own (fsm.worker.collector)
         w.run()
     finally:
         if stop_metrics is not None:

@@ -6,6 +6,7 @@ so a test can see, from outside, which process ran which attempt and how far it 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sqlite3
@@ -88,6 +89,11 @@ def hard_exit(ctx: Context) -> None:
     os._exit(3)
 
 
+def collector(ctx: Context) -> dict[str, Any]:
+    """The garbage collector's settings in the process that runs the handler."""
+    return {"threshold": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}
+
+
 def refuse(ctx: Context) -> None:
     """Fails for good (a prerequisite that fails, for the dependency tests)."""
     mark(ctx, "started")
@@ -95,6 +101,7 @@ def refuse(ctx: Context) -> None:
 
 
 handlers.register("noop", noop)
+handlers.register("collector", collector)
 handlers.register("refuse", refuse)
 handlers.register("sleep", sleep, retry_safe=True)
 handlers.register("sleep_unsafe", sleep, retry_safe=False)
