@@ -12,7 +12,9 @@ batching). This measures the first part by itself, in one thread of this process
   start arguments a worker passes (`fsm.worker.claims.start_args`), and
 - `Engine.report_many` of each claimed job's `succeed`, as the reporter sends it,
 
-timing this thread's CPU (`time.thread_time`: user + system) over the drain. The claim
+timing this thread's CPU (`time.thread_time`: user + system) over the drain, with the
+garbage collector tuned as `jobfsm worker` tunes its own (`fsm.worker.collector`;
+restored afterwards), so the floor and the worker pay the same collector. The claim
 size defaults to the largest a worker of `claim` threads makes (its free slots), so
 the figure is the cheapest the engine path gets at that shape: a worker's CPU per job
 cannot fall below it unless the core or the store client gets cheaper. The throughput
@@ -22,10 +24,13 @@ suite runs it beside the 1-worker row, in that row's best threads per process.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -36,6 +41,7 @@ from benchmarks.harness import Config, Measurement
 from benchmarks.throughput import BATCH, STORES, make_handlers
 from fsm import Engine, Job, Owner, open_store
 from fsm.worker.claims import start_args
+from fsm.worker.collector import tune_collector
 
 LIMIT_S = 600.0  # longest drain before the measurement gives up
 
@@ -53,6 +59,20 @@ class Drain:
         return self.claim_us + self.report_us
 
 
+@contextmanager
+def collector_as_in_a_worker() -> Iterator[None]:
+    """This process's garbage collector as `jobfsm worker` sets it (`tune_collector`),
+    restored afterwards: the floor and the worker it bounds pay the same collector."""
+    before = gc.get_threshold()
+    tuned = tune_collector()
+    try:
+        yield
+    finally:
+        if tuned:
+            gc.unfreeze()
+            gc.set_threshold(*before)
+
+
 def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
     """Submit `jobs` no-op jobs to a fresh `store`, then claim and report them all here."""
     queue = f"path-{uuid.uuid4().hex[:8]}"
@@ -64,28 +84,29 @@ def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
                 engine.submit_many([("noop", None, {})] * min(BATCH, jobs - start))
             owner = Owner("engine-path", os.getpid(), queue)
             args = start_args(spec, engine)
-            claim_s = report_s = 0.0
-            done = 0
-            began = time.perf_counter()
-            while done < jobs:
-                if time.perf_counter() - began > LIMIT_S:
-                    raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
-                t0 = time.thread_time()
-                got = engine.claim(owner, [queue], limit=claim, kinds=("noop",),
-                                   start=lambda _job: args)  # fmt: skip
-                t1 = time.thread_time()
-                results = engine.report_many(
-                    [(j, "succeed", {"fence": j.fence, "result_json": "null"}) for j in got]
-                )
-                report_s += time.thread_time() - t1
-                claim_s += t1 - t0
-                refused = [r for r in results if not isinstance(r, Job)]
-                if refused:
-                    raise RuntimeError(f"the engine refused a report: {refused[0]}")
-                if not got:  # every job was due before the clock started
-                    raise RuntimeError(f"a claim found no job with {jobs - done} not drained")
-                done += len(got)
-            elapsed = time.perf_counter() - began
+            with collector_as_in_a_worker():  # as the worker it bounds
+                claim_s = report_s = 0.0
+                done = 0
+                began = time.perf_counter()
+                while done < jobs:
+                    if time.perf_counter() - began > LIMIT_S:
+                        raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
+                    t0 = time.thread_time()
+                    got = engine.claim(owner, [queue], limit=claim, kinds=("noop",),
+                                       start=lambda _job: args)  # fmt: skip
+                    t1 = time.thread_time()
+                    results = engine.report_many(
+                        [(j, "succeed", {"fence": j.fence, "result_json": "null"}) for j in got]
+                    )
+                    report_s += time.thread_time() - t1
+                    claim_s += t1 - t0
+                    refused = [r for r in results if not isinstance(r, Job)]
+                    if refused:
+                        raise RuntimeError(f"the engine refused a report: {refused[0]}")
+                    if not got:  # every job was due before the clock started
+                        raise RuntimeError(f"a claim found no job with {jobs - done} not drained")
+                    done += len(got)
+                elapsed = time.perf_counter() - began
             succeeded = engine.counts().get((queue, "succeeded"), 0)
             if succeeded != jobs:
                 raise RuntimeError(f"{succeeded} of {jobs} jobs succeeded after the drain")
@@ -107,6 +128,7 @@ def rows(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
         ),
         "claim size": why,
         "CPU": "time.thread_time over the drain (user + system of this thread)",
+        "garbage collector": "tuned as in `jobfsm worker` (fsm.worker.collector), restored after",
     }
     return [
         Measurement(

@@ -13,12 +13,18 @@ as the throughput suite does) and this one waits until all succeeded; it prints:
   RabbitMQ consumer's I/O thread, ...) and the functions with the most own CPU time,
   in microseconds per job. yappi measures CPU time per thread, so other load on the
   machine moves these figures far less than it moves wall-clock rates; its own
-  overhead inflates them (compare profiles with each other, not with the plain run).
+  overhead inflates them (compare profiles with each other, not with the plain run);
+- the garbage collector's collections and CPU per job by generation (timed by
+  `gc.callbacks`, CPU of the collecting thread); `--tune-collector` first applies
+  `fsm.worker.collector.tune_collector`, as `jobfsm worker` does before it serves
+  (the in-process worker of this script runs with the interpreter's defaults
+  otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import resource
 import subprocess
@@ -36,6 +42,7 @@ from benchmarks.machine import process_cpu, servers_cpu
 from benchmarks.throughput import BATCH, make_handlers
 from fsm import Engine, open_store
 from fsm.worker import Worker
+from fsm.worker.collector import tune_collector
 
 LIMIT_S = 600.0  # longest drain before the profile gives up
 
@@ -63,6 +70,37 @@ def _threads_cpu() -> dict[str, float]:
     return out
 
 
+class Collections:
+    """The collector's collections and CPU seconds by generation while counting."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.cpu = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def start(self) -> None:
+        gc.callbacks.append(self._seen)
+
+    def stop(self) -> None:
+        if self._seen in gc.callbacks:
+            gc.callbacks.remove(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+            return
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.cpu[generation] += time.thread_time() - self._began
+
+    def report(self, jobs: int) -> None:
+        print(f"garbage collector (thresholds {gc.get_threshold()}, "
+              f"{gc.get_freeze_count():,} objects frozen):")  # fmt: skip
+        for generation, (n, used) in enumerate(zip(self.count, self.cpu, strict=True)):
+            print(f"  {used / jobs * 1e6:8.1f}  generation {generation} ({n:,} collections)")
+        print(f"  {sum(self.cpu) / jobs * 1e6:8.1f}  in all")
+
+
 def submit(url: str, queue: str, delivery: str, jobs: int) -> None:
     """The submitting side, run in a child process: its CPU is not the worker's."""
     engine = Engine(open_store(url), kinds={"noop": make_handlers(queue)["noop"].policy})
@@ -81,7 +119,9 @@ def submit(url: str, queue: str, delivery: str, jobs: int) -> None:
     engine.store.close()
 
 
-def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: bool) -> None:
+def profile(
+    store: str, delivery: str, jobs: int, concurrency: int, *, use_yappi: bool, tuned: bool
+) -> None:
     yappi: Any = None
     if use_yappi:  # before a worker starts: a missing profiler must not leave one running
         try:
@@ -104,9 +144,13 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
         runner = threading.Thread(target=worker.run, name="worker-run", daemon=True)
         runner.start()
         names: dict[int, str] = {}
+        collections = Collections()
         try:
             if not worker.wait_started(60.0):
                 raise RuntimeError("worker did not start within 60 s")
+            if tuned:
+                tune_collector()
+            collections.start()
             if yappi is not None:
                 yappi.set_clock_type("cpu")
                 yappi.start(builtins=False, profile_threads=True)
@@ -122,6 +166,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
                     raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
                 time.sleep(0.01)
             elapsed, cpu = time.perf_counter() - began, _cpu_self() - cpu0
+            collections.stop()
             threads, servers = _threads_cpu(), servers_cpu()
             names = {t.ident or 0: t.name for t in threading.enumerate()}
             if child.wait(60) != 0:
@@ -131,6 +176,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
                 usage.ru_utime + usage.ru_stime
             )
         finally:
+            collections.stop()
             worker.stop()
             runner.join(60)
             if yappi is not None:
@@ -146,6 +192,7 @@ def profile(store: str, delivery: str, jobs: int, concurrency: int, use_yappi: b
         for name, used in sorted(spent.items(), key=lambda kv: -kv[1]):
             if used > 0:
                 print(f"  {used / jobs * 1e6:8.1f}  {name}")
+        collections.report(jobs)
         if yappi is not None:
             _print_yappi(jobs, names)
         if chosen is not None:
@@ -182,12 +229,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--yappi", action="store_true", help="per-thread and per-function CPU")
+    parser.add_argument(
+        "--tune-collector",
+        action="store_true",
+        help="tune the garbage collector as `jobfsm worker` does (fsm.worker.collector)",
+    )
     parser.add_argument("--submit", nargs=2, metavar=("URL", "QUEUE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.submit:
         submit(args.submit[0], args.submit[1], args.delivery, args.jobs)
         return
-    profile(args.store, args.delivery, args.jobs, args.concurrency, args.yappi)
+    profile(args.store, args.delivery, args.jobs, args.concurrency,
+            use_yappi=args.yappi, tuned=args.tune_collector)  # fmt: skip
 
 
 if __name__ == "__main__":

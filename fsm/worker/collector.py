@@ -5,7 +5,7 @@ flight (each with its context and tokens), the claimed batch, the outcomes waiti
 for their report batch. With CPython's default thresholds (700, 10, 10) most of them
 survive the youngest generation's collections, fill the middle one, and every tenth
 middle collection is a full one that also walks every module, class and function the
-process imported. A no-op job then spends about 50 us of CPU in the collector
+process imported. A no-op job then spends 37-59 us of CPU in the collector
 (docs/benchmarks.md, "The garbage collector in a worker").
 
 `tune_collector` leaves the youngest generation as it is (its cost is the objects in
