@@ -12,7 +12,8 @@ batching). This measures the first part by itself, in one thread of this process
   start arguments a worker passes (`fsm.worker.claims.start_args`), and
 - `Engine.report_many` of each claimed job's `succeed`, as the reporter sends it,
 
-timing this thread's CPU (`time.thread_time`: user + system) over the drain, with the
+timing this thread's CPU in each call (`time.thread_time`: user + system) over the
+drain, and the claim's wall-clock time beside it (`benchmarks.calls.Timed`), with the
 garbage collector tuned as `jobfsm worker` tunes its own (`fsm.worker.collector`;
 restored afterwards), so the floor and the worker pay the same collector. The claim
 size defaults to the largest a worker of `claim` threads makes (its free slots), so
@@ -37,6 +38,7 @@ from tempfile import TemporaryDirectory
 import attrs
 
 from benchmarks._services import fresh_store_url
+from benchmarks.calls import Timed
 from benchmarks.harness import Config, Measurement
 from benchmarks.throughput import BATCH, STORES, make_handlers
 from fsm import Engine, Job, Owner, open_store
@@ -48,11 +50,12 @@ LIMIT_S = 600.0  # longest drain before the measurement gives up
 
 @attrs.frozen
 class Drain:
-    """CPU of one drain, microseconds per job, split into its two calls."""
+    """One drain, microseconds per job, split into its two calls."""
 
-    claim_us: float  # Engine.claim with start
-    report_us: float  # Engine.report_many of the succeeds
+    claim_us: float  # Engine.claim with start: CPU of this thread
+    report_us: float  # Engine.report_many of the succeeds: CPU of this thread
     jobs_per_s: float  # the drain's wall-clock rate (this thread alone, for context)
+    claim_wall_us: float  # Engine.claim's wall-clock time: its CPU plus its waits
 
     @property
     def total_us(self) -> float:
@@ -84,22 +87,18 @@ def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
                 engine.submit_many([("noop", None, {})] * min(BATCH, jobs - start))
             owner = Owner("engine-path", os.getpid(), queue)
             args = start_args(spec, engine)
+            claims, reports = Timed(engine, "claim"), Timed(engine, "report_many")
             with collector_as_in_a_worker():  # as the worker it bounds
-                claim_s = report_s = 0.0
                 done = 0
                 began = time.perf_counter()
                 while done < jobs:
                     if time.perf_counter() - began > LIMIT_S:
                         raise TimeoutError(f"{jobs} jobs not drained within {LIMIT_S:g} s")
-                    t0 = time.thread_time()
                     got = engine.claim(owner, [queue], limit=claim, kinds=("noop",),
                                        start=lambda _job: args)  # fmt: skip
-                    t1 = time.thread_time()
                     results = engine.report_many(
                         [(j, "succeed", {"fence": j.fence, "result_json": "null"}) for j in got]
                     )
-                    report_s += time.thread_time() - t1
-                    claim_s += t1 - t0
                     refused = [r for r in results if not isinstance(r, Job)]
                     if refused:
                         raise RuntimeError(f"the engine refused a report: {refused[0]}")
@@ -112,7 +111,8 @@ def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
                 raise RuntimeError(f"{succeeded} of {jobs} jobs succeeded after the drain")
         finally:
             engine.store.close()
-    return Drain(claim_s / jobs * 1e6, report_s / jobs * 1e6, jobs / elapsed)
+    claim_wall, claim_cpu = claims.per_job(jobs)
+    return Drain(claim_cpu, reports.per_job(jobs)[1], jobs / elapsed, claim_wall)
 
 
 def rows(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
@@ -139,6 +139,9 @@ def rows(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
             settings,
             facts={
                 "claim-and-start, us per job": [round(d.claim_us, 1) for d in drains],
+                "claim-and-start wall-clock, us per job": [
+                    round(d.claim_wall_us, 1) for d in drains
+                ],
                 "report_many, us per job": [round(d.report_us, 1) for d in drains],
                 "drain rate, jobs/s (one thread)": [round(d.jobs_per_s) for d in drains],
             },
@@ -158,7 +161,8 @@ def main() -> None:
         got = [drain(args.store, args.jobs, args.claim, Path(tmp)) for _ in range(args.repeats)]
     for d in got:
         print(f"{args.store}, claims of {args.claim}: {d.total_us:6.1f} us/job "
-              f"(claim-and-start {d.claim_us:.1f}, report_many {d.report_us:.1f}), "
+              f"(claim-and-start {d.claim_us:.1f}, {d.claim_wall_us:.1f} wall-clock; "
+              f"report_many {d.report_us:.1f}), "
               f"{d.jobs_per_s:,.0f} jobs/s in one thread")  # fmt: skip
     print(f"median: {statistics.median(d.total_us for d in got):.1f} us/job")
 

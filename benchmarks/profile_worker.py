@@ -14,6 +14,9 @@ as the throughput suite does) and this one waits until all succeeded; it prints:
   in microseconds per job. yappi measures CPU time per thread, so other load on the
   machine moves these figures far less than it moves wall-clock rates; its own
   overhead inflates them (compare profiles with each other, not with the plain run);
+- the worker's `Engine.claim` (the claim loop) and `Engine.report_many` (the
+  reporter): calls, jobs per call, and wall-clock time against the calling thread's
+  CPU per job (`benchmarks.calls.Timed`): what the rest was spent waiting on;
 - the garbage collector's collections and CPU per job by generation (timed by
   `gc.callbacks`, CPU of the collecting thread); `--tune-collector` first applies
   `fsm.worker.collector.tune_collector`, as `jobfsm worker` does before it serves
@@ -37,6 +40,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks._services import fresh_store_url
+from benchmarks.calls import Timed
 from benchmarks.harness import AMQP_URL
 from benchmarks.machine import process_cpu, servers_cpu
 from benchmarks.throughput import BATCH, make_handlers
@@ -132,6 +136,8 @@ def profile(
     handlers = make_handlers(queue)
     with TemporaryDirectory() as tmp, fresh_store_url(store, Path(tmp)) as url:
         engine = Engine(open_store(url), kinds={"noop": handlers["noop"].policy})
+        # the claim loop's and the reporter's calls, timed on this engine alone
+        calls = (Timed(engine, "claim"), Timed(engine, "report_many"))
         chosen: Any = None
         if delivery == "rabbitmq":
             from adapters.rabbitmq import RabbitDelivery
@@ -154,6 +160,8 @@ def profile(
             if yappi is not None:
                 yappi.set_clock_type("cpu")
                 yappi.start(builtins=False, profile_threads=True)
+            for timed in calls:
+                timed.reset()
             threads0, servers0 = _threads_cpu(), servers_cpu()
             cpu0, began = _cpu_self(), time.perf_counter()
             child = subprocess.Popen(
@@ -193,6 +201,10 @@ def profile(
             if used > 0:
                 print(f"  {used / jobs * 1e6:8.1f}  {name}")
         collections.report(jobs)
+        print("the worker's engine calls over the drain (wall-clock against the CPU of the "
+              "calling thread; the difference is time spent waiting):")  # fmt: skip
+        for timed in calls:
+            print(f"  {timed.line()}")
         if yappi is not None:
             _print_yappi(jobs, names)
         if chosen is not None:

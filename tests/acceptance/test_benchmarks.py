@@ -74,6 +74,9 @@ def test_quick_run_completes_with_every_compared_figure(
         path = by_key[f"throughput.engine.{store}.batched.cpu"]
         assert path.facts["claim-and-start, us per job"][0] > 0, store
         assert path.facts["report_many, us per job"][0] > 0, store
+        # the claim's wall-clock time covers the CPU its thread spent in it
+        wall = path.facts["claim-and-start wall-clock, us per job"][0]
+        assert wall >= path.facts["claim-and-start, us per job"][0], store
     # a recovered job keeps its place: the next claim batch takes it
     assert {m.key: m.values for m in rows}["core.recovered_place"] == [1.0]
     # every system's drains keep the whole machine's CPU per job, part by part
