@@ -99,13 +99,16 @@ class Outbox:
 
     def _take(self) -> list[Job] | None:
         """The next batch, waiting up to half a heartbeat for one: [] when that passed
-        with nothing queued (time to answer heartbeats), None once closed and empty."""
-        idle = self._config.heartbeat / 2
+        with nothing queued (time to answer heartbeats), None once closed and empty.
+        Half a heartbeat in all: a sender woken for jobs another took first waits
+        only for what is left of it, so its connection is kept alive all the same."""
+        until = time.monotonic() + self._config.heartbeat / 2
         with self._lock:
             while not self._waiting:
                 if self._closed:
                     return None
-                if not self._work.wait(idle) and not self._waiting:
+                left = until - time.monotonic()
+                if left <= 0 or (not self._work.wait(left) and not self._waiting):
                     return []
             n = min(self._most, len(self._waiting))
             self._sending += n

@@ -121,3 +121,27 @@ def test_flush_waits_for_the_batch_a_sender_is_publishing(rabbit_url: str, prefi
         conn.close()
         delivery.close()
     assert counted == 500
+
+
+def test_idle_senders_keep_their_connections_alive_past_the_heartbeat(
+    rabbit_url: str, prefix: str
+) -> None:
+    # given senders with a 1 s heartbeat that published once, each on its connection
+    delivery = RabbitDelivery(rabbit_url, prefix=prefix, heartbeat=1, publisher_threads=2)
+    first, second = _jobs(2)
+    try:
+        delivery.publish([first])
+        assert delivery.flush(10.0)
+        connections = [p._conn for p in delivery.outbox._publishers]
+        assert any(c is not None for c in connections)
+        # when they stay idle for four heartbeats (the broker closes a connection that
+        # misses two)
+        time.sleep(4.0)
+        delivery.publish([second])
+        assert delivery.flush(10.0)
+        # then the wake-up went out on the same connections: none was lost and reopened
+        assert [p._conn for p in delivery.outbox._publishers] == connections
+        assert all(c is None or c.is_open for c in connections)
+    finally:
+        delivery.close()
+    assert sorted(_published_ids(rabbit_url, f"{prefix}default")) == sorted([first.id, second.id])
