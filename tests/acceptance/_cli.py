@@ -15,17 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT = 60.0
 
 
-def run_cli(
+def run_module(
+    module: str,
     *args: str,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = CALL_TIMEOUT,
     python: str = sys.executable,
 ) -> subprocess.CompletedProcess[str]:
+    """`python -m module args` in a child, without this run's JOBFSM_STORE."""
     full_env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
     full_env.update(env or {})
     return subprocess.run(
-        [python, "-m", "fsm.cli", *args],
+        [python, "-m", module, *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -33,6 +35,10 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return run_module("fsm.cli", *args, **kw)
 
 
 def ok(*args: str, **kw: Any) -> str:

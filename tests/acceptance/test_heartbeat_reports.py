@@ -9,15 +9,12 @@ one store write per job (which is what every report past a heartbeat cost before
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._cli import ROOT, run_module
+
 TIMEOUT = 240
 ROW = re.compile(
     r"^\s+(baseline|past heartbeats)\s+([\d,]+) jobs/s\s+([\d,]+) us/job CPU\s+"
@@ -28,12 +25,8 @@ ROW = re.compile(
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.postgres
 def test_jobs_past_heartbeats_are_reported_in_batches(pg_server: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
-    argv = [sys.executable, "-m", "benchmarks.heartbeat_reports", "--jobs", "300"]
-    argv += ["--slots", "32", "--seconds", "0.3", "--rounds", "1"]
-    done = subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+    args = ("--jobs", "300", "--slots", "32", "--seconds", "0.3", "--rounds", "1")
+    done = run_module("benchmarks.heartbeat_reports", *args, cwd=ROOT, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-6000:]
     rows = [m.groups() for line in done.stdout.splitlines() if (m := ROW.match(line))]
     assert [r[0] for r in rows] == ["baseline", "past heartbeats"] * 2  # SQLite, PostgreSQL

@@ -8,16 +8,12 @@ derived rows follow from the measured ones.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from benchmarks.machine import CORES
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._cli import ROOT, run_module
+
 TIMEOUT = 240
 SYSTEMS = ("jobfsm PostgreSQL, polling", "jobfsm PostgreSQL + RabbitMQ", "dramatiq (no confirms)")
 
@@ -30,12 +26,8 @@ def _number(cell: str) -> float:
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
 def test_every_system_drains_and_the_table_adds_up(pg_server: str, rabbit_url: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
-    argv = [sys.executable, "-m", "benchmarks.machine_cpu", "--jobs", "400", "--repeats", "1"]
-    argv += ["--jobfsm", "1x16", "--dramatiq", "1x4", "--markdown"]
-    done = subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+    args = ("--jobs", "400", "--repeats", "1", "--jobfsm", "1x16", "--dramatiq", "1x4")
+    done = run_module("benchmarks.machine_cpu", *args, "--markdown", cwd=ROOT, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-6000:]
     lines = done.stdout.splitlines()
     header = next(line for line in lines if line.startswith("|  |"))

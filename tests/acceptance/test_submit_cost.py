@@ -4,15 +4,12 @@ from the measured rows. No figure is held to a bound (a test never times perform
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._cli import ROOT, run_module
+
 TIMEOUT = 180
 ROW = re.compile(
     r"^\s*(no publisher|RabbitMQ wake-ups): +([\d,]+) jobs/s, CPU +([\d.]+) us/job "
@@ -26,11 +23,8 @@ ROW = re.compile(
 def test_both_modes_submit_and_the_ratios_follow_from_the_rows(
     pg_server: str, rabbit_url: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
-    argv = [sys.executable, "-m", "benchmarks.submit_cost", "--jobs", "600", "--repeats", "1"]
-    done = subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+    args = ("--jobs", "600", "--repeats", "1")
+    done = run_module("benchmarks.submit_cost", *args, cwd=ROOT, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-6000:]
     rows = {
         m.group(1): [float(g.replace(",", "")) for g in m.groups()[1:]]
