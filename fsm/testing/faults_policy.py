@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ..errors import JobFSMError
@@ -132,13 +132,44 @@ def _case(draw: st.DrawFn) -> tuple[Job, str, float, Policy, dict[str, Any]]:
     elif event == "recheck":
         args["owner"] = OWNER
     base = draw(st.sampled_from((0.5, 1.0, 4.0)))
-    cap = draw(st.sampled_from((2.0, 10.0, 60.0)))
+    # a cap below this attempt's uncapped ceiling as often as one of the fixed caps: only
+    # the cap then bounds the wait (P1's boundary, which a mean draw may otherwise miss)
+    uncapped = base * 2.0 ** min(max(attempt - 1, 0), 64)
+    cap = draw(st.sampled_from((2.0, 10.0, 60.0, uncapped / 2)))
     policy = Policy.seeded(
         draw(st.integers(0, 2**16)),
         retry=RetryPolicy(max_attempts=max_attempts, backoff=Backoff(base=base, cap=cap)),
         recovery=RecoveryPolicy(max_recoveries=max_recoveries),
     )
     return job, event, now, policy, args
+
+
+#: P1's boundary, always checked first: a third attempt fails where base x factor**2
+#: (16 s) is over the cap (2 s), without jitter, so the wait is the ceiling itself
+CAP_BINDS: tuple[Job, str, float, Policy, dict[str, Any]] = (
+    Job(
+        id="01POLICYMODELJOB000000000",
+        kind="policy",
+        queue="policy",
+        payload_json="{}",
+        state="running",
+        created_at=T0 - 100.0,
+        updated_at=T0 - 1.0,
+        run_after=T0 - 1.0,
+        attempt=3,
+        max_attempts=5,
+        fence=1,
+        version=7,
+        owner=OWNER,
+        lease_until=T0 + 30.0,
+    ),
+    "fail",
+    T0,
+    Policy.seeded(
+        0, retry=RetryPolicy(max_attempts=5, backoff=Backoff(base=4.0, cap=2.0, jitter=False))
+    ),
+    {"fence": 1, "error": "handler raised", "permanent": False, "delay": None},
+)
 
 
 def _problems(
@@ -241,6 +272,7 @@ class PolicyModel:
 
         @ctx.settings(self.examples[ctx.size])
         @given(_case())
+        @example(CAP_BINDS)
         def decisions(case: tuple[Job, str, float, Policy, dict[str, Any]]) -> None:
             job, event, now, policy, args = case
             stats.checks["P1-P6 policy promises (decisions checked)"] += 1
