@@ -5,13 +5,12 @@
 
 from __future__ import annotations
 
-from .aio import AsyncEngine
 from .clock import FakeClock, SystemClock
-from .engine import Engine
 from .errors import (
     Ambiguous,
     BadInput,
     BadStoreURL,
+    DuplicateJob,
     HandlerOutcome,
     IllegalTransition,
     JobFSMError,
@@ -32,16 +31,29 @@ from .errors import (
     VersionConflict,
     WaitTimeout,
 )
-from .inputs import KindPolicy
+from .inputs import KindPolicy, Unique
 from .lifecycle.core import decide, replay
 from .lifecycle.spec import Lifecycle, check_spec, load_spec
-from .observe import CountingMetrics, Metrics
-from .owner import Identity, Verdict
 from .policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
-from .ports import ClaimRequest, Clock, Delivery, PruneRequest, RenewRequest, ScanRequest, Store
+from .ports import (
+    ClaimRequest,
+    Clock,
+    Delivery,
+    Observer,
+    PruneRequest,
+    RenewRequest,
+    ScanRequest,
+    Store,
+)
 from .records import AuditEntry, Decision, Job, Owner, new_id
-from .recovery import RecoveryReport
 from .registry import open_store
+from .service.aio import AsyncEngine
+from .service.engine import Engine
+from .service.identity import Identity, Verdict
+from .service.maintenance import RecoveryReport
+from .service.maintenance.retention import RetentionPlan
+from .telemetry.metrics import CountingMetrics, Metrics
+from .telemetry.observers import ObserverBase
 from .worker import Worker
 from .worker.context import Context, JobCancelled
 from .worker.handlers import Handlers, HandlerSpec
@@ -59,6 +71,7 @@ __all__ = [
     "CountingMetrics",
     "Decision",
     "Delivery",
+    "DuplicateJob",
     "Engine",
     "FakeClock",
     "HandlerOutcome",
@@ -77,6 +90,8 @@ __all__ = [
     "Limits",
     "Metrics",
     "MissingExtra",
+    "Observer",
+    "ObserverBase",
     "OperatorError",
     "Owner",
     "PayloadError",
@@ -87,6 +102,7 @@ __all__ = [
     "RecoveryPolicy",
     "RecoveryReport",
     "RenewRequest",
+    "RetentionPlan",
     "Retry",
     "RetryPolicy",
     "ScanRequest",
@@ -96,6 +112,7 @@ __all__ = [
     "StoreError",
     "SystemClock",
     "TransientStoreError",
+    "Unique",
     "UnknownKind",
     "UnknownPrerequisite",
     "Verdict",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class JobFSMError(Exception):
     """Base class of every error jobfsm raises."""
@@ -117,6 +119,19 @@ class QueueFull(JobFSMError):
         self.queue = queue
         self.capacity = capacity
         super().__init__(f"queue {queue!r} is full (capacity {capacity}); try again later")
+
+
+class DuplicateJob(JobFSMError):
+    """A unique submit that refuses duplicates (`Unique(on_duplicate="refuse")`) found
+    a job of its kind and key in its scope; nothing was written. `job` is that job."""
+
+    def __init__(self, job: Any, key: str) -> None:
+        self.job = job
+        self.key = key
+        super().__init__(
+            f"a job of kind {job.kind!r} with unique key {key!r} is already {job.state!r} in the "
+            f"scope: job {job.id}; nothing was submitted"
+        )
 
 
 # --- stores and configuration --------------------------------------------------

@@ -70,45 +70,56 @@ def _refuse_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-#: the C core of `json.dumps(value, separators=(",", ":"), sort_keys=True,
-#: allow_nan=False)`, built once: `dumps` with any argument builds a new encoder per
-#: call, most of the cost of a small document (every result and payload). It keeps no
-#: markers, so a cycle surfaces as RecursionError; on any error `_canonical` lets
-#: `json.dumps` itself say what is wrong.
-_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODE: Any = (
-    None
-    if _MAKE_C_ENCODER is None
-    else _MAKE_C_ENCODER(
+def _c_encoder(default: Callable[[Any], Any], allow_nan: bool) -> Any:
+    """The C core of `json.dumps(value, separators=(",", ":"), sort_keys=True, ...)`,
+    built once: `dumps` with any argument builds a new encoder per call, most of the
+    cost of a small document (every result, payload and audit entry). It keeps no
+    markers, so a cycle surfaces as RecursionError; on any error the caller lets
+    `json.dumps` itself say what is wrong."""
+    make: Any = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    return make(
         None,  # markers: none (see above)
-        _refuse_default,  # default: nothing beyond JSON's own types
+        default,
         json.encoder.encode_basestring_ascii,
         None,  # indent
         ":",
         ",",
         True,  # sort_keys
         False,  # skipkeys
-        False,  # allow_nan
+        allow_nan,
     )
-)
 
 
-def _canonical(value: Any) -> str:
-    """`json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)`."""
+#: payloads and results: nothing beyond JSON's own types, no NaN or infinity
+_C_STRICT: Any = _c_encoder(_refuse_default, allow_nan=False)
+#: audit entries' data: what JSON cannot hold is written as its str()
+_C_LENIENT: Any = _c_encoder(str, allow_nan=True)
+
+
+def canonical(value: Any, *, lenient: bool = False) -> str:
+    """The canonical JSON text of `value` (sorted keys, no spaces, ASCII). Strict: only
+    JSON's own types, finite numbers (TypeError / ValueError otherwise). `lenient` (an
+    audit entry's data, which must never fail to be written): a value JSON cannot hold
+    is written as its `str()`, and NaN and infinities as JavaScript's names."""
     if value is None:
         return "null"  # a handler's usual result
-    if _C_ENCODE is not None:
+    fast = _C_LENIENT if lenient else _C_STRICT
+    if fast is not None:
         try:
-            return "".join(_C_ENCODE(value, 0))
+            return "".join(fast(value, 0))
         except (RecursionError, TypeError, ValueError):
-            pass  # json.dumps raises the error that names the problem
+            pass  # json.dumps raises the error that names the problem (or, lenient, copes)
+    if lenient:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
     return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
 
 def encode(value: Any, *, what: str = "payload", limit: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Canonical JSON text of `value`, or PayloadError naming what is wrong."""
     try:
-        text = _canonical(value)
+        text = canonical(value)
     except RecursionError as err:
         raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels") from err
     except (TypeError, ValueError) as err:

@@ -7,10 +7,12 @@ import operator
 import os
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from .errors import DuplicateJob
 from .jsonio import decode
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -18,7 +20,7 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 ENTROPY_BLOCK = 4096
 
 
-class _Entropy:
+class Entropy:
     """The operating system's random bytes (`os.urandom`), read a block at a time.
 
     Why: `os.urandom` releases the interpreter lock around its system call, so a thread
@@ -49,13 +51,26 @@ class _Entropy:
         return got
 
 
-_entropy = _Entropy()
+_entropy = Entropy()
 
 
 def new_id(now: float | None = None) -> str:
     """A 26-character, time-sortable id (48-bit milliseconds + 80 random bits)."""
     ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
     value = (ms << 80) | int.from_bytes(_entropy.take(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def first_id_at(at: float) -> str:
+    """The lowest id `new_id` can make at time `at` (its random bits all zero): ids made
+    at or after `at` sort at or above it, those made before sort below (a time range
+    as a range of ids)."""
+    ms = max(0, int(at * 1000)) & ((1 << 48) - 1)
+    value = ms << 80
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])
@@ -127,9 +142,15 @@ class Job:
     #: marks of the current attempt; None when its handler does not declare that it
     #: marks before every outside call (then whether one began is unknown)
     marks: int | None = None
-    #: the running attempt's kind declares a reconciler (`fsm.reconcile`): a sweep
+    #: the running attempt's kind declares a reconciler (`fsm.service.reconcile`): a sweep
     #: without it leaves the lost run a while to a worker that has it
     reconciler: bool = False
+    #: the submitter said `retry_safe=False` for this very job: no handler's policy
+    #: loosens it at start (docs/concepts.md, "Whose policy holds")
+    retry_safe_pinned: bool = False
+    #: the key of a unique submit (`fsm.inputs.Unique`, docs/uniqueness.md): a submit of
+    #: this kind with this key returns (or refuses) this job while it is in the scope
+    unique_key: str | None = None
 
     @property
     def payload(self) -> Any:
@@ -198,6 +219,10 @@ class AuditEntry:
     #: the machine-readable reason (a code of the spec's [codes]); None only on
     #: entries written before reason codes existed
     code: str | None = None
+    #: where in its run the job failed, for entries that record a failure (the spec's
+    #: [stages]: claim, start, handler, report, recovery); None on the others and on
+    #: entries written before stages existed
+    stage: str | None = None
 
     @property
     def data(self) -> dict[str, Any]:
@@ -206,6 +231,44 @@ class AuditEntry:
 
 
 AUDIT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(AuditEntry))
+
+
+@attrs.frozen
+class UniqueScope:
+    """Where a unique submit looks for its twin (docs/uniqueness.md): the jobs of `kind`
+    with unique key `key` that are in one of `states` and were created after `since`
+    (exclusive; -inf: no time window). `refuse`: a twin raises `DuplicateJob` instead of
+    being returned. `fsm.lifecycle.unique.scope` resolves it from the caller's
+    `fsm.inputs.Unique`; `covers` and `twin` are the one test of a duplicate: every
+    store asks them of the candidates its own index finds, inside its insert's lock."""
+
+    kind: str
+    key: str
+    states: tuple[str, ...]
+    since: float
+    refuse: bool = False
+
+    def covers(self, job: Job) -> bool:
+        """Whether `job` is a twin of the submit: same kind and key, in scope."""
+        return (
+            job.kind == self.kind
+            and job.unique_key == self.key
+            and job.state in self.states
+            and job.created_at > self.since
+        )
+
+    def twin(self, candidates: Iterable[Job]) -> Job | None:
+        """The newest candidate this scope covers, or None (the submit is new). With
+        `refuse`, a twin raises DuplicateJob naming it (the store writes nothing)."""
+        best: Job | None = None
+        for job in candidates:
+            if self.covers(job) and (
+                best is None or (job.created_at, job.id) > (best.created_at, best.id)
+            ):
+                best = job
+        if best is not None and self.refuse:
+            raise DuplicateJob(best, self.key)
+        return best
 
 
 @attrs.frozen
@@ -221,9 +284,11 @@ class Decision:
     previous: Job | None
     #: a submit decision's prerequisites (`after=`): the store records them with the job
     prerequisites: tuple[str, ...] = ()
+    #: a unique submit's scope (`fsm.inputs.Unique`): the store returns the twin it covers
+    unique: UniqueScope | None = None
 
     def since(self, previous: Job | None) -> Decision:
         """This decision as a write from `previous` (a claim-and-start writes its start
         from the pre-image of its lease): `attrs.evolve(self, previous=previous)`
         without its per-call introspection (2.3 against 0.6 us, once per claimed job)."""
-        return Decision(self.job, self.entry, self.event, previous, self.prerequisites)
+        return Decision(self.job, self.entry, self.event, previous, self.prerequisites, self.unique)

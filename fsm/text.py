@@ -1,4 +1,5 @@
-"""The one rule for text that jobfsm stores from outside: error texts and reasons.
+"""Text from outside: the rule for what jobfsm stores (`clean_text`), and for what it
+shows on a terminal or in a log line (`printable`, `first_line`).
 
 Handler exceptions and broker or store errors can carry anything: megabytes of
 traceback, NUL bytes (PostgreSQL text refuses them), lone surrogates (no UTF-8
@@ -10,6 +11,7 @@ gives the same text again.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 #: error text kept on a job and its audit entry (a traceback can be megabytes)
 MAX_ERROR_CHARS = 4000
@@ -30,3 +32,36 @@ def clean_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(text) > limit:
         text = text[: limit - len(_CUT)] + _CUT
     return text
+
+
+def printable(value: object, *, keep: str = "") -> str:
+    """Stored text fit for a terminal: control and format characters (ANSI escapes, bidi
+    overrides, lone surrogates, newlines unless kept) are shown as escapes (`\\x1b`),
+    so stored data can never drive the terminal. Every command printing stored text uses it."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch in keep or ch == " ":
+            out.append(ch)
+        elif unicodedata.category(ch) == "Zs":  # other spaces print as a space
+            out.append(" ")
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
+
+
+def first_line(text: str | None, limit: int = 80) -> str:
+    """The first non-empty line of a (possibly multi-line) error, escaped and cut at `limit`;
+    "…" marks what was left out (see `jobfsm inspect` for the whole text)."""
+    if not text:
+        return ""
+    lines = [ln for ln in str(text).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = printable(lines[0].strip())
+    more = len(lines) > 1
+    if len(line) > limit:
+        line, more = line[: limit - 1], True
+    return line + (" …" if more else "")

@@ -10,12 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SpecError
-from .outside import _answer
-from .rules import _before_deadline, _within_recovery_budget
+from .outside import answer_of
+from .rules import GUARDS
 from .step import Step
 
 #: the code of a rejected (stale) report's audit entry: the spec must declare it
 REJECTED_CODE = "stale_fence"
+#: the failure stage of a rejected (stale) report's audit entry: the spec must declare it
+REJECTED_STAGE = "report"
 
 #: the codes a confirmed death can carry (`Verdict.code`); anything else is `owner_dead`
 OWNER_DEAD_CODES = (
@@ -45,7 +47,7 @@ def _investigate_cause(s: Step) -> str:
 
 
 def _reconcile_claim_cause(s: Step) -> str:
-    return _expire_cause(s) if _within_recovery_budget(s) else "final_check"
+    return _expire_cause(s) if GUARDS["within_recovery_budget"](s) else "final_check"
 
 
 def _fail_retry_cause(s: Step) -> str:
@@ -62,12 +64,12 @@ def _fail_final_cause(s: Step) -> str:
 
 def _unsettled_cause(s: Step) -> str:
     """Why a reconcile answer parks the job in investigate."""
-    answer = _answer(s)
+    answer = answer_of(s)
     if answer == "unknown":
         return "reconciler_failed" if s.args.get("failure") is not None else "reconciled_unknown"
     if answer == "not_started" and s.job.attempt >= s.job.max_attempts:
         return "attempts_exhausted"
-    if answer == "not_started" and not _before_deadline(s):
+    if answer == "not_started" and not GUARDS["before_deadline"](s):
         return "deadline_passed"
     return "recoveries_exhausted"
 

@@ -11,62 +11,30 @@ does no I/O; stores carry decisions out with compare-and-set.
 from __future__ import annotations
 
 import json
-import json.encoder
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 from ..errors import BadInput, IllegalTransition, LeaseLost
-from ..inputs import ON_FAILED_DEPENDENCY, check_operator_text
+from ..inputs import ON_FAILED_DEPENDENCY, NewJob, check_operator_text, check_unique
+from ..jsonio import canonical
 from ..policies import Policy
 from ..records import AuditEntry, Decision, Job, evolve_job
-from .codes import REJECTED_CODE
+from .codes import REJECTED_CODE, REJECTED_STAGE
 from .rules import ERASED, Step
 from .spec import Lifecycle, lifecycle
+from .unique import scope
 
-_CREATE_FIELDS = {
-    "id",
-    "kind",
-    "queue",
-    "payload_json",
-    "priority",
-    "run_after",
-    "max_attempts",
-    "max_recoveries",
-    "deadline",
-    "timeout",
-    "retry_safe",
-    "idempotency_key",
-    "correlation_id",
-    "after",
-    "on_failed_dependency",
-}
+#: what `decide`'s submit takes: the fields of a new job (`fsm.inputs.NewJob`)
+_CREATE_FIELDS = frozenset(f.name for f in attrs.fields(NewJob))
 _REQUIRED_CREATE = ("id", "kind", "payload_json")
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str)
-#: the C core of `_ENCODER`, built once: `JSONEncoder.encode` builds it anew on every
-#: call (half the cost of encoding an audit entry's few fields). It keeps no markers,
-#: so it cannot name a cycle: a RecursionError falls back to `_ENCODER`, which does.
-_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODE: Any = (
-    None
-    if _MAKE_C_ENCODER is None
-    else _MAKE_C_ENCODER(
-        None, str, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
-    )
-)
-
-
 def _data_json(data: dict[str, Any]) -> str:
-    """`data` as the canonical JSON of an audit entry (sorted keys, no spaces)."""
-    if _C_ENCODE is not None:
-        try:
-            return "".join(_C_ENCODE(data, 0))
-        except RecursionError:
-            pass  # nested too deep, or a cycle: the checking encoder says which
-    return _ENCODER.encode(data)
+    """`data` as the canonical JSON of an audit entry (`fsm.jsonio.canonical`, lenient:
+    an entry is always written)."""
+    return canonical(data, lenient=True)
 
 
 #: the order `decide` passes an applied entry's fields in (a test holds AuditEntry to it)
@@ -86,6 +54,7 @@ ENTRY_FIELDS = (
     "outcome",
     "data_json",
     "code",
+    "stage",
 )
 
 
@@ -103,6 +72,9 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
     data.setdefault("max_recoveries", policy.recovery.max_recoveries)
     data.setdefault("correlation_id", data["id"])
     after = _prerequisites(data)
+    unique = check_unique(data.pop("unique", None))
+    if unique is not None:
+        data["unique_key"] = unique.key
     job = Job(
         state=lc.create_rule.dest,
         created_at=now,
@@ -128,10 +100,17 @@ def _create(now: float, policy: Policy, args: dict[str, Any], lc: Lifecycle) -> 
         fence=0,
         attempt=0,
         correlation_id=job.correlation_id,
-        data_json=_data_json(data),
+        data_json=_data_json(data if unique is None else {**data, "unique": unique.to_dict()}),
         code=lc.create_rule.code,
     )
-    return Decision(job=job, entry=entry, event=rule.event, previous=None, prerequisites=after)
+    return Decision(
+        job=job,
+        entry=entry,
+        event=rule.event,
+        previous=None,
+        prerequisites=after,
+        unique=None if unique is None else scope(unique, job.kind, now, lc),
+    )
 
 
 def _prerequisites(data: dict[str, Any]) -> tuple[str, ...]:
@@ -179,6 +158,7 @@ def rejected_entry(job: Job, event: str, now: float, fence: int, error: str) -> 
         correlation_id=job.correlation_id,
         outcome="rejected",
         code=REJECTED_CODE,
+        stage=REJECTED_STAGE,
     )
 
 
@@ -253,6 +233,7 @@ def decide(
             "applied",  # outcome
             _data_json(step.data),  # data_json
             rule.code_for(step),  # code
+            rule.stage,  # stage
         )
     return Decision(new, entry, event, job)  # job, entry, event, previous
 

@@ -24,12 +24,7 @@ OWNED_EVENT = "heartbeat"
 
 def owned_states(spec: Lifecycle) -> frozenset[str]:
     """States whose job belongs to a lease holder: where a heartbeat applies."""
-    return frozenset(src for (src, ev) in spec.table if ev == OWNED_EVENT)
-
-
-def fence_events(spec: Lifecycle) -> frozenset[str]:
-    """Events that may move the fence: those with a `bump_fence` effect."""
-    return frozenset(r.event for r in spec.rules if "bump_fence" in r.effects)
+    return frozenset(spec.sources(OWNED_EVENT))
 
 
 def fence_edges(spec: Lifecycle) -> frozenset[tuple[str | None, str, str]]:

@@ -29,7 +29,7 @@ def _check_due(s: Step) -> bool:
 ANSWERS = ("done", "not_started", "still_running", "unknown")
 
 
-def _answer(s: Step) -> str:
+def answer_of(s: Step) -> str:
     answer = s.args.get("answer")
     if answer not in ANSWERS:
         raise BadInput(f"job {s.job.id}: reconcile needs answer one of {ANSWERS}, got {answer!r}")
@@ -37,7 +37,7 @@ def _answer(s: Step) -> str:
 
 
 def _answer_is(expected: str) -> Guard:
-    return lambda s: _answer(s) == expected
+    return lambda s: answer_of(s) == expected
 
 
 #: bounds on marks: per attempt, and characters of a label and of an external id
@@ -91,7 +91,7 @@ def _check_later(s: Step) -> None:
 
 def _record_answer(s: Step) -> None:
     """The reconciler's answer goes on the audit entry and, but for done, the record."""
-    answer = _answer(s)
+    answer = answer_of(s)
     failure = s.args.get("failure")
     if failure is not None and answer != "unknown":
         raise BadInput(f"job {s.job.id}: a reconciler failure is recorded as answer 'unknown'")

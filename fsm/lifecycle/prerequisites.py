@@ -3,7 +3,7 @@
 `fsm.lifecycle.rules` registers them with the others.
 
 Pure, like every rule: the prerequisites' states come in the event's arguments, as
-whoever offers the release read them (`fsm.dependencies`).
+whoever offers the release read them (`fsm.service.dependencies`).
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def _start_attempt(s: Step) -> None:
     s.changes["started_at"] = s.now
 
 
-#: the fields of a kind's policy that `start` enforces, each only ever tightened
+#: the fields of a kind's policy that `start` stamps onto the job (`_enforce_kind_policy`)
 KIND_POLICY_FIELDS = (
     "retry_safe",
     "max_attempts",
@@ -174,11 +174,16 @@ def _number(s: Step, name: str, value: Any, *, integer: bool) -> float:
 
 
 def _enforce_kind_policy(s: Step) -> None:
-    """The running handler's kind policy wins over what the submitter stored, stricter
-    only: a job is never made retry-safe, given more attempts, recoveries or time.
+    """The running handler's kind policy is the policy of record, stamped at start.
 
+    Its `retry_safe` replaces what the submitter stored, loosening as well as
+    tightening (a submitter that did not know the kind stored it fail-closed), except
+    that an explicit per-job `retry_safe=False` at submit (`Job.retry_safe_pinned`)
+    is never loosened. Its bounds only tighten: a job is never given more attempts,
+    recoveries or time than it was submitted with (a per-job bound is the caller's).
     The attempt being started and the recoveries already counted stay within the
     budget, so the invariants on attempts and recoveries hold across the change.
+    The audit entry's `effective_policy` shows what was stamped.
     """
     policy = s.args.get("kind_policy")
     changes = s.changes
@@ -206,7 +211,7 @@ def _enforce_kind_policy(s: Step) -> None:
     if (safe := policy.get("retry_safe")) is not None:
         if not isinstance(safe, bool):
             raise BadInput(f"job {job.id}: kind policy retry_safe must be true or false")
-        changes["retry_safe"] = retry_safe = job.retry_safe and safe
+        changes["retry_safe"] = retry_safe = safe and not job.retry_safe_pinned
     if (value := policy.get("max_attempts")) is not None:
         cap = int(_number(s, "max_attempts", value, integer=True))
         changes["max_attempts"] = max_attempts = max(job.attempt + 1, min(max_attempts, cap))
@@ -221,13 +226,16 @@ def _enforce_kind_policy(s: Step) -> None:
         after = _number(s, "deadline_after", value, integer=False)
         latest = job.created_at + after
         changes["deadline"] = deadline = latest if deadline is None else min(deadline, latest)
-    s.data["effective_policy"] = {
+    effective: dict[str, Any] = {
         "retry_safe": retry_safe,
         "max_attempts": max_attempts,
         "max_recoveries": max_recoveries,
         "timeout": timeout,
         "deadline": deadline,
     }
+    if job.retry_safe_pinned:  # why a retry-safe handler left this job not retry-safe
+        effective["retry_safe_pinned"] = True
+    s.data["effective_policy"] = effective
 
 
 #: what `erase` blanks: the payload (JSON null), the result and the progress (none)
@@ -268,6 +276,12 @@ def _record_error(s: Step) -> None:
     if s.data.get("traceback") is not None:  # the audit entry keeps it; the record does not
         s.data["traceback"] = clean_text(str(s.data["traceback"]))
     s.changes["last_error"] = s.error
+
+
+def _clear_error(s: Step) -> None:
+    """A job that ends succeeded keeps no `last_error`: an error is an earlier attempt's
+    (or a lost run's) and stays in that attempt's audit entry, where `inspect` shows it."""
+    s.changes["last_error"] = None
 
 
 def _deadline_error(s: Step) -> None:
@@ -329,6 +343,7 @@ EFFECTS: dict[str, Effect] = {
     "finish": _finish,
     "unfinish": _unfinish,
     "record_error": _record_error,
+    "clear_error": _clear_error,
     "deadline_error": _deadline_error,
     "schedule_retry": _schedule_retry,
     "retry_now": _retry_now,

@@ -19,15 +19,15 @@ import attrs
 from transitions import Machine
 
 from ..errors import SpecError
-from .codes import CODE_RULES, code_problems
+from .codes import CODE_RULES, REJECTED_STAGE, code_problems
 from .rules import EFFECTS, GUARDS, Effect, Guard, Step
 
 #: state and event names: they reach SQL literals, diagrams and log lines as they are
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
-_STATE_KEYS = {"doc", "terminal", "parked"}
+_STATE_KEYS = {"doc", "terminal", "parked", "stage"}
 _EVENT_KEYS = {"doc", "transitions", "creates", "fenced", "operator", "audited"}
-_TRANSITION_KEYS = {"from", "to", "guards", "effects", "code", "code_rule"}
+_TRANSITION_KEYS = {"from", "to", "guards", "effects", "code", "code_rule", "failure"}
 
 
 @attrs.frozen
@@ -42,6 +42,9 @@ class Rule:
     #: the reason code of the audit entry: fixed, or picked by a rule of CODE_RULES
     code: str | None = None
     code_rule: str | None = None
+    #: where in its run a job failed, on the entries of a failure transition
+    #: (`failure = true`): the `stage` of its source state; None on the others
+    stage: str | None = None
     #: the guards and effects themselves, looked up once by name in fsm/lifecycle/rules.py
     #: (`decide` runs on every transition; the names above stay the spec's words)
     guard_fns: tuple[Guard, ...] = attrs.field(
@@ -110,6 +113,33 @@ class Lifecycle:
     create_rules: tuple[Rule, ...] = ()
     #: every reason code an audit entry may carry, with its meaning ([codes])
     codes: Mapping[str, str] = attrs.field(factory=dict)
+    #: where in its run a job can fail, with the meaning of each ([stages])
+    stages: Mapping[str, str] = attrs.field(factory=dict)
+    _sources: Mapping[str, tuple[str, ...]] = attrs.field(init=False, eq=False, repr=False)
+    _dests: Mapping[str, frozenset[str]] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        sources: dict[str, list[str]] = {}
+        dests: dict[str, set[str]] = {}
+        for (src, event), rules in self.table.items():
+            sources.setdefault(event, []).append(src)
+            dests.setdefault(event, set()).update(r.dest for r in rules)
+        object.__setattr__(
+            self, "_sources", MappingProxyType({e: tuple(s) for e, s in sources.items()})
+        )
+        object.__setattr__(
+            self, "_dests", MappingProxyType({e: frozenset(d) for e, d in dests.items()})
+        )
+
+    def sources(self, event: str) -> tuple[str, ...]:
+        """The states `event` leaves from, in spec order (empty for an unknown event).
+        The one computation of it: the engine, recovery, the CLI, the dashboard and the
+        fault suite all ask here."""
+        return self._sources.get(event, ())
+
+    def dests(self, event: str) -> frozenset[str]:
+        """The states `event` may arrive in (empty for an unknown event)."""
+        return self._dests.get(event, frozenset())
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -142,9 +172,10 @@ class _GuardCondition:
 class _CodeTag:
     """A no-op `prepare` callback that carries a transition's reason code into the machine."""
 
-    def __init__(self, code: str | None, code_rule: str | None) -> None:
+    def __init__(self, code: str | None, code_rule: str | None, failure: bool = False) -> None:
         self.code = code
         self.code_rule = code_rule
+        self.failure = failure
         self.__name__ = f"code:{code or code_rule}"
 
     def __call__(self, event_data: Any) -> None:
@@ -202,6 +233,12 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                     f"a {kind} name must be a lower-case identifier ([a-z][a-z0-9_]*, "
                     "at most 64 characters): stores and diagrams use it as is",
                 )
+    stages = data.get("stages", {})
+    if not isinstance(stages, dict) or not all(isinstance(v, str) for v in stages.values()):
+        bad("stages", 'must be a table of stage = "meaning"')
+        stages = {}
+    if REJECTED_STAGE not in stages:
+        bad("stages", f"must declare {REJECTED_STAGE!r} (rejected reports)")
     for name, body in states.items():
         if not isinstance(body, dict):
             bad(f"states.{name}", "must be a table")
@@ -213,6 +250,9 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                 bad(f"states.{name}.{flag}", "must be true or false")
         if body.get("terminal") and body.get("parked"):
             bad(f"states.{name}", "cannot be both terminal and parked")
+        stage = body.get("stage")
+        if stage is not None and stage not in stages:
+            bad(f"states.{name}.stage", f"{stage!r} is not declared in [stages]")
     for name, body in events.items():
         where = f"events.{name}"
         if not isinstance(body, dict):
@@ -234,6 +274,17 @@ def _problems(data: dict[str, Any], path: str) -> list[SpecError]:
                 continue
             for key in set(rule) - _TRANSITION_KEYS:
                 bad(f"{at}.{key}", "unknown key")
+            if not isinstance(rule.get("failure", False), bool):
+                bad(f"{at}.failure", "must be true or false")
+            elif rule.get("failure"):
+                for src in rule.get("from") or []:
+                    state = states.get(src)
+                    # (a terminal or parked source is refused by the graph checks)
+                    settled = isinstance(state, dict) and (
+                        state.get("terminal") or state.get("parked")
+                    )
+                    if isinstance(state, dict) and state.get("stage") is None and not settled:
+                        bad(f"{at}.failure", f"source state {src!r} declares no stage")
             sources = rule.get("from")
             if not isinstance(sources, list):
                 bad(f"{at}.from", "must be a list of states")
@@ -390,7 +441,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                     "dest": rule["to"],
                     "conditions": [_GuardCondition(g) for g in guards],
                     "after": [_EffectCallback(e) for e in effects],
-                    "prepare": [_CodeTag(code, code_rule)],
+                    "prepare": [_CodeTag(code, code_rule, bool(rule.get("failure", False)))],
                 }
             )
     machine = Machine(
@@ -416,6 +467,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
                         effects=tuple(_named(cb, "effect_name") for cb in t.after),
                         code=_tag(t.prepare).code,
                         code_rule=_tag(t.prepare).code_rule,
+                        stage=states_data[source].get("stage") if _tag(t.prepare).failure else None,
                     )
                 )
     assert create_rule is not None  # _problems checked there is exactly one
@@ -433,6 +485,7 @@ def _compile(data: dict[str, Any], path: str) -> Lifecycle:
         machine=machine,
         create_rules=tuple(create_rules),
         codes=MappingProxyType(dict(data.get("codes", {}))),
+        stages=MappingProxyType(dict(data.get("stages", {}))),
     )
 
 

@@ -1,4 +1,4 @@
-"""A Prometheus exporter for `fsm.observe.Metrics`, plus job counts read from the store.
+"""A Prometheus exporter for `fsm.telemetry.metrics.Metrics`, plus job counts read from the store.
 
     metrics = PrometheusMetrics()                 # registers on its own registry
     engine = Engine(store, metrics=metrics)
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingExtra
-from ..observe import MetricsBase
+from .metrics import MetricsBase
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 #: seconds a store count stays cached: a scrape every few seconds costs one
 #: GROUP BY per interval, however many scrapers there are
 COUNTS_TTL = 5.0
+#: queues exported by name in `jobfsm_jobs`, the ones holding the most jobs; the rest
+#: are summed per state under `queue="other"` (docs/metrics.md), so the series stay
+#: at most (TOP_QUEUES + 1) x states however many queues the store holds
+TOP_QUEUES = 100
+OTHER_QUEUES = "other"
 #: attempt duration buckets (seconds): sub-millisecond handlers up to the 30 min default timeout
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 120, 600, 1800)
 
@@ -38,12 +43,32 @@ def _client() -> Any:
     return prometheus_client
 
 
-class _StoreCounts:
-    """A custom collector: jobs per (queue, state), read through `counts` at most every TTL."""
+def top_queues(
+    counts: dict[tuple[str, str], int], top: int = TOP_QUEUES
+) -> dict[tuple[str, str], int]:
+    """`counts` by (queue, state) with the `top` queues holding the most jobs kept by
+    name (ties by name) and every other queue summed per state under OTHER_QUEUES."""
+    totals: dict[str, int] = {}
+    for (queue, _), n in counts.items():
+        totals[queue] = totals.get(queue, 0) + n
+    kept = set(sorted(totals, key=lambda q: (-totals[q], q))[:top])
+    out: dict[tuple[str, str], int] = {}
+    for (queue, state), n in counts.items():
+        key = (queue if queue in kept else OTHER_QUEUES, state)
+        out[key] = out.get(key, 0) + n
+    return out
 
-    def __init__(self, counts: Callable[[], dict[tuple[str, str], int]], ttl: float) -> None:
+
+class _StoreCounts:
+    """A custom collector: jobs per (queue, state), read through `counts` at most every
+    TTL, the queues beyond the `top` largest summed as one (`top_queues`)."""
+
+    def __init__(
+        self, counts: Callable[[], dict[tuple[str, str], int]], ttl: float, top: int
+    ) -> None:
         self._counts = counts
         self._ttl = ttl
+        self._top = top
         self._lock = threading.Lock()
         self._at = -float("inf")
         self._cached: dict[tuple[str, str], int] = {}
@@ -53,7 +78,7 @@ class _StoreCounts:
 
         with self._lock:
             if time.monotonic() - self._at >= self._ttl:
-                self._cached = dict(self._counts())
+                self._cached = top_queues(dict(self._counts()), self._top)
                 self._at = time.monotonic()
             counts = self._cached
         family = GaugeMetricFamily(
@@ -64,8 +89,52 @@ class _StoreCounts:
         yield family
 
 
+#: the most limits exported by key (`jobfsm_limit_*`); a store holding more exports
+#: the first ones by key (limits are set by operators and code: a handful in practice)
+MAX_LIMITS = 1000
+
+#: (limit key, jobs holding a slot, jobs waiting) of each limit of the store
+LimitRows = Callable[[], list[tuple[str, int, int]]]
+
+
+class _StoreLimits:
+    """A custom collector: `jobfsm_limit_holding{limit}` and `jobfsm_limit_waiting{limit}`
+    for each global limit (docs/flow-control.md), read at most every TTL."""
+
+    def __init__(self, rows: LimitRows, ttl: float) -> None:
+        self._rows = rows
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._cached: list[tuple[str, int, int]] = []
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self._lock:
+            if time.monotonic() - self._at >= self._ttl:
+                self._cached = sorted(self._rows())[:MAX_LIMITS]
+                self._at = time.monotonic()
+            rows = self._cached
+        holding = GaugeMetricFamily(
+            "jobfsm_limit_holding",
+            "Jobs holding a slot of a global limit (leased, running, cancelling)",
+            labels=["limit"],
+        )
+        waiting = GaugeMetricFamily(
+            "jobfsm_limit_waiting",
+            "Jobs waiting to be leased (queued, retry_wait) under a global limit",
+            labels=["limit"],
+        )
+        for key, held, waits in rows:
+            holding.add_metric([key], held)
+            waiting.add_metric([key], waits)
+        yield holding
+        yield waiting
+
+
 class PrometheusMetrics(MetricsBase):
-    """`fsm.observe.Metrics` as Prometheus counters and histograms (thread-safe)."""
+    """`fsm.telemetry.metrics.Metrics` as Prometheus counters and histograms (thread-safe)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         pc = _client()
@@ -150,10 +219,21 @@ class PrometheusMetrics(MetricsBase):
     # --- store gauges and serving -------------------------------------------------------
 
     def watch_store(
-        self, counts: Callable[[], dict[tuple[str, str], int]], ttl: float = COUNTS_TTL
+        self,
+        counts: Callable[[], dict[tuple[str, str], int]],
+        ttl: float = COUNTS_TTL,
+        top: int = TOP_QUEUES,
     ) -> None:
-        """Export `jobfsm_jobs{queue,state}` from `counts` (e.g. `engine.counts`), cached."""
-        self.registry.register(_StoreCounts(counts, ttl))
+        """Export `jobfsm_jobs{queue,state}` from `counts` (e.g. `engine.counts`), cached
+        for `ttl` seconds, the `top` largest queues by name and the rest as "other"."""
+        if top < 1:
+            raise ValueError(f"top must be at least 1, not {top}")
+        self.registry.register(_StoreCounts(counts, ttl, top))
+
+    def watch_limits(self, rows: LimitRows, ttl: float = COUNTS_TTL) -> None:
+        """Export `jobfsm_limit_holding{limit}` and `jobfsm_limit_waiting{limit}` from
+        `rows` (limit key, holding, waiting), cached for `ttl` seconds."""
+        self.registry.register(_StoreLimits(rows, ttl))
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type (for a /metrics endpoint)."""

@@ -5,11 +5,12 @@ no-op tracer makes every call here nearly free. Three spans:
 
 - `submit_span`: around a submit, in the caller's trace (a web request's, say).
   When the caller sets no correlation id, the span's W3C `traceparent` becomes
-  the job's correlation id, so the worker can continue the same trace.
-- `attempt_span`: around one attempt. If the job's correlation id is a
-  `traceparent`, the attempt is a child of the submit span: one trace from the
-  request to every attempt of the job it caused. Otherwise the attempt starts a
-  trace of its own, tagged with the correlation id.
+  the job's correlation id, so the attempts can link to it.
+- `attempt_span`: around one attempt, in a trace of its own tagged with the
+  correlation id. If that id is a `traceparent`, the attempt links to the span it
+  names (the submit span's, from the request that caused the job): a link, never
+  the parent, since whoever submits chooses the correlation id and must not be able
+  to put a worker's spans in a trace of their choosing.
 - `operator_span`: around an operator action (cancel, requeue, resolve).
 
 The trace context travels in the correlation id, an existing field of the job;
@@ -22,18 +23,21 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MissingExtra
 from ..records import Job
+from ..secrets import scrub_urls
+from ..text import clean_text
+from .observers import ObserverBase
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from ..engine import Engine
-
 TRACER_NAME = "jobfsm"
+#: characters of an error kept as a span's status text (after URL secrets are masked)
+STATUS_CHARS = 500
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -124,8 +128,14 @@ def submit_span(
         yield SubmitTrace(span, correlation_id or traceparent(span))
 
 
+class Submits(Protocol):
+    """What `traced_submit` submits through: an `Engine`."""
+
+    def submit(self, kind: str, payload: Any = None, *, conn: Any = None, **opts: Any) -> Job: ...
+
+
 def traced_submit(
-    engine: Engine,
+    engine: Submits,
     kind: str,
     payload: Any = None,
     *,
@@ -144,13 +154,17 @@ def traced_submit(
         return job
 
 
-def _parent_of(job: Job) -> Any:
-    """The submit span's context if the correlation id is a traceparent, else None."""
+def _links_of(job: Job) -> list[Any]:
+    """A link to the span a `traceparent` correlation id names; none for any other id.
+    Never a parent: the correlation id is the submitter's choice (see the module)."""
     if job.correlation_id is None or not _TRACEPARENT.match(job.correlation_id):
-        return None
+        return []
+    trace = _trace()
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    return TraceContextTextMapPropagator().extract({"traceparent": job.correlation_id})
+    context = TraceContextTextMapPropagator().extract({"traceparent": job.correlation_id})
+    linked = trace.get_current_span(context).get_span_context()
+    return [trace.Link(linked)] if linked.is_valid else []
 
 
 @contextmanager
@@ -159,19 +173,22 @@ def attempt_span(job: Job, *, provider: TracerProvider | None = None) -> Iterato
     trace = _trace()
     with tracer(provider).start_as_current_span(
         f"jobfsm attempt {job.kind}",
-        context=_parent_of(job),
         kind=trace.SpanKind.CONSUMER,
         attributes=_job_attributes(job),
+        links=_links_of(job),
     ) as span:
         yield span
 
 
 def set_outcome(span: Span, status: str, error: str | None = None) -> None:
-    """Record how the attempt ended (an `fsm.ports.OUTCOMES` name) on its span."""
+    """Record how the attempt ended (an `fsm.ports.OUTCOMES` name) on its span; the
+    error text, whose URLs' secrets are masked (`fsm.secrets.scrub_urls`), is the
+    status, cut at STATUS_CHARS."""
     trace = _trace()
     span.set_attribute("jobfsm.attempt.outcome", status)
     if status != "succeeded":
-        span.set_status(trace.Status(trace.StatusCode.ERROR, error or status))
+        text = clean_text(scrub_urls(clean_text(error)), STATUS_CHARS) if error else status
+        span.set_status(trace.Status(trace.StatusCode.ERROR, text))
 
 
 def record_attempt(
@@ -191,9 +208,9 @@ def record_attempt(
     end = time.time_ns()
     span = tracer(provider).start_span(
         f"jobfsm attempt {job.kind}",
-        context=_parent_of(job),
         kind=trace.SpanKind.CONSUMER,
         attributes=_job_attributes(job),
+        links=_links_of(job),
         start_time=end - int(max(seconds, 0.0) * 1e9),
     )
     set_outcome(span, status, error)
@@ -210,3 +227,19 @@ def operator_span(
         attributes={"jobfsm.job.id": job_id, "jobfsm.operator.actor": actor},
     ) as span:
         yield span
+
+
+class TracingObserver(ObserverBase):
+    """Spans of attempts (`record_attempt`, when a tracer provider records) and of
+    operator actions (`operator_span`), sent to `provider` (default: OpenTelemetry's
+    global one). The service attaches one whenever opentelemetry-api is installed."""
+
+    def __init__(self, provider: TracerProvider | None = None) -> None:
+        self.provider = provider
+
+    def on_attempt(self, job: Job, status: str, error: str | None, seconds: float) -> None:
+        if recording(self.provider):
+            record_attempt(job, status, error, seconds, provider=self.provider)
+
+    def operator(self, action: str, target: str, actor: str) -> AbstractContextManager[object]:
+        return operator_span(action, target, actor=actor, provider=self.provider)

@@ -16,9 +16,9 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
-from .errors import JobFSMError
-from .lifecycle.spec import Lifecycle, Rule
-from .records import AuditEntry
+from ..errors import JobFSMError
+from ..lifecycle.spec import Lifecycle, Rule
+from ..records import AuditEntry
 
 #: an edge as the audit trail names it: (from_state or None for creation, event, to_state)
 Edge = tuple[str | None, str, str]

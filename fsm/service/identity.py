@@ -10,6 +10,14 @@ holds its parent's leases.
 `Identity.judge` gives a verdict on any owner, failing closed: UNKNOWN is never
 read as dead, and only evidence (this process no longer holds the job, the pid
 is gone on this host, the store's liveness token is free) yields DEAD.
+
+Liveness modes (`LIVENESS_ENV`, docs/workers.md "Liveness on macOS"): "full" reads
+the boot id and PID namespace from /proc, so a pid on "this host" is known to be
+one, and confirms a local owner's death by its pid. Where /proc does not give them
+(macOS, a locked-down container) the mode is "lease": the host name alone cannot
+tell two hosts apart, so no pid is ever judged, and a lost run of another process is
+recovered when its lease expires, or at once where the store's liveness token
+says so (PostgreSQL). "auto", the default, picks "full" when it can.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import enum
 import logging
 import os
 import socket
+import sys
 import threading
 import uuid
 import weakref
@@ -27,7 +36,8 @@ from typing import Protocol
 
 import attrs
 
-from .records import Owner
+from ..errors import BadInput
+from ..records import Owner
 
 #: Test hook: replaces the host identity, so one machine can pose as another host.
 #: Processes that share a value judge each other's pids as their own: never set it
@@ -39,9 +49,52 @@ log = logging.getLogger(__name__)
 #: Most abandon reasons remembered for the sweep (oldest forgotten first).
 MAX_ABANDONED = 10_000
 
+#: How this process judges other processes' liveness: "auto" (the default), "full"
+#: (needs /proc) or "lease" (lease-only: no pid is judged). See the module docstring.
+LIVENESS_ENV = "JOBFSM_LIVENESS"
+LIVENESS_MODES = ("auto", "full", "lease")
+#: what a lease-only host identity ends with, in place of boot id and PID namespace
+LEASE_ONLY_HOST = "lease-only"
+#: where the host facts are read (a test points it at a folder without them)
+PROC_ROOT = "/proc"
 
-def host_identity() -> str:
-    """hostname:boot id:PID namespace inode, or $JOBFSM_HOST_ID when set."""
+
+def _proc_facts() -> tuple[str, str] | None:
+    """This host's boot id and PID namespace inode from /proc; None where /proc lacks them."""
+    try:
+        with open(f"{PROC_ROOT}/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        link = os.readlink(f"{PROC_ROOT}/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return None
+    pidns = link.rsplit("[", 1)[-1].rstrip("]")
+    return (boot, pidns) if boot and pidns else None
+
+
+def liveness_mode(requested: str | None = None) -> str:
+    """ "full" or "lease": `requested` (else $JOBFSM_LIVENESS, else "auto") resolved on
+    this host. "full" where /proc lacks a boot id or PID namespace raises BadInput."""
+    mode = requested or os.environ.get(LIVENESS_ENV) or "auto"
+    if mode not in LIVENESS_MODES:
+        raise BadInput(
+            f"liveness mode must be one of {', '.join(LIVENESS_MODES)}; got {mode!r:.40} "
+            f"(from {'the caller' if requested else LIVENESS_ENV})"
+        )
+    if mode == "lease":
+        return mode
+    if _proc_facts() is not None:
+        return "full"
+    if mode == "full":
+        raise BadInput(
+            "liveness mode 'full' needs /proc (a boot id and a PID namespace): use "
+            f"'lease' or 'auto' on this platform ({sys.platform})"
+        )
+    return "lease"
+
+
+def host_identity(mode: str = "full") -> str:
+    """hostname:boot id:PID namespace inode ("full"), hostname:lease-only ("lease"),
+    or $JOBFSM_HOST_ID when set."""
     override = os.environ.get(HOST_ENV)
     if override:
         if override not in _warned:
@@ -53,17 +106,10 @@ def host_identity() -> str:
                 override,
             )
         return override
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "no-boot-id"
-    try:
-        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
-        pidns = link.rsplit("[", 1)[-1].rstrip("]")
-    except OSError:
-        pidns = "no-pidns"
-    return f"{socket.gethostname()}:{boot}:{pidns}"
+    facts = _proc_facts() if mode == "full" else None
+    if facts is None:
+        return f"{socket.gethostname()}:{LEASE_ONLY_HOST}"
+    return f"{socket.gethostname()}:{facts[0]}:{facts[1]}"
 
 
 class Status(enum.StrEnum):
@@ -134,6 +180,28 @@ class LocalProcesses:
         return pid_verdict(pid)
 
 
+class LeaseOnly:
+    """No process table: every pid is UNKNOWN, so the lease (or the store's liveness
+    token) decides. The table of the "lease" liveness mode."""
+
+    def verdict(self, pid: int) -> Verdict:
+        return Verdict(
+            Status.UNKNOWN, f"pid {pid}: lease-only liveness judges no pid; the lease decides"
+        )
+
+
+def _warn_lease_only(platform: str) -> None:
+    if "lease-only" in _warned:
+        return
+    _warned.add("lease-only")
+    log.warning(
+        "liveness is lease-only on this host (%s): a killed worker's runs are recovered "
+        "when their lease expires, not at once (PostgreSQL's liveness lock still confirms "
+        "death); see docs/workers.md, 'Liveness on macOS'",
+        platform,
+    )
+
+
 _identities: weakref.WeakSet[Identity] = weakref.WeakSet()
 
 #: a run this process holds: (job id, fence). Two runs of one job (a late old one and
@@ -149,6 +217,8 @@ class Identity:
 
     `host`, `pid` and `processes` are fixed only by simulations (the fault suite
     judges simulated workers with this same code over a simulated process table).
+    `liveness` is the mode ("auto", "full", "lease"; default $JOBFSM_LIVENESS, else
+    "auto"); `self.liveness` is the one in force, "full" or "lease".
     """
 
     def __init__(
@@ -157,17 +227,23 @@ class Identity:
         *,
         pid: int | None = None,
         processes: ProcessTable | None = None,
+        liveness: str | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._fixed_host = host
         self._fixed_pid = pid
-        self.processes: ProcessTable = processes or LocalProcesses()
+        self.liveness = "full" if processes is not None else liveness_mode(liveness)
+        if processes is None:
+            processes = LocalProcesses() if self.liveness == "full" else LeaseOnly()
+            if self.liveness == "lease":
+                _warn_lease_only(sys.platform)
+        self.processes: ProcessTable = processes
         self._reset()
         _identities.add(self)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()  # a lock held by a parent thread at fork is not ours
-        self.host = self._fixed_host or host_identity()
+        self.host = self._fixed_host or host_identity(self.liveness)
         self.pid = self._fixed_pid if self._fixed_pid is not None else os.getpid()
         self.incarnation = uuid.uuid4().hex
         self._held: set[RunKey] = set()

@@ -1,6 +1,6 @@
 """AsyncEngine: the Engine for asyncio code, without blocking the event loop.
 
-Every write goes through the Engine's own loops (`fsm.steps`: read, `decide`,
+Every write goes through the service's plans (`fsm.service.plans`: read, `decide`,
 fenced compare-and-set with its audit entry, bounded re-reads; submit's
 validation and insert), driven by one of two drivers:
 
@@ -10,13 +10,13 @@ validation and insert), driven by one of two drivers:
 - **threads** (`path="threads"`, and `"auto"` for SQLite and memory): the
   blocking Engine method runs on a bounded pool of threads (`max_threads`).
 
-Either way the Engine's policy, kinds, spec, clock, metrics and publisher are the
-ones of `engine`: the AsyncEngine holds no configuration of its own. A publisher
+Either way the kernel (policy, kinds, spec, clock, observers, publisher) is the one of
+`engine` at the time of each call: the AsyncEngine holds no configuration of its own. A publisher
 (blocking) runs on the thread pool.
 
 `wait` holds no thread while it waits: on a store that `WatchesJobs` (PostgreSQL,
 LISTEN/NOTIFY) the store's listener wakes it; on any other store it re-reads
-with growing pauses (`fsm.waiting.WAIT_POLL_FIRST` .. `WAIT_POLL_MAX`).
+with growing pauses (`fsm.service.waiting.WAIT_POLL_FIRST` .. `WAIT_POLL_MAX`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import steps
+from ..errors import BadInput, JobNotFound
+from ..ports import AsyncStore, Erasable, HasAsyncStore, ScanRequest, WatchesJobs
+from ..records import AuditEntry, Job
+from ..registry import open_store
+from . import plans
+from .connections import adriver_connection
+from .drivers import AsyncPerformer
 from .engine import Engine
-from .errors import BadInput, JobNotFound, VersionConflict, WaitTimeout
-from .ports import AsyncStore, Erasable, HasAsyncStore, ScanRequest, WatchesJobs
-from .records import AuditEntry, Decision, Job
-from .registry import open_store
-from .waiting import WAIT_POLL_FIRST, WAIT_POLL_MAX, WAIT_RECHECK, wait_timeout
+from .plans import adrive
+from .waiting import Pause, wait_plan, wait_timeout
 
 T = TypeVar("T")
 
@@ -74,7 +76,8 @@ class AsyncEngine:
         self._astore: AsyncStore | None = None
         self._opened: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._owns_store = False
+        #: `open` opened the blocking store too: `aclose` closes it
+        self.owns_store = False
 
     @classmethod
     async def open(
@@ -91,9 +94,9 @@ class AsyncEngine:
         store = await asyncio.to_thread(open_store, url)
         try:
             aengine = cls(Engine(store, **engine_options), max_threads=max_threads, path=path)
-            aengine._owns_store = True
+            aengine.owns_store = True
             if aengine.uses_async_store:
-                await aengine._store()
+                await aengine.twin()
         except BaseException:
             await asyncio.to_thread(store.close)
             raise
@@ -104,7 +107,12 @@ class AsyncEngine:
         """The store's asyncio twin in use (None on the thread path, or before first use)."""
         return self._astore
 
-    async def _store(self) -> AsyncStore:
+    @property
+    def threads(self) -> ThreadPoolExecutor:
+        """The bounded pool blocking calls run on."""
+        return self._pool
+
+    async def twin(self) -> AsyncStore:
         """The asyncio twin, opened on the first call's loop (every call must use it)."""
         loop = asyncio.get_running_loop()
         if self._opened is None:
@@ -125,48 +133,14 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-    def _performer(
-        self,
-        store: AsyncStore,
-        write: Callable[[Decision], Awaitable[Job | VersionConflict]] | None = None,
-    ) -> Callable[[steps.Request], Awaitable[Any]]:
-        """Answer `fsm.steps` requests from the asyncio twin; `write` (default: apply)."""
-
-        async def perform(request: steps.Request) -> Any:
-            if isinstance(request, steps.Read):
-                return await store.get(request.job_id)
-            if isinstance(request, steps.Write):
-                if write is not None:
-                    return await write(request.decision)
-                return (await store.apply([request.decision]))[0]
-            if isinstance(request, steps.Record):
-                return await store.record(list(request.entries))
-            if isinstance(request, steps.Insert):
-                if request.conn is None:
-                    return await store.insert(list(request.decisions), request.capacity)
-                join = getattr(store, "insert_in", None)
-                if join is None:
-                    raise BadInput(
-                        f"{type(store).__name__} cannot submit inside a caller's transaction"
-                    )
-                return await join(request.conn, list(request.decisions), request.capacity)
-            if isinstance(request, steps.Release):
-                releaser = self.engine.releaser
-                assert releaser is not None
-                return await self._call(releaser.settled, request.jobs)
-            publisher = self.engine.publisher
-            assert publisher is not None
-            return await self._call(publisher.publish, list(request.jobs))
-
-        return perform
-
-    async def _run(self, plan: steps.Steps[T], fallback: Callable[[], T]) -> T:
+    async def _run(self, plan: plans.Plan[T], fallback: Callable[[], T]) -> T:
         """Drive `plan` over the asyncio twin, or run `fallback` (the Engine's blocking
-        method doing the same plan) on a thread."""
+        method running the same plan) on a thread."""
         if not self.uses_async_store:
             plan.close()
             return await self._call(fallback)
-        return await steps.adrive(plan, self._performer(await self._store()))
+        perform = AsyncPerformer(self.engine.kernel, await self.twin(), self._call)
+        return await adrive(plan, perform)
 
     # --- submit and reads ----------------------------------------------------------
 
@@ -181,9 +155,12 @@ class AsyncEngine:
     ) -> list[Job]:
         """`Engine.submit_many`: many jobs in one store transaction. With `conn`, in the
         caller's open transaction (docs/transactional-submit.md): a
-        `psycopg.AsyncConnection` on the PostgreSQL asyncio path, awaited; a blocking
-        psycopg or sqlite3 connection on a thread of the pool."""
+        `psycopg.AsyncConnection` (or a SQLAlchemy AsyncSession or AsyncConnection over
+        one) on the PostgreSQL asyncio path, awaited; a blocking psycopg or sqlite3
+        connection (or a SQLAlchemy Session or Connection) on a thread of the pool."""
         listed = list(items)
+        if conn is not None:  # a SQLAlchemy AsyncSession or AsyncConnection: its driver's
+            conn = await adriver_connection(conn)
         if conn is not None and not (self.uses_async_store and _is_async_connection(conn)):
             if _is_async_connection(conn):
                 raise BadInput(
@@ -192,13 +169,13 @@ class AsyncEngine:
                     "on threads: pass a blocking connection"
                 )
             return await self._call(functools.partial(self.engine.submit_many, listed, conn=conn))
-        plan = steps.submit_many(self.engine, listed, conn=conn)
+        plan = plans.submit_many(self.engine.kernel, listed, conn=conn)
         return await self._run(plan, functools.partial(self.engine.submit_many, listed))
 
     async def get(self, job_id: str) -> Job:
         if not self.uses_async_store:
             return await self._call(self.engine.get, job_id)
-        job = await (await self._store()).get(job_id)
+        job = await (await self.twin()).get(job_id)
         if job is None:
             raise JobNotFound(job_id)
         return job
@@ -207,27 +184,28 @@ class AsyncEngine:
         if not self.uses_async_store:
             return await self._call(self.engine.history, job_id)
         await self.get(job_id)
-        return await (await self._store()).history(job_id)
+        return await (await self.twin()).history(job_id)
 
     async def counts(self) -> dict[tuple[str, str], int]:
         if not self.uses_async_store:
             return await self._call(self.engine.counts)
-        return await (await self._store()).counts()
+        return await (await self.twin()).counts()
 
     async def scan(self, request: ScanRequest) -> list[Job]:
         if not self.uses_async_store:
             return await self._call(self.engine.scan, request)
-        return await (await self._store()).scan(request)
+        return await (await self.twin()).scan(request)
 
     # --- operator actions ------------------------------------------------------------
 
     async def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
-        plan = steps.cancel(self.engine, job_id, actor=actor, reason=reason)
+        plan = plans.cancel(self.engine.kernel, job_id, actor=actor, reason=reason)
         fallback = functools.partial(self.engine.cancel, job_id, actor=actor, reason=reason)
         return await self._run(plan, fallback)
 
     async def requeue(self, job_id: str, *, actor: str, reason: str, attempts: int) -> Job:
-        plan = steps.requeue(self.engine, job_id, actor=actor, reason=reason, attempts=attempts)
+        kernel = self.engine.kernel
+        plan = plans.requeue(kernel, job_id, actor=actor, reason=reason, attempts=attempts)
         fallback = functools.partial(
             self.engine.requeue, job_id, actor=actor, reason=reason, attempts=attempts
         )
@@ -242,26 +220,26 @@ class AsyncEngine:
             "reason": reason,
             "result": result,
         }
-        plan = steps.resolve(self.engine, job_id, **options)
+        plan = plans.resolve(self.engine.kernel, job_id, **options)
         return await self._run(plan, functools.partial(self.engine.resolve, job_id, **options))
 
     async def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
         """`Engine.erase`: blank a finished job's payload and result, audited."""
-        if not self.uses_async_store or not isinstance(self.engine.store, Erasable):
+        if not isinstance(self.engine.store, Erasable):
             return await self._call(self.engine.erase, job_id, actor=actor, reason=reason)
-        store = await self._store()
-        plan = steps.erase(self.engine, job_id, {"actor": actor, "reason": reason})
-        return await steps.adrive(plan, self._performer(store, store.erase))
+        plan = plans.erase(self.engine.kernel, job_id, actor=actor, reason=reason)
+        fallback = functools.partial(self.engine.erase, job_id, actor=actor, reason=reason)
+        return await self._run(plan, fallback)
 
     # --- waiting ---------------------------------------------------------------------
 
     async def wait(self, job_id: str, *, timeout: float) -> Job:
-        """The job once in a final state (`Engine.final_states`); WaitTimeout after `timeout`.
+        """The job once in a final state (`Engine.final_states`); WaitTimeout after
+        `timeout` (the loop is `fsm.service.waiting.wait_plan`, as `Engine.wait`'s).
 
         Cancelling the awaiting task stops the wait (the job is not touched).
         """
         limit = wait_timeout(timeout)
-        deadline = time.monotonic() + limit
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
         store = self.engine.store
@@ -272,22 +250,24 @@ class AsyncEngine:
                 loop.call_soon_threadsafe(changed.set)
 
             unwatch = await self._call(store.watch, job_id, wake)
-        pause = WAIT_POLL_FIRST
+
+        async def perform(request: plans.Read | Pause) -> Job | None:
+            if isinstance(request, plans.Read):
+                try:
+                    return await self.get(request.job_id)
+                except JobNotFound:
+                    return None
+            if unwatch is None:
+                await asyncio.sleep(request.seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), request.seconds)
+                changed.clear()
+            return None
+
+        plan = wait_plan(self.engine.kernel, job_id, limit, watched=unwatch is not None)
         try:
-            while True:
-                job = await self.get(job_id)
-                left = deadline - time.monotonic()
-                if job.state in self.engine.final_states:
-                    return job
-                if left <= 0:
-                    raise WaitTimeout(job_id, job.state, limit)
-                if unwatch is not None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(changed.wait(), min(left, WAIT_RECHECK))
-                    changed.clear()
-                else:
-                    await asyncio.sleep(min(left, pause))
-                    pause = min(WAIT_POLL_MAX, pause * 2)
+            return await adrive(plan, perform)
         finally:
             if unwatch is not None:
                 unwatch()
@@ -305,7 +285,7 @@ class AsyncEngine:
         await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(self._pool.shutdown, wait=True)
         )
-        if self._owns_store:
+        if self.owns_store:
             await asyncio.to_thread(self.engine.store.close)
 
     async def __aenter__(self) -> AsyncEngine:

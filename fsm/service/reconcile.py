@@ -2,13 +2,13 @@
 
 A kind may declare a reconciler with its handler
 (`@handlers.handler(kind, reconcile=fn, reconcile_timeout=10, final_check=False)`).
-When the recovery sweep (`fsm.recovery`) finds a lost run of that kind whose outside
+When the rescuer (`fsm.service.maintenance.rescue`) finds a lost run of that kind whose outside
 call may have begun (the kind is not retry-safe and the attempt has marks, or does
 not declare its marks), the `expire` transition claims the reconcile: the job moves
 to `reconciling` with a new fence and the sweeping process as its owner, in one
 compare-and-set, so two sweepers never both call the reconciler for one job. The
-winner then calls `fn(LostRun)` and records its answer as the fenced `reconcile`
-event:
+winner (`fsm.service.maintenance.lost_runs`) then calls `fn(LostRun)` and records its
+answer as the fenced `reconcile` event:
 
 - `done(result)`: the run finished outside; the job succeeds with `result`;
 - `not_started()`: the outside call never happened; the job runs again;
@@ -22,8 +22,9 @@ dies between the claim and the answer leaves a claim whose lease lapses: the nex
 sweep moves the job to investigate (`reconciler_lost`), never asks twice at once.
 
 A sweep that does not have the kind's reconciler leaves such a lost run alone for
-`fsm.recovery.RECONCILE_DEFER` seconds past its lease (the record's `reconciler` flag,
-set at start, says the kind has one), time for a worker that has it to ask.
+`fsm.service.maintenance.rescue.RECONCILE_DEFER` seconds past its lease (the record's
+`reconciler` flag, set at start, says the kind has one), time for a worker that has it
+to ask.
 
 A worker asks in the background (`Asker`: at most RECONCILES_PER_SWEEP calls in
 flight), so its sweeps never wait on a reconciler; `sweep()` without an asker (the
@@ -42,20 +43,15 @@ import inspect
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
-from .errors import JobFSMError, LeaseLost
-from .lifecycle.outside import ANSWERS
-from .ports import ScanRequest
-from .records import Job
-from .text import clean_text
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .owner import Identity
+from ..lifecycle.outside import ANSWERS
+from ..records import Job
+from ..text import clean_text
+from .kernel import Kernel
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +141,11 @@ class Reconciler:
             raise ValueError(f"reconcile_timeout must be in (0, 3600] seconds: {self.timeout!r}")
 
 
-def lost_run(engine: Engine, job: Job) -> LostRun:
+def lost_run(kernel: Kernel, job: Job) -> LostRun:
     """The job, its last attempt and that attempt's marks, from its audit trail."""
     marks = tuple(
         Mark(str(e.data.get("label")), e.data.get("external_id"), e.at, e.fence)
-        for e in engine.history(job.id)
+        for e in kernel.store.history(job.id)
         if e.event == "mark" and e.outcome == "applied" and e.attempt == job.attempt
     )
     return LostRun(job=job, attempt=job.attempt, marks=marks)
@@ -250,109 +246,3 @@ class Asker:
         """Wait (at most `timeout` s) until no call is in flight; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._busy == 0, timeout)
-
-
-class Round:
-    """The reconcilers one sweep may call, with its bound on calls. With an `asker`
-    the calls run in the background; without, the sweep waits for each answer."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        reconcilers: Mapping[str, Reconciler],
-        identity: Identity,
-        asker: Asker | None = None,
-    ) -> None:
-        self.engine = engine
-        self.reconcilers = reconcilers
-        self.identity = identity
-        self.owner = identity.owner
-        self.asker = asker
-        self.calls_left = RECONCILES_PER_SWEEP
-        self.asked = 0
-
-    def can_call(self) -> bool:
-        busy = self.asker is not None and self.asker.free() <= 0
-        return self.calls_left > 0 and hung() < MAX_HUNG and not busy
-
-    def claim_args(self, job: Job) -> dict[str, Any] | None:
-        """`expire`'s arguments that claim the reconcile of `job`, None if its kind has
-        no reconciler here."""
-        spec = self.reconcilers.get(job.kind)
-        if spec is None:
-            return None
-        now = self.engine.clock.now()
-        return {
-            "reconciler": True,
-            "final_check": spec.final_check,
-            "owner": self.owner,
-            "lease_until": now + spec.timeout + CLAIM_MARGIN,
-        }
-
-    def record(self, job: Job) -> Job | None:
-        """Ask the reconciler about a job this sweep claimed and record the answer (in
-        the background with an asker: then the claimed job is returned as it is)."""
-        spec = self.reconcilers.get(job.kind)
-        if spec is None or job.owner != self.owner or job.state != "reconciling":
-            return None
-        self.calls_left -= 1
-        self.asked += 1
-        # held while asked: this process's own sweeps never judge the claim dead
-        self.identity.hold(job.id, job.fence)
-        if self.asker is not None:
-            self.asker.start(job.id, lambda: self._settle(spec, job))
-            return job
-        return self._settle(spec, job)
-
-    def _settle(self, spec: Reconciler, job: Job) -> Job | None:
-        try:
-            return self._answer(spec, job)
-        finally:
-            self.identity.drop(job.id, job.fence)
-
-    def _answer(self, spec: Reconciler, job: Job) -> Job | None:
-        engine = self.engine
-        answer, failure = ask(spec, lost_run(engine, job))
-        if failure is not None:
-            log.warning("job %s: reconciler of %r failed: %s", job.id, job.kind, failure)
-        try:
-            try:
-                return engine.reconcile(
-                    job.id,
-                    job.fence,
-                    answer.answer,
-                    result=answer.result,
-                    until=answer.until,
-                    failure=failure,
-                    why=answer.why,
-                )
-            except LeaseLost:
-                raise
-            except JobFSMError as err:  # e.g. a result that is not JSON: unknown
-                return engine.reconcile(
-                    job.id, job.fence, "unknown", failure=clean_text(f"bad answer: {err}")[:500]
-                )
-        except JobFSMError as err:
-            # the claim lapses and the next sweep investigates it (reconciler_lost)
-            log.warning("job %s: reconcile answer not recorded: %s", job.id, err)
-            return None
-
-    def rechecks(self, limit: int) -> int:
-        """Claim and ask the reconciling jobs whose next check is due (bounded)."""
-        engine = self.engine
-        now = engine.clock.now()
-        asked = 0
-        for job in engine.scan(ScanRequest(states=("reconciling",), limit=limit)):
-            if not self.can_call():
-                break
-            if job.owner is not None or job.run_after > now:
-                continue
-            args = self.claim_args(job)
-            if args is None:
-                continue
-            claimed = engine.decide_seen(
-                job, "recheck", owner=args["owner"], lease_until=args["lease_until"]
-            )
-            if claimed is not None and self.record(claimed) is not None:
-                asked += 1
-        return asked

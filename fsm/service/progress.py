@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 
-from .errors import PayloadError
-from .jsonio import decode
-from .records import Job
+from ..errors import PayloadError
+from ..jsonio import decode
+from ..records import Job
 
 
 @attrs.frozen

@@ -1,15 +1,14 @@
-"""Logging and metrics: one structured record per transition."""
+"""Metrics: the counters jobfsm keeps, as a protocol a back end implements.
+
+`fsm.telemetry.observers.MetricsObserver` feeds one from the event contract;
+`fsm.telemetry.prometheus.PrometheusMetrics` exports them.
+"""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter
 from typing import Protocol
-
-from .records import AuditEntry, Job
-
-logger = logging.getLogger("fsm.transitions")
 
 
 class Metrics(Protocol):
@@ -72,59 +71,3 @@ class CountingMetrics(MetricsBase):
             self.attempts[(kind, outcome)] += 1
             key = (kind, outcome)
             self.attempt_total[key] = self.attempt_total.get(key, 0.0) + seconds
-
-
-def log_transition(job: Job, entry: AuditEntry) -> None:
-    if entry.outcome == "rejected":
-        logger.warning(
-            "job %s: rejected %s (%s)",
-            job.id,
-            entry.event,
-            entry.error,
-            extra={"jobfsm": _extra(job, entry)},
-        )
-        return
-    if logger.isEnabledFor(logging.INFO):
-        if entry.error:
-            logger.info(
-                "job %s %s: %s -> %s: %s",
-                job.id,
-                entry.event,
-                entry.from_state,
-                entry.to_state,
-                first_line(entry.error),
-                extra={"jobfsm": _extra(job, entry)},
-            )
-            return
-        logger.info(
-            "job %s %s: %s -> %s",
-            job.id,
-            entry.event,
-            entry.from_state,
-            entry.to_state,
-            extra={"jobfsm": _extra(job, entry)},
-        )
-
-
-def first_line(text: str, limit: int = 200) -> str:
-    """The first line of an error, at most `limit` characters (tracebacks follow it)."""
-    line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _extra(job: Job, entry: AuditEntry) -> dict[str, object]:
-    return {
-        "job_id": job.id,
-        "kind": job.kind,
-        "event": entry.event,
-        "from": entry.from_state,
-        "to": entry.to_state,
-        "attempt": entry.attempt,
-        "fence": entry.fence,
-        "owner": str(job.owner) if job.owner else None,
-        "actor": entry.actor,
-        "correlation_id": entry.correlation_id,
-        "outcome": entry.outcome,
-        "code": entry.code,
-        "error": None if entry.error is None else first_line(entry.error),
-    }

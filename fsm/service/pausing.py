@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from .errors import BadInput
-from .inputs import check_name, check_operator_text
-from .ports import Clock, PausesQueues, QueuePause, Store
+from ..errors import BadInput
+from ..inputs import check_name, check_operator_text
+from ..ports import Clock, PausesQueues, QueuePause, Store
 
 log = logging.getLogger(__name__)
 
