@@ -3,8 +3,8 @@
 Read in this order: `main` (the orchestrator and the shutdown order), `state`
 (what the roles share), `runs` (attempts in flight, keyed by job id and fence),
 `claims`, `reports`, `leases`, `sweeper`; `handlers` (the registry of kinds and
-their policies) and `context` (what a handler sees, and how its exit becomes an
-outcome) are what a service's own code touches.
+their policies), `hooks` (set-up and clean-up) and `context` (what a handler sees,
+and how its exit becomes an outcome) are what a service's own code touches.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from .claims import BATCH_WINDOW
 from .context import Context, Handler, JobCancelled
 from .handlers import Handlers, HandlerSpec
+from .hooks import HookFailed, Hooks
 from .leases import DEFAULT_CANCEL_GRACE
 from .main import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
 from .reports import DEFAULT_REPORT_BATCH
@@ -26,6 +27,8 @@ __all__ = [
     "Handler",
     "HandlerSpec",
     "Handlers",
+    "HookFailed",
+    "Hooks",
     "JobCancelled",
     "Worker",
 ]

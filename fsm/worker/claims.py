@@ -14,10 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import Engine
 from ..errors import IllegalTransition, JobFSMError, LeaseLost, StoreError
+from ..inputs import KindPolicy
+from ..lifecycle.limits import job_keys
 from ..ports import Attempt, ExecutorFull, Outcome, Wakeup
 from ..records import Job
+from ..service.engine import Engine
+from ..service.limits import worker_caps
 from ..text import clean_text
 from .context import run_attempt, run_attempt_async
 from .handlers import HandlerSpec
@@ -30,13 +33,32 @@ BATCH_WINDOW = 0.02  # longest wait to gather free slots into one claim batch
 RELEASE_TRIES = 3  # bounded tries to give back an unstarted lease at shutdown
 
 
+def kind_policy_arg(
+    policy: KindPolicy, *, default_recoveries: int, reconciler: bool
+) -> dict[str, Any]:
+    """The `kind_policy` every start of a job of this kind carries: the handler's
+    enforced policy (`KindPolicy.enforced`, `retry_safe` always included), the engine's
+    recovery budget when the kind sets none, and whether the kind has a reconciler.
+
+    The start decision stamps it onto the job (`fsm.lifecycle.rules`,
+    `enforce_kind_policy`): the handler's policy is the policy of record wherever the
+    job was submitted. The fault suite's simulated workers start with this too.
+    """
+    out = policy.enforced()
+    out.setdefault("max_recoveries", default_recoveries)
+    if reconciler:
+        out["reconciler"] = True
+    return out
+
+
 def start_args(spec: HandlerSpec, engine: Engine) -> dict[str, Any]:
     """`start`'s arguments but the fence for a job of `spec`'s kind: the policy of the
-    kind's handler on this worker, which the start decision enforces."""
-    policy = spec.policy.enforced()
-    policy.setdefault("max_recoveries", engine.policy.recovery.max_recoveries)
-    if spec.reconciler is not None:
-        policy["reconciler"] = True
+    kind's handler on this worker, which the start decision stamps onto the job."""
+    policy = kind_policy_arg(
+        spec.policy,
+        default_recoveries=engine.policy.recovery.max_recoveries,
+        reconciler=spec.reconciler is not None,
+    )
     return {"kind_policy": policy}
 
 
@@ -145,16 +167,32 @@ class Claims:
             # that knows it (a rolling deploy), instead of failing here
             kinds = tuple(s.handlers)
             start = self._start_args  # claim-and-start: one transaction, one commit
+            caps = self._caps()
             if ids:
                 jobs += s.engine.claim(
-                    owner, s.queues, limit=len(ids), ids=ids, kinds=kinds, start=start
+                    owner, s.queues, limit=len(ids), ids=ids, kinds=kinds, start=start, caps=caps
                 )
             left = free - len(jobs)
             if any_due and left > 0:
-                jobs += s.engine.claim(owner, s.queues, limit=left, kinds=kinds, start=start)
+                caps = None if caps is None else self._caps(jobs)
+                jobs += s.engine.claim(
+                    owner, s.queues, limit=left, kinds=kinds, start=start, caps=caps
+                )
             for job in jobs:
                 s.identity.hold(job.id, job.fence)
         return jobs
+
+    def _caps(self, claimed: list[Job] | None = None) -> dict[str, int] | None:
+        """This worker's own limits (`--limit`) less the jobs of each key it holds
+        (and those just `claimed`): what its next claim may still lease of each."""
+        limits = self.s.limits
+        if not limits:
+            return None
+        holding: dict[str, int] = {}
+        for job in [*self.s.runs.jobs().values(), *(claimed or ())]:
+            for key in job_keys(job):
+                holding[key] = holding.get(key, 0) + 1
+        return worker_caps(limits, holding)
 
     def _start_args(self, job: Job) -> dict[str, Any]:
         """`start`'s arguments but the fence (built once per kind: a worker's handlers

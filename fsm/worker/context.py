@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .. import jsonio
+from .. import jsonio, payloads
 from ..errors import (
     Ambiguous,
     BadInput,
@@ -66,8 +66,11 @@ class Context:
         progress_limit: int = jsonio.DEFAULT_MAX_PAYLOAD_BYTES,
         on_progress: Callable[[str], None] | None = None,
         marker: Marker | None = None,
+        payload_type: type | None = None,
     ) -> None:
         self.job = job
+        #: the kind's payload type: `payload` is an instance of it (docs/typed-payloads.md)
+        self.payload_type = payload_type
         self.attempt = job.attempt
         self.fence = job.fence
         self.cancelled = cancelled
@@ -91,7 +94,13 @@ class Context:
         # 3.11, once per job; two threads decoding at once get equal values
         value = self._payload
         if value is _UNDECODED:
-            value = jsonio.decode(self.job.payload_json, what=f"payload of job {self.job.id}")
+            what = f"payload of job {self.job.id}"
+            value = jsonio.decode(self.job.payload_json, what=what)
+            if self.payload_type is not None:
+                try:
+                    value = payloads.from_data(self.payload_type, value, what)
+                except BadInput as err:  # stored by a submitter that did not know the type
+                    raise PayloadError(str(err)) from None
             self._payload = value
         return value
 
@@ -316,6 +325,18 @@ def handler_path(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
+#: between a handler's path and its payload type's in an attempt's target
+TYPED = "|"
+
+
+def typed_path(path: str, payload_type: type | None) -> str:
+    """An attempt's target: the handler's path, and its payload type's if it has one
+    (a process executor's child imports both)."""
+    if payload_type is None:
+        return path
+    return f"{path}{TYPED}{payloads.type_path(payload_type)}"
+
+
 def resolve(path: str) -> Handler:
     """Import a handler by "module:qualname"; a bad path raises Permanent naming it."""
     module_name, _, qualname = path.partition(":")
@@ -325,11 +346,10 @@ def resolve(path: str) -> Handler:
             obj = getattr(obj, part)
     except (ImportError, AttributeError, ValueError) as err:
         raise Permanent(f"handler {path!r} cannot be imported: {err}") from err
-    # A handler registered with @worker.handler is the plain function; unwrap if wrapped.
-    fn: Handler = getattr(obj, "__jobfsm_handler__", obj)
-    if not callable(fn):
+    if not callable(obj):
         raise Permanent(f"handler {path!r} is not callable")
-    return fn
+    handler: Handler = obj
+    return handler
 
 
 def run_target(
@@ -346,11 +366,20 @@ def run_target(
     limit does; `progress` carries each progress value (JSON text) to the parent;
     `marker` sends the handler's marks to the parent, which stores them."""
     job = job_from_json(job_json)
+    path, _, typed = path.partition(TYPED)
     try:
         handler = resolve(path)
-    except Permanent as err:
+        payload_type = payloads.resolve_type(typed) if typed else None
+    except (Permanent, BadInput) as err:
         return Outcome(status="permanent", error=str(err))
-    ctx = Context(job, cancelled, progress_limit=limit, on_progress=progress, marker=marker)
+    ctx = Context(
+        job,
+        cancelled,
+        progress_limit=limit,
+        on_progress=progress,
+        marker=marker,
+        payload_type=payload_type,
+    )
     return run_attempt(handler, ctx, limit)
 
 

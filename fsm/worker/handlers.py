@@ -9,9 +9,11 @@ import attrs
 
 from ..errors import BadInput
 from ..inputs import KindPolicy, check_name
-from ..reconcile import DEFAULT_RECONCILE_TIMEOUT, Reconcile, Reconciler
-from ..schedules import Schedule, schedule
-from .context import Handler, handler_path, is_async
+from ..lifecycle.limits import Limit, checked
+from ..service.reconcile import DEFAULT_RECONCILE_TIMEOUT, Reconcile, Reconciler
+from ..service.schedules import Schedule, schedule
+from .context import Handler, handler_path, is_async, typed_path
+from .hooks import Hook, Hooks, check_hook
 
 
 @attrs.frozen
@@ -27,8 +29,12 @@ class HandlerSpec:
         kw_only=True,
         default=attrs.Factory(lambda self: is_async(self.fn), takes_self=True),
     )
-    #: asked by the recovery sweep about a lost run of this kind (`fsm.reconcile`)
+    #: asked by the recovery sweep about a lost run of this kind (`fsm.service.reconcile`)
     reconciler: Reconciler | None = attrs.field(kw_only=True, default=None)
+    #: the kind's global limit declared in code (`register(..., concurrency_limit=,
+    #: rate_limit=)`): a worker stores it at start unless an operator set one
+    #: (`fsm.service.limits.declare`, docs/flow-control.md)
+    limit: Limit | None = attrs.field(kw_only=True, default=None)
 
 
 class Handlers(Mapping[str, HandlerSpec]):
@@ -45,11 +51,15 @@ class Handlers(Mapping[str, HandlerSpec]):
     @handlers.periodic("*/5 * * * *", timezone="Europe/Berlin")  # docs/schedules.md
     @handlers.handler("report.refresh")
     def refresh(ctx): ...
+
+    @handlers.child_init    # once in each process that runs handlers (fsm.worker.hooks)
+    def warm(): ...
     """
 
     def __init__(self, items: Mapping[str, Handler | HandlerSpec] | None = None) -> None:
         self._specs: dict[str, HandlerSpec] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._hooks = Hooks()
         for kind, fn in (items or {}).items():
             if isinstance(fn, HandlerSpec):
                 self.add(fn)
@@ -81,13 +91,21 @@ class Handlers(Mapping[str, HandlerSpec]):
         reconcile: Reconcile | None = None,
         reconcile_timeout: float = DEFAULT_RECONCILE_TIMEOUT,
         final_check: bool = False,
+        concurrency_limit: int | None = None,
+        rate_limit: tuple[int, float] | None = None,
+        payload_type: type | None = None,
     ) -> HandlerSpec:
         """Register `fn` for `kind` with the kind's policy (`fsm.inputs.KindPolicy`).
 
         `marks_outside_calls=True`: the handler calls `ctx.mark(...)` before every
         outside call, so a lost run without marks is re-run. `reconcile`: asked
         (within `reconcile_timeout` seconds) what a lost run did before an operator
-        is (`fsm.reconcile`); `final_check`: asked once more over the recovery budget.
+        is (`fsm.service.reconcile`); `final_check`: asked once more over the recovery budget.
+        `concurrency_limit=N`, `rate_limit=(R, P)`: the kind's global limit, at most N
+        running at once and R leases per P seconds across every worker (stored by each
+        worker at start unless an operator set one; docs/flow-control.md).
+        `payload_type`: an attrs class or a pydantic model; submit validates the payload
+        by it and the handler's `ctx.payload` is an instance (docs/typed-payloads.md).
         """
         check_name("kind", kind)
         if not callable(fn):
@@ -100,7 +118,7 @@ class Handlers(Mapping[str, HandlerSpec]):
         spec = HandlerSpec(
             kind=kind,
             fn=fn,
-            target=handler_path(fn),
+            target=typed_path(handler_path(fn), payload_type),
             policy=KindPolicy(
                 queue=queue,
                 priority=priority,
@@ -110,10 +128,17 @@ class Handlers(Mapping[str, HandlerSpec]):
                 deadline_after=deadline_after,
                 max_recoveries=max_recoveries,
                 marks_outside_calls=marks_outside_calls,
+                payload_type=payload_type,
             ),
             reconciler=reconciler,
+            limit=declared_limit(kind, concurrency_limit, rate_limit),
         )
         return self.add(spec)
+
+    def policies(self) -> dict[str, KindPolicy]:
+        """Kind -> policy: `Engine(store, kinds=handlers.policies())` makes a process
+        that only submits check payloads and options as the workers will."""
+        return {k: s.policy for k, s in self._specs.items()}
 
     def reconcilers(self) -> dict[str, Reconciler]:
         """Kind -> reconciler, for the kinds that declare one (the recovery sweep's)."""
@@ -121,14 +146,9 @@ class Handlers(Mapping[str, HandlerSpec]):
 
     def handler(self, kind: str, **opts: Any) -> Callable[[Handler], Handler]:
         """Decorator form of `register`; returns the function unchanged."""
+        return registering(self.register, kind, opts)
 
-        def decorate(fn: Handler) -> Handler:
-            self.register(kind, fn, **opts)
-            return fn
-
-        return decorate
-
-    # --- schedules (fsm.schedules; run by every worker's scheduler, docs/schedules.md) ---
+    # --- schedules (fsm.service.schedules; run by every worker's scheduler, docs/schedules.md) ---
 
     @property
     def schedules(self) -> dict[str, Schedule]:
@@ -152,7 +172,7 @@ class Handlers(Mapping[str, HandlerSpec]):
     ) -> Callable[[Handler], Handler]:
         """Decorator: submit a job of `kind` on a cron expression or every `every`
         seconds. Put it above `@handler(kind)` to leave `kind` out. `name` defaults to
-        the kind; `opts` are `fsm.schedules.schedule`'s (payload, timezone, queue,
+        the kind; `opts` are `fsm.service.schedules.schedule`'s (payload, timezone, queue,
         priority, missed, catch_up). The schedule is checked here (BadInput)."""
 
         def decorate(fn: Handler) -> Handler:
@@ -167,6 +187,28 @@ class Handlers(Mapping[str, HandlerSpec]):
 
         return decorate
 
+    # --- set-up and clean-up hooks (fsm.worker.hooks, docs/workers.md) ---
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    def worker_init(self, fn: Hook) -> Hook:
+        """Decorator: run `fn()` once in the worker process before it starts working."""
+        self._hooks = self._hooks.merged(Hooks(worker_init=check_hook("worker_init", fn)))
+        return fn
+
+    def worker_exit(self, fn: Hook) -> Hook:
+        """Decorator: run `fn()` once in the worker process after it stopped."""
+        self._hooks = self._hooks.merged(Hooks(worker_exit=check_hook("worker_exit", fn)))
+        return fn
+
+    def child_init(self, fn: Hook) -> Hook:
+        """Decorator: run `fn()` once in each process that runs handlers, before its first
+        job (each child of a process executor imports it by name, as it does handlers)."""
+        self._hooks = self._hooks.merged(Hooks(child_init=check_hook("child_init", fn)))
+        return fn
+
     def __getitem__(self, kind: str) -> HandlerSpec:
         return self._specs[kind]
 
@@ -175,3 +217,30 @@ class Handlers(Mapping[str, HandlerSpec]):
 
     def __len__(self) -> int:
         return len(self._specs)
+
+
+def declared_limit(
+    kind: str, concurrency: int | None, rate: tuple[int, float] | None
+) -> Limit | None:
+    """The global limit a handler declares for its kind (None: none), checked now."""
+    if concurrency is None and rate is None:
+        return None
+    if rate is not None and (not isinstance(rate, tuple) or len(rate) != 2):
+        raise BadInput(f"kind {kind!r}: rate_limit is (leases, seconds); got {rate!r:.80}")
+    count, period = (None, None) if rate is None else rate
+    return checked(
+        f"kind:{kind}", concurrency=concurrency, rate=count, period=period, origin="code"
+    )
+
+
+def registering(
+    register: Callable[..., object], kind: str, opts: Mapping[str, Any]
+) -> Callable[[Handler], Handler]:
+    """The `@handler(kind, **opts)` decorator over a `register(kind, fn, **opts)`
+    (`Handlers.register`, `Worker.register`): registers the function, returns it unchanged."""
+
+    def decorate(fn: Handler) -> Handler:
+        register(kind, fn, **opts)
+        return fn
+
+    return decorate

@@ -56,8 +56,7 @@ class Leases:
         if runs:
             renewed = s.engine.heartbeat(s.identity.owner, {r.job.id: r.job.fence for r in runs})
             s.store_ok = True
-            if s.engine.metrics is not None:
-                s.engine.metrics.lease_renewals(len(renewed), len(runs) - len(renewed))
+            s.engine.observers.on_renewals(len(renewed), len(runs) - len(renewed))
             save_progress(s, (r for r in runs if r.job.id in renewed))
             for run in runs:
                 state = renewed.get(run.job.id)
@@ -110,8 +109,7 @@ class Leases:
             return
         run.lease_lost.set()
         run.cancelled.set()
-        if s.engine.metrics is not None:
-            s.engine.metrics.lease_lost(run.job.kind)
+        s.engine.observers.on_lease_lost(run.job.kind)
         log.warning(
             "job %s: lease lost (%s); stopping its handler, result discarded", run.job.id, reason
         )

@@ -5,8 +5,10 @@
 - reports (`reports.Reporter`): finished attempts written back, batched;
 - leases (`leases.Leases`): one heartbeat renews every held lease, and notices
   cancel requests and lost leases;
-- sweeps (`sweeper.Sweeper`): the one recovery sweep (`fsm.recovery`), on a timer;
-- schedules (`scheduler.Scheduler`): submits the due ticks of schedules (unless disabled).
+- sweeps (`sweeper.Sweeper`): the one recovery sweep (`fsm.service.maintenance`), on a timer;
+- schedules (`scheduler.Scheduler`): submits the due ticks of schedules (unless disabled);
+- retention (`retainer.Retainer`): prunes finished jobs past their retention, one worker
+  at a time (only with `retention=`).
 
 Shutdown order (`_shutdown`): stop claiming; wait for runs to finish within the
 shutdown grace; hard-cancel what is left and leave it to recovery, recorded; let
@@ -26,18 +28,22 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from ..engine import Engine
-from ..errors import BadInput
-from ..owner import Identity, current
+from ..errors import BadInput, JobFSMError
 from ..ports import ConfirmsDeath, Executor, HoldsSchedules, WorkerDelivery
 from ..records import Job, Owner
-from ..recovery import RecoveryReport
 from ..registry import load_delivery, load_executor
+from ..service.engine import Engine
+from ..service.identity import Identity, current
+from ..service.limits import declare, worker_limits
+from ..service.maintenance import RecoveryReport
+from ..service.maintenance.retention import Retention, RetentionPlan
 from .claims import Claims
-from .context import Handler
-from .handlers import Handlers, HandlerSpec
+from .context import Handler, handler_path
+from .handlers import Handlers, HandlerSpec, registering
+from .hooks import Hook, HookFailed, Hooks, InitsChildren, call_hook
 from .leases import DEFAULT_CANCEL_GRACE, Leases
 from .reports import DEFAULT_REPORT_BATCH, Reporter
+from .retainer import Retainer
 from .runs import Run
 from .scheduler import DEFAULT_SCHEDULE_INTERVAL, Scheduler
 from .state import Shared
@@ -73,17 +79,32 @@ class Worker:
         tracer_provider: Any = None,
         scheduler: bool = True,
         schedule_interval: float = DEFAULT_SCHEDULE_INTERVAL,
+        worker_init: Hook | None = None,
+        worker_exit: Hook | None = None,
+        child_init: Hook | None = None,
+        limits: Mapping[str, int] | None = None,
+        retention: RetentionPlan | Mapping[str, float | str | None] | None = None,
     ) -> None:
-        """`tracer_provider`: where attempt spans go (default: OpenTelemetry's global one,
-        when opentelemetry-api is installed). `scheduler`: run the scheduler thread (the
+        """`worker_init`, `worker_exit`, `child_init`: set-up and clean-up hooks
+        (`fsm.worker.hooks`), besides those declared on `handlers`, a `Handlers`.
+        `tracer_provider`: where attempt spans go (default: the engine's, which is
+        OpenTelemetry's global one unless the engine was given one); given here, it
+        becomes the engine's (`Engine.tracer_provider`). `scheduler`: run the scheduler thread (the
         schedules of `handlers`, a `Handlers`, and those stored; docs/schedules.md),
-        one pass every `schedule_interval` seconds."""
+        one pass every `schedule_interval` seconds. `limits`: this worker's own limits,
+        limit key (`kind:NAME`, `queue:NAME`) -> most jobs of it held at once
+        (docs/flow-control.md; the store's global limits hold as well).
+        `retention`: prune finished jobs past their retention, one worker of the store at
+        a time (a `RetentionPlan`, or a mapping state -> seconds or "7d";
+        docs/retention.md); None: no automatic retention."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         for name, value in (("poll_interval", poll_interval), ("cancel_grace", cancel_grace)):
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
         self.engine = engine
+        if tracer_provider is not None:
+            engine.tracer_provider = tracer_provider
         self.queues = tuple(queues)
         self.identity = identity or current()
         self.shutdown_grace = (
@@ -98,22 +119,30 @@ class Worker:
             concurrency=concurrency,
             poll_interval=poll_interval,
             queues=self.queues,
+            limits=worker_limits(limits or {}),
         )
         if isinstance(engine.store, ConfirmsDeath):
             self._shared.liveness = engine.store.liveness
         self._leases = Leases(self._shared, cancel_grace)
         self._claims = Claims(self._shared, self._leases.regain_liveness)
-        self._reporter = Reporter(self._shared, report_batch, tracer_provider)
+        self._reporter = Reporter(self._shared, report_batch)
         self._sweeper = Sweeper(self._shared)
         for kind, fn in (handlers or {}).items():
             spec = fn if isinstance(fn, HandlerSpec) else Handlers({kind: fn})[kind]
             self._add(spec)
         self._scheduler: Scheduler | None = None
         declared = handlers.schedules.values() if isinstance(handlers, Handlers) else ()
-        if scheduler and isinstance(engine.store, HoldsSchedules):
-            self._scheduler = Scheduler(self._shared, declared, schedule_interval)
+        if isinstance(engine.store, HoldsSchedules):  # without passes: it tells its kinds
+            self._scheduler = Scheduler(self._shared, declared, schedule_interval, passes=scheduler)
         elif scheduler and declared:
             log.warning("%s cannot keep schedules: none run", type(engine.store).__name__)
+        self._retainer = (
+            None if retention is None else Retainer(self._shared, RetentionPlan.of(retention))
+        )
+        declared_hooks = handlers.hooks if isinstance(handlers, Handlers) else Hooks()
+        self.hooks = declared_hooks.merged(Hooks(worker_init, worker_exit, child_init))
+        #: why the worker stopped on its own (a child's child_init failed): run() raises it
+        self._fatal: HookFailed | None = None
         self._executor_ref = executor
         self._delivery_ref = delivery
         self._threads: list[threading.Thread] = []
@@ -131,12 +160,7 @@ class Worker:
 
     def handler(self, kind: str, **opts: Any) -> Callable[[Handler], Handler]:
         """`@worker.handler("kind", retry_safe=..., timeout=..., max_attempts=..., queue=...)`."""
-
-        def decorate(fn: Handler) -> Handler:
-            self.register(kind, fn, **opts)
-            return fn
-
-        return decorate
+        return registering(self.register, kind, opts)
 
     # --- state -------------------------------------------------------------------------
 
@@ -177,6 +201,11 @@ class Worker:
     def last_sweep(self) -> RecoveryReport | None:
         return self._sweeper.last
 
+    @property
+    def retention(self) -> Retention | None:
+        """The automatic retention service (None without `retention=`)."""
+        return None if self._retainer is None else self._retainer.service
+
     def wait_started(self, timeout: float) -> bool:
         return self._shared.started.wait(timeout)
 
@@ -190,7 +219,7 @@ class Worker:
         s.wake()
 
     def sweep(self) -> RecoveryReport:
-        """One recovery sweep now (`fsm.recovery.sweep` with this worker's identity)."""
+        """One recovery sweep now (`fsm.service.maintenance.sweep` with this worker's identity)."""
         return self._sweeper.sweep()
 
     def heartbeat(self) -> None:
@@ -207,6 +236,11 @@ class Worker:
         if isinstance(ex, str):
             ex = load_executor(ex)()
         s.executor = ex
+        child_init = self.hooks.child_init
+        if child_init is not None and isinstance(ex, InitsChildren):
+            ex.init_children(handler_path(child_init), self._child_init_failed)
+        elif child_init is not None:  # handlers run in this process: it is their child
+            call_hook("child_init", child_init)
         ex.start(s.concurrency)
         dl = self._delivery_ref
         if isinstance(dl, str) and dl != "poll":
@@ -220,11 +254,35 @@ class Worker:
         s.delivery = dl
         dl.start(self.queues)
 
+    def _declare_limits(self) -> None:
+        """Store the limits the handlers declare (`fsm.service.limits.declare`)."""
+        for spec in self.handlers.values():
+            if spec.limit is None:
+                continue
+            try:
+                declare(self.engine.kernel, spec.limit, actor=str(self.identity.owner))
+            except JobFSMError as err:  # the store's limit holds; another worker declares it
+                log.warning("worker: limit %s not declared: %s", spec.limit.key, err)
+
+    def _child_init_failed(self, why: str) -> None:
+        """A child started to replace a dead one failed its child_init: stop, with the reason."""
+        target = handler_path(self.hooks.child_init) if self.hooks.child_init else "(none)"
+        self._fatal = HookFailed("child_init", target, why)
+        log.error("worker %s: %s", self.identity.owner, self._fatal)
+        self.stop()
+
     def run(self) -> None:
-        """Work until stopped; on the main thread SIGTERM/SIGINT drain, a second one stops."""
+        """Work until stopped; on the main thread SIGTERM/SIGINT drain, a second one stops.
+
+        Raises HookFailed when a set-up or clean-up hook failed (`fsm.worker.hooks`)."""
         s = self._shared
         previous = self._install_signals()
+        initialized = False
+        exit_failed: HookFailed | None = None
         try:
+            if self.hooks.worker_init is not None:
+                call_hook("worker_init", self.hooks.worker_init)
+            initialized = True
             self._open()
             if s.liveness is not None:
                 try:
@@ -234,11 +292,14 @@ class Worker:
                     s.liveness_lost.set()
             self._spawn("reporter", self._reporter.loop)
             self._spawn("heartbeat", self._leases.loop)
+            self._declare_limits()
             self.sweep()  # start-up: reclaim at once the jobs of dead local processes
             s.store_ok = True  # the store answered: ready before any job arrives
             self._spawn("sweeper", self._sweeper.loop)
             if self._scheduler is not None:
                 self._spawn("scheduler", self._scheduler.loop)
+            if self._retainer is not None:
+                self._spawn("retention", self._retainer.loop)
             s.started.set()
             log.info(
                 "worker %s started: queues %s, concurrency %d",
@@ -251,8 +312,26 @@ class Worker:
             try:
                 self._shutdown()
             finally:
+                if initialized:
+                    exit_failed = self._exit_hook()
                 self._restore_signals(previous)
                 s.finished.set()
+        if self._fatal is not None:
+            raise self._fatal
+        if exit_failed is not None:
+            raise exit_failed
+
+    def _exit_hook(self) -> HookFailed | None:
+        """Run worker_exit; its failure is logged here and raised by run() (if nothing
+        else is being raised)."""
+        if self.hooks.worker_exit is None:
+            return None
+        try:
+            call_hook("worker_exit", self.hooks.worker_exit)
+        except HookFailed as err:
+            log.error("worker %s: %s", self.identity.owner, err)
+            return err
+        return None
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         t = threading.Thread(target=target, name=f"jobfsm-{name}", daemon=True)

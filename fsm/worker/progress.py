@@ -2,7 +2,7 @@
 
 A handler may call `ctx.progress` as often as it likes: the value lives in memory
 (on a process executor it crosses from the child as JSON, at most
-`adapters.executors.PROGRESS_EVERY` apart). The worker writes only the latest value:
+`adapters.child_pipe.PROGRESS_EVERY` apart). The worker writes only the latest value:
 
 - with its heartbeat, for the runs whose lease the heartbeat just renewed and whose
   progress changed since the last write: at most one write per job per heartbeat
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..progress import envelope
+from ..service.progress import envelope
 from .runs import Run
 from .state import Shared
 

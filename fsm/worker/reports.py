@@ -17,7 +17,6 @@ from typing import Any
 from ..errors import IllegalTransition, JobFSMError, LeaseLost
 from ..ports import Outcome
 from ..records import Job
-from ..telemetry import tracing
 from .progress import save_progress
 from .runs import Run
 from .state import Shared
@@ -35,13 +34,9 @@ BATCH_WINDOW = 0.02  # longest wait to gather reports into one batch
 class Reporter:
     """Turns outcomes into reports; runs on its own thread until the worker is done."""
 
-    def __init__(
-        self, shared: Shared, batch: int = DEFAULT_REPORT_BATCH, tracer_provider: Any = None
-    ) -> None:
+    def __init__(self, shared: Shared, batch: int = DEFAULT_REPORT_BATCH) -> None:
         self.s = shared
         self.batch = max(1, batch)
-        #: attempts become OpenTelemetry spans when a tracer provider records them
-        self.tracer_provider = tracer_provider
 
     def loop(self) -> None:
         s = self.s
@@ -114,21 +109,11 @@ class Reporter:
 
     def report(self, batch: list[tuple[Run, Outcome]]) -> None:
         s = self.s
-        metrics = s.engine.metrics
-        traced = tracing.recording(self.tracer_provider)  # once per batch: a global lookup
+        observers = s.engine.observers
         reports: list[tuple[Job, str, Mapping[str, Any]]] = []
         runs: list[Run] = []
         for run, outcome in batch:
-            if metrics is not None:
-                metrics.attempt_seconds(run.job.kind, outcome.status, outcome.seconds)
-            if traced:
-                tracing.record_attempt(
-                    run.job,
-                    outcome.status,
-                    outcome.error,
-                    outcome.seconds,
-                    provider=self.tracer_provider,
-                )
+            observers.on_attempt(run.job, outcome.status, outcome.error, outcome.seconds)
             if not s.runs.start_reporting(run):
                 log.info(
                     "job %s: %s result discarded (%s)",
@@ -161,8 +146,7 @@ class Reporter:
                 continue
             if isinstance(result, LeaseLost):
                 log.info("job %s: report discarded: %s", run.job.id, result)
-                if metrics is not None:
-                    metrics.lease_lost(run.job.kind)
+                observers.on_lease_lost(run.job.kind)
             elif not isinstance(result, Job):
                 log.warning("job %s: report failed: %s", run.job.id, result)
             s.runs.finish(run)
@@ -176,7 +160,7 @@ class Reporter:
         return (
             isinstance(result, IllegalTransition)
             and result.event != "cancelled_ack"
-            and (result.state, "cancelled_ack") in self.s.engine.spec.table
+            and result.state in self.s.engine.spec.sources("cancelled_ack")
         )
 
     def _acknowledge(self, runs: list[Run]) -> None:

@@ -4,7 +4,7 @@ One run is one attempt of one job under one lease. Two runs of the same job can
 be in flight at once in one process: a thread that was abandoned after its lease
 was lost still finishes later, while this worker runs the job again under a new
 fence. Keying by (job id, fence) keeps the two apart everywhere: in this table,
-in the identity's registry of held runs (`fsm.owner.Identity`) and so in the
+in the identity's registry of held runs (`fsm.service.identity.Identity`) and so in the
 recovery sweep's verdicts, which never judge a run this process still holds.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 
-from ..owner import Identity, RunKey
 from ..records import Job
+from ..service.identity import Identity, RunKey
 from .context import Context, Marker
 from .handlers import HandlerSpec
 
@@ -55,7 +55,8 @@ class Run:
         self.spec = spec
         self.cancelled = Token()
         self.lease_lost = Token()
-        self.ctx = Context(job, self.cancelled, self.lease_lost, marker=marker)
+        typed = None if spec is None else spec.policy.payload_type
+        self.ctx = Context(job, self.cancelled, self.lease_lost, marker=marker, payload_type=typed)
         self.cancel_seen: float | None = None  # monotonic time the cancel request was seen
         self.hard = False  # a hard stop was asked of the executor
         self.lost = False  # the lease is gone: the result is discarded

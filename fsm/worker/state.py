@@ -12,13 +12,13 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from ..engine import Engine
 from ..errors import StoreError
-from ..owner import Identity
 from ..ports import Executor, Liveness, Outcome, Wakeable, WorkerDelivery
+from ..service.engine import Engine
+from ..service.identity import Identity
 from .handlers import Handlers
 from .runs import Run, Runs
 
@@ -51,8 +51,11 @@ class Shared:
         concurrency: int,
         poll_interval: float,
         queues: tuple[str, ...],
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         self.engine = engine
+        #: this worker's own limits (`--limit`): limit key -> most jobs of it held at once
+        self.limits = dict(limits or {})
         self.queues = queues
         self.identity = identity
         self.handlers = handlers

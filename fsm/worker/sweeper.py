@@ -1,4 +1,4 @@
-"""The sweeper thread: runs the one recovery sweep (`fsm.recovery.sweep`) on a timer.
+"""The sweeper thread: runs the recovery services (`fsm.service.maintenance`) on a timer.
 
 Every `recovery.sweep_interval` (jittered by ±`SWEEP_JITTER`, 20 %, so many workers
 do not sweep in step) it expires lapsed leases and the jobs of owners this process's
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import random
 
-from ..reconcile import Asker
-from ..recovery import RecoveryReport, sweep
+from ..service.maintenance import Report, Service, recovery_services, run
+from ..service.reconcile import Asker
 from .state import Shared, backoff
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,12 @@ SWEEP_JITTER = 0.2
 class Sweeper:
     def __init__(self, shared: Shared) -> None:
         self.s = shared
-        self.last: RecoveryReport | None = None
+        self.last: Report | None = None
         #: reconcilers are asked on threads of their own: a sweep never waits on one
         self.asker = Asker()
+        #: the services, built at the first sweep (when every handler is registered)
+        #: and kept, so the release sweep's cursor walks on from pass to pass
+        self.services: list[Service] | None = None
 
     def loop(self) -> None:
         s = self.s
@@ -46,12 +49,18 @@ class Sweeper:
                 log.warning("worker %s: recovery sweep failed: %s", s.owner_name, err)
                 s.quiet.wait(backoff(errors))
 
-    def sweep(self) -> RecoveryReport:
+    def sweep(self) -> Report:
         s = self.s
-        probe = None if s.liveness is None else s.liveness.probe
-        report = sweep(
-            s.engine, s.identity, probe, reconcilers=s.handlers.reconcilers(), asker=self.asker
-        )
+        if self.services is None:
+            probe = None if s.liveness is None else s.liveness.probe
+            self.services = recovery_services(
+                s.engine,
+                s.identity,
+                probe,
+                reconcilers=s.handlers.reconcilers(),
+                asker=self.asker,
+            )
+        report = run(self.services)
         self.last = report
         if report.expired:
             s.wake()
