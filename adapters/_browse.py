@@ -1,14 +1,15 @@
-"""The job-list statement shared by the SQL stores' `JobBrowser` implementations."""
+"""The statements shared by the SQL stores' `JobBrowser` and `BoundedReads` implementations."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fsm.dashboard.ports import ListRequest
+from fsm.ports import ListRequest, TrailRequest
 
-from ._rows import JOB_COLUMNS
+from .rows import AUDIT_COLUMNS, JOB_COLUMNS
 
 _JOB_COLS = ", ".join(JOB_COLUMNS)
+_AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 #: ids sort below this character (they are ASCII letters and digits): the upper bound
 #: of an id-prefix range
 _ID_END = "\x7f"
@@ -60,3 +61,30 @@ def list_sql(request: ListRequest, mark: str = "?", table: str = "jobs") -> tupl
     # UNION (not ALL): a job found by two lookups is listed once
     sql = f"SELECT * FROM ({' UNION '.join(parts)}) AS hits ORDER BY id {order} LIMIT {mark}"
     return sql, [*all_params, limit]
+
+
+def trail_sql(
+    request: TrailRequest, mark: str = "?", table: str = "job_events"
+) -> tuple[str, list[Any]]:
+    """One trail page: `seq` and the entry's columns of up to `limit + 1` entries, newest
+    first, through the (job_id, seq) key: the cost follows the page, not the trail."""
+    where = f"job_id = {mark}"
+    params: list[Any] = [request.job_id]
+    if request.before is not None:
+        where += f" AND seq < {mark}"
+        params.append(request.before)
+    sql = f"SELECT seq, {_AUDIT_COLS} FROM {table} WHERE {where} ORDER BY seq DESC LIMIT {mark}"
+    return sql, [*params, request.limit + 1]
+
+
+def oldest_sql(
+    state: str, queues: tuple[str, ...], mark: str = "?", table: str = "jobs"
+) -> tuple[str, list[Any]]:
+    """The oldest job (lowest id: ids are time-ordered) in `state` of each of `queues`, in
+    one grouped statement."""
+    names = ", ".join(mark for _ in queues)
+    sql = (
+        f"SELECT {_JOB_COLS} FROM {table} WHERE id IN (SELECT MIN(id) FROM {table} "
+        f"WHERE state = {mark} AND queue IN ({names}) GROUP BY queue)"
+    )
+    return sql, [state, *queues]

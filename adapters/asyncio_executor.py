@@ -35,16 +35,8 @@ from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
 
-from .executors import (
-    DEFAULT_STOP_GRACE,
-    TICK,
-    Done,
-    ThreadExecutor,
-    _Generations,
-    _Record,
-    _settle,
-    _Slots,
-)
+from .executors import DEFAULT_STOP_GRACE, TICK, ThreadExecutor
+from .in_flight import Done, Generations, InFlight, Slots, settle
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +48,7 @@ BEAT = 0.1
 CLOSE_WAIT = 1.0
 
 
-class _Task(_Record):
+class _Task(InFlight):
     __slots__ = ("task",)
 
     def __init__(self, attempt: Attempt, done: Done) -> None:
@@ -64,7 +56,7 @@ class _Task(_Record):
         self.task: asyncio.Task[Outcome] | None = None
 
 
-class AsyncioExecutor(_Generations):
+class AsyncioExecutor(Generations):
     """Runs `async def` attempts as tasks on one loop; others on threads; one bound."""
 
     def __init__(
@@ -76,7 +68,7 @@ class AsyncioExecutor(_Generations):
     ) -> None:
         self._lock = threading.Lock()
         self._slots_n = slots or 1
-        self._gen = _Slots(0)
+        self._gen = Slots(0)
         self.stop_grace = stop_grace
         self.block_warning = block_warning
         self._abandoned_alive = 0
@@ -169,7 +161,7 @@ class AsyncioExecutor(_Generations):
         loop.call_soon_threadsafe(self._begin, loop, gen, token, record)
 
     def _begin(
-        self, loop: asyncio.AbstractEventLoop, gen: _Slots, token: int, record: _Task
+        self, loop: asyncio.AbstractEventLoop, gen: Slots, token: int, record: _Task
     ) -> None:
         arun = record.attempt.arun
         assert arun is not None
@@ -181,7 +173,7 @@ class AsyncioExecutor(_Generations):
             task.cancel()  # cancelled or timed out before it began
         task.add_done_callback(lambda t: self._ended(gen, token, record, t))
 
-    def _ended(self, gen: _Slots, token: int, record: _Task, task: asyncio.Task[Outcome]) -> None:
+    def _ended(self, gen: Slots, token: int, record: _Task, task: asyncio.Task[Outcome]) -> None:
         if task.cancelled():  # cancelled before its first step
             outcome = Outcome(status="cancelled", error="handler task cancelled before it began")
         else:
@@ -222,7 +214,7 @@ class AsyncioExecutor(_Generations):
         if hard:
             self._abandon(self._gen, token, f"{reason}; its task was cancelled")
 
-    def _abandon(self, gen: _Slots, token: int, why: str) -> None:
+    def _abandon(self, gen: Slots, token: int, why: str) -> None:
         with self._lock:
             record = gen.pop(token) if gen is self._gen else None
             if record is None:
@@ -230,7 +222,7 @@ class AsyncioExecutor(_Generations):
             record.abandoned = True
             self._abandoned_alive += 1
         log.warning("job %s: async attempt abandoned: %s", record.attempt.job.id, why)
-        _settle(record, Outcome(status="abandoned", error=why))
+        settle(record, Outcome(status="abandoned", error=why))
 
     # --- the watchdog: timeouts and a blocked loop, seen from outside the loop ---------
 
@@ -279,7 +271,7 @@ class AsyncioExecutor(_Generations):
         """New generation; tasks in flight are cancelled and abandoned (late results dropped)."""
         with self._lock:
             old = self._gen
-            self._gen = _Slots(old.number + 1)
+            self._gen = Slots(old.number + 1)
             records = list(old.records.values())
             old.records.clear()
             old.by_run.clear()
@@ -289,7 +281,7 @@ class AsyncioExecutor(_Generations):
         for record in records:
             assert isinstance(record, _Task)
             self._cancel_task(record)
-            _settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
+            settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
         if self._threads is not None:
             self._threads.restart(reason)
 

@@ -17,15 +17,13 @@ dropped, because every settlement looks its token up in the current generation.
   it calls out. A child that dies
   (signal, `os._exit`, OOM kill) fails its attempt with the reason and is
   replaced; a timeout or a hard cancel kills the child with SIGKILL. A handler's
-  `ctx.progress(...)` crosses the same pipe as JSON, rate-bounded (`adapters.child_progress`),
+  `ctx.progress(...)` crosses the same pipe as JSON, rate-bounded (`adapters.child_pipe`),
   and reaches the parent's `Attempt.progress`: a killed child's last progress stays.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import itertools
 import json
 import logging
 import multiprocessing
@@ -35,124 +33,43 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 from fsm.ports import Attempt, ExecutorFull, Outcome
-from fsm.worker.context import MARK_OP, mark_reply, raise_mark_reply, run_target
+from fsm.worker.context import mark_reply
+from fsm.worker.hooks import HookFailed
 
-from .child_progress import PROGRESS_PREFIX, ChildOut, deliver_progress
+from .child_env import child_allow_list
+from .child_pipe import INIT_FAILED_PREFIX, PROGRESS_PREFIX, READY, child_main, deliver_progress
+from .in_flight import Done, Generations, InFlight, Slots, settle
 
 log = logging.getLogger(__name__)
-
-Done = Callable[[Attempt, Outcome], None]
 
 #: How often the watchdog of either executor looks at timeouts.
 TICK = 0.05
 #: Seconds a timed-out or hard-cancelled thread gets to stop before it is abandoned.
 DEFAULT_STOP_GRACE = 1.0
-
-_tokens = itertools.count(1)
-
-
-class _Record:
-    __slots__ = ("abandoned", "attempt", "deadline", "done", "kill", "stop_by", "timed_out")
-
-    def __init__(self, attempt: Attempt, done: Done) -> None:
-        self.attempt = attempt
-        self.done = done
-        self.deadline = time.monotonic() + attempt.timeout
-        self.stop_by: float | None = None  # thread: abandon if still running by then
-        self.timed_out = False
-        self.abandoned = False  # thread: left running; its thread retires when it ends
-        self.kill: tuple[str, str] | None = None  # process: (status, reason) of a kill we did
-
-
-class _Slots:
-    """In-flight records by token, for one generation; all access under the lock."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.records: dict[int, _Record] = {}
-        #: (job id, fence) -> token: two runs of one job (a late one, a new one) stay apart
-        self.by_run: dict[tuple[str, int], int] = {}
-
-    def add(self, record: _Record) -> int:
-        token = next(_tokens)
-        self.records[token] = record
-        self.by_run[_run_key(record.attempt)] = token
-        return token
-
-    def pop(self, token: int) -> _Record | None:
-        record = self.records.pop(token, None)
-        if record is not None and self.by_run.get(_run_key(record.attempt)) == token:
-            del self.by_run[_run_key(record.attempt)]
-        return record
-
-    def find(self, job_id: str, fence: int | None) -> int | None:
-        """The token of run (job id, fence); without a fence, the job's newest run."""
-        if fence is not None:
-            return self.by_run.get((job_id, fence))
-        fences = [f for (j, f) in self.by_run if j == job_id]
-        return self.by_run[(job_id, max(fences))] if fences else None
-
-
-def _run_key(attempt: Attempt) -> tuple[str, int]:
-    return (attempt.job.id, attempt.job.fence)
-
-
-def _settle(record: _Record, outcome: Outcome) -> None:
-    try:
-        record.done(record.attempt, outcome)
-    except Exception:
-        log.exception("job %s: outcome callback failed", record.attempt.job.id)
-
-
-class _Generations:
-    """What the in-process executors share: settling an ended attempt, unless a restart or
-    a hard stop left it behind (then its late result is dropped)."""
-
-    _lock: threading.Lock
-    _gen: _Slots
-    _abandoned_alive: int
-
-    def _deliver(
-        self, gen: _Slots, token: int, record: _Record, outcome: Outcome, *, stopped: str
-    ) -> None:
-        """Settle `record` with `outcome` if it is still live in the current generation;
-        a timed-out attempt settles as `timeout` (`stopped` says how it was stopped)."""
-        with self._lock:
-            live = gen is self._gen and gen.pop(token) is not None
-            if not live and record.abandoned:
-                self._abandoned_alive -= 1
-        if not live:
-            log.info("job %s: late result of an abandoned attempt dropped", record.attempt.job.id)
-            return
-        if record.timed_out:
-            outcome = Outcome(
-                status="timeout",
-                error=f"attempt timed out after {record.attempt.timeout}s; {stopped}",
-                seconds=outcome.seconds,
-            )
-        _settle(record, outcome)
-
+#: Seconds a child may take to start and run the worker's `child_init` before the
+#: executor gives up on it (the worker then stops, naming the hook).
+DEFAULT_INIT_TIMEOUT = 120.0
 
 # --- threads -----------------------------------------------------------------------------
 
 
-class ThreadExecutor(_Generations):
+class ThreadExecutor(Generations):
     """Runs attempts on threads; bounded by `slots`; cannot kill, so it abandons."""
 
     def __init__(self, slots: int | None = None, *, stop_grace: float = DEFAULT_STOP_GRACE) -> None:
         self._lock = threading.Lock()
         self._slots_n = slots or 1
-        self._gen = _Slots(0)
+        self._gen = Slots(0)
         self.stop_grace = stop_grace
         self._abandoned_alive = 0
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
-        self._tasks: queue.SimpleQueue[tuple[_Slots, int, _Record] | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[tuple[Slots, int, InFlight] | None] = queue.SimpleQueue()
         self._serving = 0
 
     def _spawn(self) -> None:
@@ -197,13 +114,13 @@ class ThreadExecutor(_Generations):
     def submit(self, attempt: Attempt, done: Done) -> None:
         if self.free <= 0:
             raise ExecutorFull(f"no free slot for job {attempt.job.id}")
-        record = _Record(attempt, done)
+        record = InFlight(attempt, done)
         with self._lock:
             gen = self._gen
             token = gen.add(record)
         self._tasks.put((gen, token, record))
 
-    def _run(self, gen: _Slots, token: int, record: _Record) -> None:
+    def _run(self, gen: Slots, token: int, record: InFlight) -> None:
         try:
             outcome = record.attempt.run()
         except BaseException as err:  # run_attempt catches Exception; this is the rest
@@ -227,7 +144,7 @@ class ThreadExecutor(_Generations):
         if hard:
             self._abandon(self._gen, token, f"{reason}; a thread cannot be killed")  # type: ignore[arg-type]
 
-    def _abandon(self, gen: _Slots, token: int, why: str) -> None:
+    def _abandon(self, gen: Slots, token: int, why: str) -> None:
         with self._lock:
             record = gen.pop(token) if gen is self._gen else None
             if record is None:
@@ -236,7 +153,7 @@ class ThreadExecutor(_Generations):
             self._abandoned_alive += 1
             self._spawn()  # its thread is stuck: keep `slots` threads serving
         log.warning("job %s: attempt abandoned: %s", record.attempt.job.id, why)
-        _settle(record, Outcome(status="abandoned", error=why))
+        settle(record, Outcome(status="abandoned", error=why))
 
     def _watch(self) -> None:
         while not self._closed.wait(TICK):
@@ -261,7 +178,7 @@ class ThreadExecutor(_Generations):
         """New generation; attempts in flight are abandoned (their threads run on)."""
         with self._lock:
             old = self._gen
-            self._gen = _Slots(old.number + 1)
+            self._gen = Slots(old.number + 1)
             records = list(old.records.values())
             old.records.clear()
             old.by_run.clear()
@@ -271,7 +188,7 @@ class ThreadExecutor(_Generations):
                 self._spawn()
         for record in records:
             record.attempt.cancelled.set()
-            _settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
+            settle(record, Outcome(status="abandoned", error=f"executor restarted: {reason}"))
 
     def shutdown(self, wait: float) -> None:
         """Stop the serving threads once idle (threads still running are daemons)."""
@@ -285,70 +202,17 @@ class ThreadExecutor(_Generations):
 # --- processes ---------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this child when its parent dies (no orphaned handlers)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _child_main(conn: multiprocessing.connection.Connection, cancel: Any, parent: int) -> None:
-    """A slot's child: run one JSON task at a time until told to stop or orphaned."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker drains; children follow it
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent()
-    if os.getppid() != parent:
-        return
-    out = ChildOut(conn)
-    while True:
-        try:
-            text = conn.recv_bytes().decode("utf-8")
-        except (EOFError, OSError):
-            return
-        task = json.loads(text)
-        if task.get("op") == "stop":
-            return
-        sender = out.progress_sender(str(task.get("job_id")), int(task.get("fence", 0)))
-        outcome = run_target(
-            task["target"],
-            task["job_json"],
-            cancel,
-            int(task["result_limit"]),
-            sender,
-            marker=_child_marker(out, task["job_json"]),
-        )
-        try:
-            out.outcome(outcome)
-        except (BrokenPipeError, OSError):
-            return
-
-
-def _child_marker(out: ChildOut, job_json: str) -> Callable[[str, str | None], None]:
-    """`ctx.mark` in a child: the mark goes to the parent as JSON (under the pipe's
-    lock: the progress flusher writes to it too), and the handler waits for the
-    parent's reply (stored, or the error to raise) before it goes on."""
-    from fsm.records import job_from_json
-
-    job = job_from_json(job_json)
-
-    def mark(label: str, external_id: str | None) -> None:
-        message = {"op": MARK_OP, "label": label, "external_id": external_id}
-        with out.lock:
-            out.conn.send_bytes(json.dumps(message).encode("utf-8"))
-        raise_mark_reply(job, json.loads(out.conn.recv_bytes().decode("utf-8")))
-
-    return mark
-
-
 class _Child:
-    __slots__ = ("cancel", "conn", "process", "token")
+    __slots__ = ("cancel", "conn", "failed", "init_by", "process", "ready", "token")
 
-    def __init__(self, ctx: SpawnContext) -> None:
+    def __init__(
+        self, ctx: SpawnContext, init: str | None, allow: tuple[str, ...], init_timeout: float
+    ) -> None:
         parent_end, child_end = ctx.Pipe(duplex=True)
         self.cancel = ctx.Event()
         self.process: SpawnProcess = ctx.Process(
-            target=_child_main,
-            args=(child_end, self.cancel, os.getpid()),
+            target=child_main,
+            args=(child_end, self.cancel, os.getpid(), init, allow),
             name="jobfsm-child",
             daemon=True,
         )
@@ -356,6 +220,19 @@ class _Child:
         child_end.close()
         self.conn = parent_end
         self.token: int | None = None
+        #: it said READY: its child_init ran, it takes jobs
+        self.ready = False
+        #: why it cannot take jobs (its child_init failed, or it did not start in time)
+        self.failed: str | None = None
+        self.init_by = time.monotonic() + init_timeout
+
+
+class ExecutorStartError(RuntimeError):
+    """The process executor could not start its children."""
+
+
+def _early(child: _Child) -> str:
+    return f"{_death(child.process.exitcode)} before it was ready"
 
 
 def _death(exitcode: int | None) -> str:
@@ -370,37 +247,106 @@ def _death(exitcode: int | None) -> str:
     return f"child process exited with status {exitcode}"
 
 
-class _ProcGen(_Slots):
+class _ProcGen(Slots):
     def __init__(self, number: int) -> None:
         super().__init__(number)
         self.children: list[_Child] = []
         self.closed = threading.Event()
         self.monitor: threading.Thread | None = None
+        #: every first child was ready: a child that fails from now on stops the worker
+        self.started = False
 
 
 class ProcessExecutor:
-    """One long-lived spawned child per slot; kills on timeout; survives dead children."""
+    """One long-lived spawned child per slot; kills on timeout; survives dead children.
 
-    def __init__(self, slots: int | None = None) -> None:
+    `child_env`: variable names (or shell patterns) a child keeps besides
+    `adapters.child_env.DEFAULT_CHILD_ENV` and JOBFSM_CHILD_ENV's; every other variable of
+    the worker's environment (its credentials) is removed in the child. `init_timeout`:
+    seconds a child may take to start and run the worker's `child_init`."""
+
+    def __init__(
+        self,
+        slots: int | None = None,
+        *,
+        child_env: Sequence[str] = (),
+        init_timeout: float = DEFAULT_INIT_TIMEOUT,
+    ) -> None:
+        if not init_timeout > 0:
+            raise ValueError(f"init_timeout must be positive, got {init_timeout!r}")
         self._ctx = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._slots_n = slots or 1
         self._gen = _ProcGen(0)
         self._started = False
+        self.allow = child_allow_list(child_env)
+        self.init_timeout = init_timeout
+        self._init: str | None = None
+        self._on_fatal: Callable[[str], None] | None = None
+        self._fatal_sent = False
+        self._ready = threading.Condition(self._lock)
+
+    def init_children(self, target: str, on_fatal: Callable[[str], None]) -> None:
+        """Run `target` ("module:qualname") once in each child before its first job
+        (`fsm.worker.hooks.InitsChildren`); call before `start`."""
+        self._init = target
+        self._on_fatal = on_fatal
 
     def start(self, slots: int) -> None:
+        """Start `slots` children and wait until each is ready (HookFailed if one's
+        `child_init` fails or a child is not ready within `init_timeout`)."""
         self._slots_n = slots
         self._gen = self._new_gen(self._gen.number + (1 if self._started else 0))
         self._started = True
 
-    def _new_gen(self, number: int) -> _ProcGen:
+    def _spawn_child(self) -> _Child:
+        return _Child(self._ctx, self._init, self.allow, self.init_timeout)
+
+    def _new_gen(self, number: int, *, wait: bool = True) -> _ProcGen:
+        """Start a generation's children; with `wait`, wait at most `init_timeout` until
+        each is ready (HookFailed naming child_init, or ExecutorStartError, if one never
+        is). Without, they become free as they get ready, and one that fails its
+        child_init stops the worker (`init_children`'s `on_fatal`)."""
         gen = _ProcGen(number)
-        gen.children = [_Child(self._ctx) for _ in range(self._slots_n)]
+        gen.started = not wait
+        gen.children = [self._spawn_child() for _ in range(self._slots_n)]
         gen.monitor = threading.Thread(
             target=self._monitor, args=(gen,), name=f"jobfsm-procs-{number}", daemon=True
         )
         gen.monitor.start()
+        if not wait:
+            return gen
+        give_up = time.monotonic() + self.init_timeout
+        failed: str | None = None
+        with self._lock:
+            while failed is None and not all(c.ready for c in gen.children):
+                failed = next((c.failed for c in gen.children if c.failed), None)
+                if failed is None and time.monotonic() >= give_up:
+                    failed = f"children not ready within {self.init_timeout:g}s"
+                self._ready.wait(TICK)
+            gen.started = failed is None
+        if failed is not None:
+            self._close(gen, 1.0)
+            if self._init is not None:
+                raise HookFailed("child_init", self._init, failed)
+            raise ExecutorStartError(f"process executor: a child could not start: {failed}")
         return gen
+
+    def _child_failed(self, gen: _ProcGen, child: _Child, why: str) -> None:
+        """A child that will never be ready (its child_init failed, it died first or took
+        too long): at start `_new_gen` raises; later the worker is told to stop."""
+        with self._lock:
+            first = child.failed is None
+            child.failed = why
+            self._ready.notify_all()
+            later = gen.started and not gen.closed.is_set()
+        with contextlib.suppress(Exception):
+            child.process.kill()
+        if first:
+            log.error("process executor: a child is not ready and is not replaced: %s", why)
+        if first and later and self._on_fatal is not None and not self._fatal_sent:
+            self._fatal_sent = True  # once: the worker stops on the first
+            self._on_fatal(why)
 
     @property
     def generation(self) -> int:
@@ -410,7 +356,9 @@ class ProcessExecutor:
     def free(self) -> int:
         with self._lock:
             gen = self._gen
-            return sum(1 for c in gen.children if c.token is None and c.process.is_alive())
+            return sum(
+                1 for c in gen.children if c.ready and c.token is None and c.process.is_alive()
+            )
 
     def children(self) -> list[int]:
         """Pids of the current generation's children (for tests and operators)."""
@@ -418,11 +366,12 @@ class ProcessExecutor:
             return [c.process.pid or 0 for c in self._gen.children]
 
     def submit(self, attempt: Attempt, done: Done) -> None:
-        record = _Record(attempt, done)
+        record = InFlight(attempt, done)
         with self._lock:
             gen = self._gen
             child = next(
-                (c for c in gen.children if c.token is None and c.process.is_alive()), None
+                (c for c in gen.children if c.ready and c.token is None and c.process.is_alive()),
+                None,
             )
             if child is None:
                 raise ExecutorFull(f"no free child process for job {attempt.job.id}")
@@ -483,14 +432,16 @@ class ProcessExecutor:
         if outcome is None:  # no result: we killed it, or it died on its own
             status, reason = record.kill or ("crashed", _death(child.process.exitcode))
             outcome = Outcome(status=status, error=reason)
-        _settle(record, outcome)
+        settle(record, outcome)
 
     def _monitor(self, gen: _ProcGen) -> None:
         while not gen.closed.is_set():
             with self._lock:
                 children = list(gen.children)
-            waitables: list[Any] = [c.conn for c in children if c.token is not None]
-            waitables += [c.process.sentinel for c in children]
+            waitables: list[Any] = [
+                c.conn for c in children if c.token is not None or not (c.ready or c.failed)
+            ]
+            waitables += [c.process.sentinel for c in children if not c.failed]
             try:
                 ready = set(multiprocessing.connection.wait(waitables, timeout=TICK))
             except OSError:
@@ -503,13 +454,20 @@ class ProcessExecutor:
                     # what it sent before it died: progress (kept), perhaps its outcome
                     while child.token is not None and child.conn.poll() and self._read(gen, child):
                         pass
+                    while not (child.ready or child.failed) and child.conn.poll():
+                        if not self._read(gen, child):
+                            break
                     child.process.join(timeout=1.0)  # reap it, so its exit status is known
                     if child.token is not None:
                         self._finish(gen, child, None)
                     with contextlib.suppress(Exception):
                         child.conn.close()
+                    if not child.ready and (self._init is not None or not gen.started):
+                        # never replaced: a replacement would fail the same way, forever
+                        self._child_failed(gen, child, child.failed or _early(child))
+                        continue
                     try:
-                        fresh = _Child(self._ctx)
+                        fresh = self._spawn_child()
                     except Exception:
                         log.exception("could not start a replacement child process")
                         gen.closed.wait(1.0)
@@ -517,6 +475,11 @@ class ProcessExecutor:
                     with self._lock:
                         gen.children[i] = fresh
             now = time.monotonic()
+            for child in children:
+                if not (child.ready or child.failed) and now >= child.init_by:
+                    self._child_failed(
+                        gen, child, f"child not ready within {self.init_timeout:g}s; killed"
+                    )
             with self._lock:
                 late = [t for t, r in gen.records.items() if r.kill is None and now >= r.deadline]
             for token in late:
@@ -537,6 +500,18 @@ class ProcessExecutor:
             return False  # the sentinel tells how it died
         if text.startswith(PROGRESS_PREFIX):
             self._progress(gen, child, text)
+            return True
+        if text == READY:
+            with self._lock:
+                child.ready = True
+                self._ready.notify_all()
+            return True
+        if text.startswith(INIT_FAILED_PREFIX):
+            try:
+                error = str(json.loads(text)["error"])
+            except (ValueError, KeyError, TypeError):
+                error = "bad message from the child"
+            self._child_failed(gen, child, error)
             return True
         if text.startswith('{"op": "mark"'):
             self._mark(gen, child, text)
@@ -587,16 +562,20 @@ class ProcessExecutor:
         for child in old.children:
             with contextlib.suppress(Exception):
                 child.process.kill()
-        new = self._new_gen(old.number + 1)
+        new = self._new_gen(old.number + 1, wait=False)  # free as each child gets ready
         with self._lock:
             self._gen = new
         for child in old.children:
             child.process.join(timeout=1.0)
         for record in records:
-            _settle(record, Outcome(status="killed", error=f"executor restarted: {reason}"))
+            settle(record, Outcome(status="killed", error=f"executor restarted: {reason}"))
 
     def shutdown(self, wait: float) -> None:
-        gen = self._gen
+        self._close(self._gen, wait)
+
+    @staticmethod
+    def _close(gen: _ProcGen, wait: float) -> None:
+        """Stop a generation's children: idle ones asked, the rest killed after `wait`."""
         gen.closed.set()
         for child in gen.children:
             if child.token is None:

@@ -11,6 +11,7 @@ import attrs
 
 from fsm.errors import BadStoreURL, QueueFull, UnknownPrerequisite, VersionConflict
 from fsm.lifecycle.core import erased_data_json
+from fsm.lifecycle.limits import Limit, LimitChange
 from fsm.ports import (
     Capacity,
     ClaimRequest,
@@ -19,26 +20,27 @@ from fsm.ports import (
     QueuePause,
     RenewRequest,
     ScanRequest,
+    ScheduleChange,
+    SchedulerBeat,
     ScheduleRecord,
+    ServiceLease,
 )
 from fsm.records import AuditEntry, Decision, Job
 from fsm.secrets import redact_url
 
-from ._rows import (
-    Unclaimable,
-    check_storable,
-    decide_leases,
-    first_rejections,
-    rejected_key,
-    start_leased,
-)
+from .claiming import Unclaimable, claim_within, decide_leases, start_leased
 from .memory_browse import MemoryBrowse
+from .memory_history import MemoryHistory
+from .memory_limits import MemoryLimits
 from .memory_schedules import MemorySchedules
+from .memory_services import MemoryServices
+from .rejections import first_rejections, rejected_key
+from .rows import check_storable
 
 log = logging.getLogger(__name__)
 
 
-class MemoryStore(MemoryBrowse, MemorySchedules):
+class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, MemoryServices):
     """Jobs and audit trails in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self) -> None:
@@ -46,8 +48,16 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
         self._jobs: dict[str, Job] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: dict[str, str] = {}
+        #: (kind, unique key) -> ids of the jobs submitted with it (fsm.records.UniqueScope)
+        self._unique: dict[tuple[str, str], dict[str, None]] = {}
         self._paused: dict[str, QueuePause] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
+        self._schedule_changes: list[ScheduleChange] = []
+        self._schedulers: dict[str, SchedulerBeat] = {}
+        self._limits: dict[str, Limit] = {}
+        self._limit_changes: list[LimitChange] = []
+        self._limit_leases: dict[str, list[float]] = {}
+        self._service_leases: dict[str, ServiceLease] = {}
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
         self._unclaimable = Unclaimable(log)
@@ -75,15 +85,20 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
             out: list[Job] = []
             fresh: list[Decision] = []
             keys: dict[str, Job] = {}
+            uniques: dict[tuple[str, str], list[Job]] = {}
             for d in decisions:
                 key = d.job.idempotency_key
                 if key is not None and key in self._keys:
                     out.append(self._jobs[self._keys[key]])
                 elif key is not None and key in keys:
                     out.append(keys[key])
+                elif d.unique is not None and (twin := self._twin(d, uniques)) is not None:
+                    out.append(twin)  # (a refusing scope raised DuplicateJob: no write)
                 else:
                     if key is not None:
                         keys[key] = d.job
+                    if d.job.unique_key is not None:
+                        uniques.setdefault((d.job.kind, d.job.unique_key), []).append(d.job)
                     fresh.append(d)
                     out.append(d.job)
             if capacity is not None:
@@ -101,7 +116,18 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 self._audit[d.job.id] = [d.entry] if d.entry is not None else []
                 if d.job.idempotency_key is not None:
                     self._keys[d.job.idempotency_key] = d.job.id
+                if d.job.unique_key is not None:
+                    self._unique.setdefault((d.job.kind, d.job.unique_key), {})[d.job.id] = None
             return out
+
+    def _twin(self, d: Decision, batch: dict[tuple[str, str], list[Job]]) -> Job | None:
+        """The job a unique submit duplicates: among the stored jobs of its kind and key
+        and those earlier in its batch, the newest its scope covers."""
+        scope = d.unique
+        assert scope is not None
+        ids = self._unique.get((scope.kind, scope.key), {})
+        stored = [self._jobs[i] for i in ids]
+        return scope.twin([*stored, *batch.get((scope.kind, scope.key), ())])
 
     def _check_capacity(self, fresh: Sequence[Decision], capacity: Capacity) -> None:
         adding: dict[str, int] = {}
@@ -174,6 +200,8 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
         if request.kinds is not None and not request.kinds:
             return []
         with self._lock:
+            if request.retime is not None:  # the lease's time is no earlier than the lock
+                request = request.retime()
             if request.ids is not None:
                 pool = [self._jobs[i] for i in request.ids if i in self._jobs]
             else:
@@ -190,6 +218,21 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 ),
                 key=lambda j: (j.priority, j.run_after, j.id),
             )
+            limited = self._budget(request)
+            if limited is not None:
+                budget = limited[0]
+
+                def fetch(
+                    wanted: int, taken: Sequence[str], kinds: Sequence[str], queues: tuple[str, ...]
+                ) -> list[Job]:
+                    out = (
+                        j
+                        for j in candidates
+                        if j.id not in taken and j.kind not in kinds and j.queue in queues
+                    )
+                    return [j for _, j in zip(range(wanted), out, strict=False)]
+
+                candidates = claim_within(request, budget, fetch)
             leased: list[Job] = []
             # a job the core refuses to lease is skipped: the ones behind it are leased
             for job in candidates:
@@ -201,6 +244,8 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                     if isinstance(written, Job):
                         self._audit[written.id].extend(claimed.entries)
                         leased.append(written)
+            if limited is not None:
+                self._mark(limited[1], leased, request.now)
             return leased
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
@@ -315,6 +360,11 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
                 self._audit.pop(job_id, None)
                 if job.idempotency_key is not None:
                     self._keys.pop(job.idempotency_key, None)
+                if job.unique_key is not None:
+                    ids = self._unique.get((job.kind, job.unique_key), {})
+                    ids.pop(job_id, None)
+                    if not ids:
+                        self._unique.pop((job.kind, job.unique_key), None)
             return len(doomed)
 
     def _held(self, job_id: str, states: tuple[str, ...]) -> bool:
@@ -340,7 +390,12 @@ class MemoryStore(MemoryBrowse, MemorySchedules):
         """Remove every job and audit entry (the memory store has no other schema)."""
         with self._lock:
             self._paused.clear()
+            self._limits.clear()
+            self._limit_changes.clear()
+            self._limit_leases.clear()
             self._schedules.clear()
+            self._schedule_changes.clear()
+            self._schedulers.clear()
             self._jobs.clear()
             self._audit.clear()
             self._keys.clear()

@@ -1,11 +1,21 @@
-"""`JobBrowser` for the memory store: the dashboard's job list and recent counts."""
+"""`JobBrowser` and `BoundedReads` for the memory store: the dashboard's job list, recent
+counts, trail pages and oldest jobs per queue."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
 
-from fsm.dashboard.ports import JobPage, ListRequest, TransitionCount, page_of
+from fsm.ports import (
+    JobPage,
+    ListRequest,
+    TrailPage,
+    TrailRequest,
+    TransitionCount,
+    check_queues,
+    page_of,
+    trail_of,
+)
 from fsm.records import AuditEntry, Job
 
 
@@ -48,3 +58,18 @@ class MemoryBrowse:
                     if e.at >= since:
                         counts[(e.from_state, e.event, e.to_state, e.outcome)] += 1
         return [TransitionCount(*key, n) for key, n in sorted(counts.items(), key=str)]
+
+    def trail_page(self, request: TrailRequest) -> TrailPage:
+        with self._lock:
+            return trail_of(self._audit.get(request.job_id, []), request)
+
+    def oldest_jobs(self, state: str, queues: tuple[str, ...]) -> dict[str, Job]:
+        wanted = set(check_queues(queues))
+        oldest: dict[str, Job] = {}
+        with self._lock:
+            for job in self._jobs.values():
+                if job.state == state and job.queue in wanted:
+                    seen = oldest.get(job.queue)
+                    if seen is None or job.id < seen.id:
+                        oldest[job.queue] = job
+        return oldest

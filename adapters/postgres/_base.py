@@ -1,96 +1,76 @@
-"""The PostgreSQL store's plumbing: the pool, dedicated connections, error translation
-and the reconciliation of writes whose commit is unknown."""
+"""The PostgreSQL store's plumbing: the bounded pool, dedicated connections, and the
+blocking driver of the store's plans (`adapters.postgres.plan`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from adapters._rows import (
-    AUDIT_COLUMNS,
-    JOB_COLUMNS,
-    audit_from_row,
-    check_storable,
-    job_from_values,
-    owner_to_text,
-)
-from fsm.errors import (
-    BadInput,
-    JobFSMError,
-    SchemaError,
-    StoreError,
-    TransientStoreError,
-    VersionConflict,
-)
-from fsm.records import AuditEntry, Decision, Job
+from fsm.errors import StoreError, TransientStoreError
+from fsm.service.plans import drive
 
-from . import _schema
+from . import migrations
 from ._sql import Statements
-from ._url import Settings
+from ._url import CHANNEL_PREFIX, Settings
+from .plan import (
+    Backend,
+    Broken,
+    Copy,
+    Done,
+    Fresh,
+    Pipeline,
+    Plan,
+    Request,
+    Run,
+    RunMany,
+    Target,
+    advance,
+    rollback,
+)
+from .plan import translate as translated
+from .txn import FINGERPRINT, TupleRows
 
 log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 T = TypeVar("T")
-_OWNER = JOB_COLUMNS.index("owner")
 
 
-def _job(row: Sequence[Any]) -> Job:
-    return job_from_values(row)
+def perform(conn: Any, request: Request) -> Any:
+    """Carry one request of a plan out on a blocking connection; its answer (the twin of
+    `aio.perform`)."""
+    if isinstance(request, Run):
+        cur = conn.execute(request.sql, request.params)
+        return cur.fetchall() if request.fetch else None
+    if isinstance(request, Broken):
+        return conn.broken
+    if isinstance(request, Backend):
+        return conn.info.backend_pid
+    if isinstance(request, Pipeline):
+        with conn.pipeline():
+            sent = [(r.fetch, conn.execute(r.sql, r.params)) for r in request.runs]
+        return [c.fetchall() if fetch else None for fetch, c in sent]
+    if isinstance(request, RunMany):
+        with conn.cursor() as cur:
+            cur.executemany(request.sql, request.params)
+        return None
+    assert isinstance(request, Copy), request  # Fresh never reaches a connection
+    with conn.cursor() as cur, cur.copy(request.sql) as copy:
+        for row in request.rows:
+            copy.write_row(row)
+    return None
 
 
-def _entry(row: Sequence[Any]) -> AuditEntry:
-    return audit_from_row(dict(zip(AUDIT_COLUMNS, row, strict=True)))
-
-
-def _job_arrays(jobs: Iterable[Job]) -> list[list[Any]]:
-    """One array per column (the `unnest` parameters), mapped as adapters._rows.job_to_row."""
-    listed = list(jobs)
-    arrays = [[getattr(j, c) for j in listed] for c in JOB_COLUMNS]
-    arrays[_OWNER] = [owner_to_text(j.owner) for j in listed]
-    return arrays
-
-
-def _audit_arrays(entries: Iterable[AuditEntry]) -> list[list[Any]]:
-    listed = list(entries)
-    return [[getattr(e, c) for e in listed] for c in AUDIT_COLUMNS]
-
-
-def check_apply(decisions: Sequence[Decision]) -> bool:
-    """Refuse what `apply` cannot take (a decision without the record it was made on,
-    a value the store cannot hold), before any write, for the blocking and the async
-    store alike. True when one job has several decisions: they go one after another."""
-    for d in decisions:
-        if d.previous is None:
-            raise BadInput(f"job {d.job.id}: apply needs a decision on an existing job")
-    check_storable((d.job for d in decisions), (d.entry for d in decisions))
-    ids = [d.job.id for d in decisions]
-    return len(set(ids)) != len(ids)
-
-
-def outcomes(
-    decisions: Sequence[Decision], written: set[str], current: dict[str, int]
-) -> list[Job | VersionConflict]:
-    """`apply`'s answer: each decision's job if `written`, else its VersionConflict
-    (`current`: the stored versions of the ids not written)."""
-    out: list[Job | VersionConflict] = []
-    for d in decisions:
-        if d.job.id in written:
-            out.append(d.job)
-        else:
-            assert d.previous is not None
-            out.append(VersionConflict(d.job.id, d.previous.version, current.get(d.job.id)))
-    return out
-
-
-def _lease_order(job: Job) -> tuple[int, float, str]:
-    return (job.priority, job.run_after, job.id)
+def roll_back(conn: Conn) -> None:
+    """`plan.rollback` on `conn`, now (for the claim, which is no plan)."""
+    drive(rollback(), functools.partial(perform, conn))
 
 
 class Connected:
@@ -99,48 +79,58 @@ class Connected:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.schema = settings.schema
-        self.sql = Statements(_schema.quote(settings.schema))
+        self.sql = Statements(migrations.quote(settings.schema))
+        self.target = Target(settings, self.sql, f"{CHANNEL_PREFIX}{settings.schema}")
+        #: this store's `txn.FINGERPRINT`, read by `open`
+        self.fingerprint: tuple[Any, ...] = ()
         self._pool = ConnectionPool(
             settings.conninfo, **settings.pool_options(f"jobfsm-{settings.schema}")
         )
+        #: the pool is opened by the first call that needs a connection (`connection`)
+        self._pool_opened = False
+        self._opening = threading.Lock()
         self._closed = False
 
     # --- connections and errors ------------------------------------------------------
 
-    def connect(self, **kwargs: Any) -> Conn:
-        """A dedicated connection outside the pool (LISTEN, liveness, migrations)."""
+    def connect(self, role: str = "admin", **kwargs: Any) -> Conn:
+        """A dedicated connection outside the pool, named after its `role` in
+        `pg_stat_activity` (`_url.ROLES`: listen, wait, liveness, admin)."""
         try:
-            return psycopg.connect(self.settings.conninfo, autocommit=True, **kwargs)
+            params: dict[str, Any] = {**self.settings.role(role), **kwargs}
+            return psycopg.connect(self.settings.conninfo, autocommit=True, **params)
         except psycopg.Error as err:
             raise TransientStoreError(
                 f"cannot connect to PostgreSQL at {self.settings.redacted}: "
                 f"{self.settings.scrub(str(err))}"
             ) from err
 
-    def open(self) -> None:
-        """Check the server answers, then open the pool (connections made in background)."""
-        with self.connect() as conn:
-            conn.execute("SELECT 1")
-        self._pool.open(wait=False)
+    def open(self, conn: Conn | None = None) -> None:
+        """Check the server answers (and read the store's fingerprint), on `conn` (an
+        admin connection the caller holds) or a connection of its own. The pool opens
+        on first use: a process that never makes a blocking store call (an AsyncEngine's)
+        holds none of its connections, nor its threads."""
+        with self.connect() if conn is None else nullcontext(conn) as c:
+            row = c.execute(FINGERPRINT, (self.sql.jobs,)).fetchone()
+            self.fingerprint = tuple(row or ())
 
-    def _translate(self, err: BaseException, what: str) -> JobFSMError:
-        where = f"PostgreSQL store {self.settings.redacted} ({what})"
-        text = self.settings.scrub(str(err))
-        if isinstance(err, PoolTimeout):
-            return TransientStoreError(
-                f"{where}: no connection within {self.settings.pool_timeout} s "
-                f"(pool_max={self.settings.pool_max}): {text}"
-            )
-        if isinstance(err, pgerrors.UndefinedTable | pgerrors.InvalidSchemaName):
-            return SchemaError(f"{where}: the jobfsm schema {self.schema!r} is missing: {text}")
-        if isinstance(err, psycopg.OperationalError | psycopg.InterfaceError):
-            return TransientStoreError(f"{where}: {text}")
-        if isinstance(err, psycopg.DataError):
-            return BadInput(f"{where}: PostgreSQL rejected a value: {text}")
-        return StoreError(f"{where}: {text}")
+    def _open_pool(self) -> None:
+        with self._opening:
+            if not self._pool_opened and not self._closed:
+                self._pool.open(wait=False)  # `pool_min` connections, in the background
+                self._pool_opened = True
 
-    def _purge(self) -> None:
+    def close_pool(self) -> None:
+        """Close the pool (and every connection it holds), if it was ever opened."""
+        with self._opening:
+            self._closed = True
+            if self._pool_opened:
+                self._pool.close()
+
+    def purge(self) -> None:
         """After a connection failure, drop the pool's other dead connections too."""
+        if not self._pool_opened:
+            return
         try:
             self._pool.check()
         except Exception:  # best effort; the next call reports the real error
@@ -148,6 +138,8 @@ class Connected:
 
     @contextmanager
     def connection(self, what: str) -> Iterator[Conn]:
+        if not self._pool_opened:
+            self._open_pool()
         if self._closed:
             raise StoreError(f"PostgreSQL store {self.settings.redacted} is closed ({what})")
         try:
@@ -155,104 +147,49 @@ class Connected:
                 yield conn
         except (psycopg.Error, PoolTimeout) as err:
             if isinstance(err, psycopg.OperationalError | PoolTimeout):
-                self._purge()
-            raise self._translate(err, what) from err
+                self.purge()
+            raise translated(self.settings, err, what) from err
 
-    def _write(self, what: str, body: Callable[[Conn], T], reconcile: Callable[[], T]) -> T:
-        """Run a one-statement (autocommit) write; if the connection broke while it
-        ran, the commit is unknown: `reconcile` finds out from a fresh connection."""
-        lost: psycopg.Error | None = None
-        with self.connection(what) as conn:
-            try:
-                return body(conn)
-            except psycopg.OperationalError as err:
-                if not conn.broken:
-                    raise
-                lost = err
-        self._purge()
-        log.warning("connection lost during %s; reconciling from a fresh connection", what)
-        try:
-            return reconcile()
-        except TransientStoreError:
-            raise
-        except StoreError as err:
-            raise TransientStoreError(f"{what}: commit unknown and re-reading failed: {err}") from (
-                lost
-            )
-
-    def _unknown(self, what: str) -> TransientStoreError:
-        return TransientStoreError(
-            f"PostgreSQL store {self.settings.redacted}: the connection was lost during {what} "
-            "and a fresh read shows it was not applied; nothing changed, safe to retry"
-        )
+    def run(self, plan: Plan[T], what: str, conn: Any = None) -> T:
+        """Drive `plan` on a pooled connection (a fresh one after a `Fresh`), or on the
+        caller's `conn`. The blocking twin of `AsyncPostgresStore.run`."""
+        step = advance(plan)  # a plan that asks for nothing takes no connection
+        while not isinstance(step, Done):
+            if isinstance(step, Fresh):
+                what = step.what
+                self.purge()
+                step = advance(plan)
+                continue
+            request: Any = step
+            with self.connection(what) if conn is None else nullcontext(TupleRows(conn)) as c:
+                try:
+                    while type(request) is not Fresh:
+                        try:
+                            answer = perform(c, request)
+                        except BaseException as err:
+                            request = plan.throw(err)
+                        else:
+                            request = plan.send(answer)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+            step = request
+        return step.value  # type: ignore[no-any-return]
 
     # --- schema ----------------------------------------------------------------------
 
-    def migrate(self) -> list[int]:
-        """Apply pending migrations (safe when several processes migrate at once)."""
-        with self.connect() as conn:
+    def migrate(self, conn: Conn | None = None) -> list[int]:
+        """Apply pending migrations (safe when several processes migrate at once), on
+        `conn` (an admin connection the caller holds) or a connection of its own."""
+        with self.connect() if conn is None else nullcontext(conn) as c:
             try:
-                return _schema.migrate(conn, self.schema)
+                return migrations.migrate(c, self.schema)
             except psycopg.Error as err:
-                raise self._translate(err, "migrate") from err
+                raise translated(self.settings, err, "migrate") from err
 
     def schema_version(self) -> int:
         with self.connection("schema_version") as conn:
-            return _schema.current_version(conn, self.schema)
+            return migrations.current_version(conn, self.schema)
 
-    def check_schema(self) -> None:
-        with self.connect() as conn:
-            _schema.check(conn, self.schema)
-
-    def _confirmed(
-        self, decisions: Sequence[Decision], what: str, lost: BaseException | None
-    ) -> set[str]:
-        """Ids whose decision shows in the store (row equal to it, or its audit entry)."""
-        ids = [d.job.id for d in decisions]
-        try:
-            with self.connection(f"{what} (reconcile)") as conn:
-                stored = {
-                    _job(r).id: _job(r) for r in conn.execute(self.sql.get_many, (ids,)).fetchall()
-                }
-                confirmed = set()
-                for d in decisions:
-                    if stored.get(d.job.id) == d.job:
-                        confirmed.add(d.job.id)
-                    elif d.entry is not None:
-                        e = d.entry
-                        row = conn.execute(
-                            self.sql.has_entry,
-                            (e.job_id, e.version, e.at, e.event, e.fence, e.data_json),
-                        ).fetchone()
-                        if row is not None and row[0] > 0:
-                            confirmed.add(d.job.id)
-        except StoreError as err:
-            raise TransientStoreError(
-                f"{what}: the connection was lost while committing and re-reading failed "
-                f"({err}); the outcome is unknown, re-read the jobs before retrying"
-            ) from lost
-        return confirmed
-
-
-def _rollback(conn: Conn) -> None:
-    """Roll back an explicit transaction after an error, if the connection still works."""
-    if conn.broken or conn.closed:
-        return
-    try:
-        conn.execute("ROLLBACK")
-    except psycopg.Error:
-        log.debug("ROLLBACK after an error failed", exc_info=True)
-
-
-def _commit(conn: Conn) -> psycopg.Error | None:
-    """COMMIT an explicit transaction. None: committed. The error: the connection broke
-    during COMMIT, so whether it committed is unknown (the caller reconciles). Any other
-    error rolls back and is raised."""
-    try:
-        conn.execute("COMMIT")
-    except psycopg.Error as err:
-        if not conn.broken:
-            _rollback(conn)
-            raise
-        return err
-    return None
+    def check_schema(self, conn: Conn | None = None) -> None:
+        with self.connect() if conn is None else nullcontext(conn) as c:
+            migrations.check(c, self.schema)

@@ -39,6 +39,8 @@ JOB_TYPES: dict[str, str] = {
     "on_failed_dependency": "text",
     "marks": "int8",
     "reconciler": "bool",
+    "retry_safe_pinned": "bool",
+    "unique_key": "text",
 }
 AUDIT_TYPES: dict[str, str] = {
     "job_id": "text",
@@ -56,6 +58,7 @@ AUDIT_TYPES: dict[str, str] = {
     "outcome": "text",
     "data_json": "text",
     "code": "text",
+    "stage": "text",
 }
 assert tuple(JOB_TYPES) == JOB_COLUMNS, "JOB_TYPES must follow fsm.records.Job"
 assert tuple(AUDIT_TYPES) == AUDIT_COLUMNS, "AUDIT_TYPES must follow fsm.records.AuditEntry"
@@ -97,8 +100,11 @@ def batch_rows(columns: tuple[tuple[str, str], ...], varying: tuple[bool, ...]) 
 
 
 #: the shape of a claim's statement: (states it leases from, by ids, one queue, skipping
-#: the ids in %(skip)s (jobs the core refused to lease), only the kinds in %(kinds)s)
-ClaimShape = tuple[tuple[str, ...], bool, bool, bool, bool]
+#: the ids in %(skip)s (jobs the core refused to lease), only the kinds in %(kinds)s,
+#: under limits). A plain claim (not under limits) leases nothing while any limit is
+#: stored: the claim then counts and leases under them in the same transaction
+#: (`adapters.postgres.limits`); under limits, the kinds in %(blocked)s are left out.
+ClaimShape = tuple[tuple[str, ...], bool, bool, bool, bool, bool]
 
 
 class Statements:
@@ -306,7 +312,7 @@ class Statements:
         updates them in the same statement; a claim-and-start lets the core decide
         both steps and writes each row once."""
         if key not in self._locks:
-            states, by_ids, one_queue, skipping, by_kind = key
+            states, by_ids, one_queue, skipping, by_kind, limited = key
             # one queue: equality lets the planner walk jobs_due in lease order and
             # stop after `limit` rows; several queues: an index scan plus a sort.
             queue = "queue = %(queue)s" if one_queue else "queue = ANY(%(queues)s::text[])"
@@ -318,6 +324,10 @@ class Statements:
                 due += "AND NOT (id = ANY(%(skip)s::text[])) "
             if by_kind:
                 due += "AND kind = ANY(%(kinds)s::text[]) "
+            if limited:
+                due += "AND NOT (kind = ANY(%(blocked)s::text[])) "
+            else:
+                due += f"AND NOT EXISTS (SELECT 1 FROM {self.s}.limits) "
             if by_ids:
                 # One primary-key lookup per distinct id. With `id = ANY(...)` beside the
                 # due conditions, the planner of a young table (no statistics yet) walked

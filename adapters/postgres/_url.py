@@ -23,9 +23,27 @@ MAX_SCHEMA_LENGTH = MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX)
 #: (so it never needs case-folding rules and is safe to quote). Always `fullmatch`ed.
 SCHEMA_NAME = re.compile(rf"[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_LENGTH - 1}}}")
 
+#: the pool bounds a URL may set: `pool_max` 1..POOL_MAX_LIMIT, `pool_min` 0..pool_max
 POOL_MAX_LIMIT = 100
+#: default `pool_max`: with the one dedicated connection of `wait`, a process that submits
+#: and waits holds at most 3 (the budget table: adapters.postgres.budget)
+DEFAULT_POOL_MAX = 2
+#: default `pool_min`: 0, so a pool opens no connection before its first call (lazy)
+DEFAULT_POOL_MIN = 0
 #: options jobfsm reads itself; every other query parameter is a libpq parameter.
-OPTIONS = ("schema", "pool_min", "pool_max", "pool_timeout", "migrate")
+OPTIONS = ("schema", "pool_min", "pool_max", "pool_timeout", "migrate", "prepare")
+#: how the boolean options may be written
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+#: what each kind of connection is called in `pg_stat_activity.application_name` (libpq's
+#: `fallback_application_name`: an `application_name` in the URL wins over all of them)
+ROLES = {
+    "pool": "jobfsm",  # the store's pools (blocking and asyncio): every store call
+    "listen": "jobfsm-listen",  # a polling worker's LISTEN for new jobs
+    "wait": "jobfsm-wait",  # LISTEN for final states, for `wait`
+    "liveness": "jobfsm-liveness",  # a worker's session advisory lock
+    "admin": "jobfsm-admin",  # migrations and checks at open, closed at once
+}
 
 #: libpq defaults jobfsm sets unless the URL does: a bounded connect.
 DEFAULT_CONNECT_TIMEOUT = 5
@@ -39,10 +57,14 @@ class Settings:
     conninfo: str = attrs.field(repr=False)
     redacted: str
     schema: str = "public"
-    pool_min: int = 1
-    pool_max: int = 10
+    pool_min: int = DEFAULT_POOL_MIN
+    pool_max: int = DEFAULT_POOL_MAX
     pool_timeout: float = 10.0
     migrate: bool = True
+    #: false: pooled connections never use server-side prepared statements (psycopg's
+    #: `prepare_threshold=None`), as a transaction-pooling proxy without prepared-statement
+    #: support (PgBouncer before 1.21) needs
+    prepare: bool = True
     #: the password(s) of the URL, to mask in driver error texts (never shown)
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
 
@@ -53,10 +75,20 @@ class Settings:
             "min_size": self.pool_min,
             "max_size": self.pool_max,
             "timeout": self.pool_timeout,
-            "kwargs": {"autocommit": True},
+            "kwargs": {
+                "autocommit": True,
+                **self.role("pool"),
+                **({} if self.prepare else {"prepare_threshold": None}),
+            },
             "name": name,
             "open": False,
         }
+
+    @staticmethod
+    def role(role: str) -> dict[str, str]:
+        """libpq's `fallback_application_name` for a connection of `role` (`ROLES`): what
+        `pg_stat_activity` shows for it, unless the URL sets `application_name`."""
+        return {"fallback_application_name": ROLES[role]}
 
     def scrub(self, text: str) -> str:
         """A driver's error text fit to show: the URL's passwords masked."""
@@ -113,8 +145,10 @@ def parse(url: str) -> Settings:
             f"{MAX_IDENTIFIER_BYTES}-byte names); got {schema[:80]!r}"
             + (f" ({len(schema)} characters)" if len(schema) > MAX_SCHEMA_LENGTH else "")
         )
-    pool_max = _int("pool_max", ours.get("pool_max", "10"), 1, POOL_MAX_LIMIT, shown)
-    pool_min = _int("pool_min", ours.get("pool_min", "1"), 0, pool_max, shown)
+    pool_max = _int(
+        "pool_max", ours.get("pool_max", str(DEFAULT_POOL_MAX)), 1, POOL_MAX_LIMIT, shown
+    )
+    pool_min = _int("pool_min", ours.get("pool_min", str(DEFAULT_POOL_MIN)), 0, pool_max, shown)
     timeout_text = ours.get("pool_timeout", "10")
     try:
         pool_timeout = float(timeout_text)
@@ -124,9 +158,10 @@ def parse(url: str) -> Settings:
         raise BadStoreURL(
             f"store URL {shown}: pool_timeout must be seconds in (0, 300], got {timeout_text!r}"
         )
-    migrate_text = ours.get("migrate", "true").lower()
-    if migrate_text not in ("true", "false", "1", "0", "yes", "no"):
-        raise BadStoreURL(f"store URL {shown}: migrate must be true or false, got {migrate_text!r}")
+    flags = {name: ours.get(name, "true").lower() for name in ("migrate", "prepare")}
+    for name, text in flags.items():
+        if text not in TRUE + FALSE:
+            raise BadStoreURL(f"store URL {shown}: {name} must be true or false, got {text!r}")
     plain = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
     params: dict[str, Any] = {}
     try:
@@ -143,6 +178,7 @@ def parse(url: str) -> Settings:
         pool_min=pool_min,
         pool_max=pool_max,
         pool_timeout=pool_timeout,
-        migrate=migrate_text in ("true", "1", "yes"),
+        migrate=flags["migrate"] in TRUE,
+        prepare=flags["prepare"] in TRUE,
         secrets=secrets,
     )

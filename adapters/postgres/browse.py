@@ -13,11 +13,21 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from fsm.dashboard.ports import JobPage, ListRequest, TransitionCount, page_of
+from fsm.ports import (
+    JobPage,
+    ListRequest,
+    TrailPage,
+    TrailRequest,
+    TransitionCount,
+    check_queues,
+    page_of,
+)
+from fsm.records import Job
 
-from .._browse import list_sql
+from .._browse import list_sql, oldest_sql, trail_sql
 from .._rows import job_from_values
-from . import _schema
+from . import migrations
+from .params import entry_of
 
 
 class PostgresBrowse:
@@ -29,7 +39,7 @@ class PostgresBrowse:
         raise NotImplementedError  # provided by PostgresStore
 
     def list_jobs(self, request: ListRequest) -> JobPage:
-        sql, params = list_sql(request, "%s", f"{_schema.quote(self.schema)}.jobs")
+        sql, params = list_sql(request, "%s", f"{migrations.quote(self.schema)}.jobs")
         with self.connection("list jobs") as conn:
             rows = conn.execute(sql, params).fetchall()
         return page_of([job_from_values(r) for r in rows], request)
@@ -37,9 +47,27 @@ class PostgresBrowse:
     def recent_transitions(self, since: float) -> list[TransitionCount]:
         sql = (
             "SELECT from_state, event, to_state, outcome, count(*) "
-            f"FROM {_schema.quote(self.schema)}.job_events WHERE at >= %s "
+            f"FROM {migrations.quote(self.schema)}.job_events WHERE at >= %s "
             "GROUP BY from_state, event, to_state, outcome"
         )
         with self.connection("recent transitions") as conn:
             rows: Iterator[Any] = conn.execute(sql, (since,)).fetchall()
         return [TransitionCount(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+
+    def trail_page(self, request: TrailRequest) -> TrailPage:
+        table = f"{migrations.quote(self.schema)}.job_events"
+        sql, params = trail_sql(request, "%s", table)
+        with self.connection("trail page") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        shown = list(rows[: request.limit])
+        shown.reverse()
+        older = int(shown[0][0]) if len(rows) > request.limit and shown else None
+        return TrailPage(tuple(entry_of(r[1:]) for r in shown), older)
+
+    def oldest_jobs(self, state: str, queues: tuple[str, ...]) -> dict[str, Job]:
+        if not check_queues(queues):
+            return {}
+        sql, params = oldest_sql(state, queues, "%s", f"{migrations.quote(self.schema)}.jobs")
+        with self.connection("oldest jobs") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return {job.queue: job for job in map(job_from_values, rows)}

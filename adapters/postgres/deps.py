@@ -11,7 +11,7 @@ from fsm.errors import UnknownPrerequisite
 from fsm.records import Decision, Job
 
 from .._rows import JOB_COLUMNS, job_from_values
-from . import _schema
+from . import migrations
 from ._sql import state_list
 
 
@@ -41,7 +41,7 @@ def prerequisite_rows(
     if not pairs:
         return None
     return (
-        f"INSERT INTO {_schema.quote(schema)}.job_deps (job_id, after_id) "
+        f"INSERT INTO {migrations.quote(schema)}.job_deps (job_id, after_id) "
         "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
         [[p[0] for p in pairs], [p[1] for p in pairs]],
     )
@@ -56,7 +56,7 @@ class PostgresDependencies:
         raise NotImplementedError  # provided by PostgresStore
 
     def _tables(self) -> tuple[str, str]:
-        s = _schema.quote(self.schema)
+        s = migrations.quote(self.schema)
         return f"{s}.jobs", f"{s}.job_deps"
 
     def prerequisites(self, job_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:

@@ -44,7 +44,7 @@ from fsm.errors import StoreError, TransientStoreError
 from fsm.records import Owner
 
 from ._base import Connected
-from ._schema import LIVENESS_CLASS, key32
+from .migrations import LIVENESS_CLASS, key32
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +120,26 @@ class _Holder(threading.Thread):
         self.stopping = threading.Event()
         self.lost = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
+        # `stop` may race the thread's own end (the connection lost at the moment it is
+        # released): the pipe is written and closed under one lock, never written once
+        # closed, since a closed descriptor's number may already be another file's.
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
 
     def stop(self) -> None:
         self.stopping.set()
-        os.write(self._wake_w, b"x")
+        with self._pipe_lock:
+            if self._pipe_open:
+                os.write(self._wake_w, b"x")
 
     def run(self) -> None:
         try:
             lost = self._watch()
         finally:
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            with self._pipe_lock:
+                self._pipe_open = False
+                os.close(self._wake_r)
+                os.close(self._wake_w)
         if lost:
             self.lost.set()
             self._close()
@@ -205,7 +214,7 @@ class PostgresLiveness:
             current = self._holders.get(owner.incarnation)
             if current is not None and current.is_alive() and not current.lost.is_set():
                 return
-            conn = self._store.connect(**_KEEPALIVE)
+            conn = self._store.connect("liveness", **_KEEPALIVE)
             try:
                 pid = self._stable_pid(conn)
                 conn.execute(f"SET lock_timeout = '{int(HOLD_TIMEOUT * 1000)}ms'")

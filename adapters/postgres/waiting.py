@@ -10,7 +10,7 @@ One `FinalStates` hub per store keeps one dedicated connection listening, on its
 own thread, and calls the watchers of the job a notification names. When the
 connection fails, every watcher is called (each re-reads its job), and the hub
 reconnects with a bounded backoff; the waits themselves re-read every few
-seconds whatever happens (`fsm.engine.WAIT_RECHECK`).
+seconds whatever happens (`fsm.service.engine.WAIT_RECHECK`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import psycopg
 from fsm.errors import TransientStoreError
 from fsm.lifecycle.spec import lifecycle
 
-from ._schema import quote
+from .migrations import quote
 
 log = logging.getLogger(__name__)
 

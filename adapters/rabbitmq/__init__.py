@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from .classify import Verdict, classify
 from .config import RabbitConfig
-from .consumer import Token
 from .delivery import RabbitDelivery
 from .errors import DeliveryFailed, PublishFailed
 from .messages import REASON_HEADER, PoisonMessage
+from .settling import Token
 
 __all__ = [
     "REASON_HEADER",

@@ -12,6 +12,13 @@ from ._pika import pika_errors
 
 #: connection-forced (admin close, node shutdown) and internal-error: a reconnect may work
 RECOVERABLE_CODES = frozenset({320, 541})
+#: fatal on the first connection, transient once the broker has answered AMQP at the URL:
+#: the URL did not change, so it is the path to the broker that fails now (a balancer or
+#: proxy whose backend is down accepts the connection and closes it before any byte,
+#: which pika reports as an incompatible protocol)
+TRANSIENT_ONCE_CONNECTED = frozenset({"incompatible-protocol"})
+_ANOTHER_SERVICE = " (the URL's host and port answer, but not with AMQP: another service?)"
+_PATH_DOWN = " (closed before the AMQP handshake: a proxy or balancer whose broker is down?)"
 
 
 class ConsumerCancelled(Exception):
@@ -67,18 +74,33 @@ def classify(err: BaseException) -> Verdict:
     return Verdict(False, "unexpected", detail)
 
 
+def once_connected(verdict: Verdict) -> Verdict:
+    """`verdict` for a client that was connected to this URL before: the kinds of
+    TRANSIENT_ONCE_CONNECTED become recoverable (an attempt of the recovery budget)."""
+    if verdict.recoverable or verdict.kind not in TRANSIENT_ONCE_CONNECTED:
+        return verdict
+    return Verdict(True, verdict.kind, verdict.detail.removesuffix(_ANOTHER_SERVICE) + _PATH_DOWN)
+
+
 def _classify_connect(err: BaseException, detail: str) -> Verdict | None:
     """Failures of opening a connection: credentials and protocol are fatal, the rest
     (refused, DNS, handshake timeouts, wrapped or not) worth another attempt."""
     if isinstance(err, pika_errors.ProbableAuthenticationError | pika_errors.AuthenticationError):
-        return Verdict(False, "auth", detail)
+        refused = "ACCESS_REFUSED" in str(err)
+        return Verdict(
+            False,
+            "auth",
+            f"{type(err).__name__}: the broker refused the login"
+            + (" (ACCESS_REFUSED)" if refused else "")
+            + ": check the user and password of the AMQP URL",
+        )
     if isinstance(err, pika_errors.ProbableAccessDeniedError):
         return Verdict(False, "access-denied", detail)
     if isinstance(err, pika_errors.IncompatibleProtocolError):
         return Verdict(
             False,
             "incompatible-protocol",
-            f"{detail} (the URL's host and port answer, but not with AMQP: another service?)",
+            detail + _ANOTHER_SERVICE,
         )
     if isinstance(err, ssl.SSLCertVerificationError):
         return Verdict(False, "tls-verify", detail)

@@ -10,7 +10,7 @@ import attrs
 from fsm.errors import BadInput
 from fsm.inputs import check_name
 
-from .secrets import check_url, redact, scrub
+from .url import check_url, redact, url_scrub
 
 QUEUE_TYPES = ("classic", "quorum")
 #: the longest time setting accepted (one day), so every wait stays a sane bound
@@ -90,9 +90,9 @@ class RabbitConfig:
     declare: bool = attrs.field(default=True, validator=_flag)
     #: unacked deliveries per queue subscription; None: the capacity of the first poll
     prefetch: int | None = attrs.field(default=None, validator=_optional_prefetch)
-    #: recovery budget: at least this many attempts, and attempts for at least
-    #: (recovery_attempts - 1) x recovery_interval seconds; 0 disables recovery
-    recovery_attempts: int = attrs.field(default=5, validator=_integer(0, 1000))
+    #: recovery budget: at most this many reconnection attempts after a loss (or a failed
+    #: first connection), waiting `recovery_delay` before each but the first; 0 disables
+    recovery_attempts: int = attrs.field(default=15, validator=_integer(0, 1000))
     #: longest wait between two attempts (waits back off from 1 s up to it, jittered)
     recovery_interval: float = attrs.field(default=60.0, validator=_seconds(0, strict=False))
     #: a delivery buffered this long without a free slot is returned to the broker
@@ -101,8 +101,10 @@ class RabbitConfig:
     idle_check: float = attrs.field(default=0.2, validator=_seconds(0, strict=True))
     #: TCP connect / socket / blocked-connection bound, seconds
     connect_timeout: float = attrs.field(default=5.0, validator=_seconds(0, strict=True))
-    #: AMQP heartbeat proposed to the broker, seconds (an unsigned short in AMQP)
-    heartbeat: int = attrs.field(default=30, validator=_integer(1, 65_535))
+    #: AMQP heartbeat timeout proposed to the broker, seconds (an unsigned short in AMQP):
+    #: a silent partition is noticed after heartbeat + 5 to 2 x (heartbeat + 5) seconds;
+    #: the default is measured in docs/rabbitmq.md
+    heartbeat: int = attrs.field(default=10, validator=_integer(1, 65_535))
     #: reconnect-and-retry rounds of one publish call after a connection loss
     publish_retries: int = attrs.field(default=1, validator=_integer(0, 100))
     #: False: `publish` returns once wake-ups are queued (commits handled by sender threads)
@@ -148,11 +150,7 @@ class RabbitConfig:
 
     def scrub(self, text: str) -> str:
         """`text` (an error or log message) with every secret of the URL replaced by ***."""
-        return scrub(text, self.url)
-
-    @property
-    def redacted_url(self) -> str:
-        return redact(self.url)
+        return url_scrub(text, self.url)
 
     @property
     def dead_letter_exchange(self) -> str:

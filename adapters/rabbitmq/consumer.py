@@ -11,16 +11,15 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
-
-import attrs
+from typing import Any
 
 from . import topology
 from ._pika import pika, pika_errors
-from .classify import ConsumerCancelled, ConsumptionEnded, Verdict, classify
+from .classify import ConsumerCancelled, ConsumptionEnded, Verdict, classify, once_connected
 from .config import RabbitConfig
 from .errors import DeliveryFailed
-from .messages import dead_letter_properties
+from .settling import ConsumerWatch, Delivered, Settling, Token
+from .url import redact
 
 log = logging.getLogger(__name__)
 
@@ -33,36 +32,37 @@ RECOVERY_GROWTH = 1.5
 MAX_PREFETCH = 65_535
 
 
+def _base_delay(attempt: int, interval: float) -> float:
+    """The wait before recovery attempt `attempt` (>= 2) before its jitter."""
+    return min(interval, FIRST_RECOVERY_DELAY * RECOVERY_GROWTH ** min(attempt - 2, 64))
+
+
 def recovery_delay(attempt: int, interval: float, rng: random.Random) -> float:
     """Seconds to wait before recovery attempt `attempt` (the first is immediate): 1 s,
     growing 1.5x per attempt, capped at `interval`, times a random factor in [0.5, 1] so
     that the workers of one broker do not all reconnect in the same instant."""
     if attempt <= 1:
         return 0.0
-    base = min(interval, FIRST_RECOVERY_DELAY * RECOVERY_GROWTH ** min(attempt - 2, 64))
-    return base * rng.uniform(0.5, 1.0)
+    return _base_delay(attempt, interval) * rng.uniform(0.5, 1.0)
 
 
-class Token(NamedTuple):
-    """A delivery tag and the channel generation it belongs to.
-
-    A named tuple, not an attrs class: it is built once per message and hashed as a
-    dict key several times per job id the message names, and a tuple hashes in C.
-    """
-
-    generation: int
-    tag: int
-    queue: str
+def recovery_wait(attempts: int, interval: float) -> float:
+    """The longest time a recovery of `attempts` attempts spends waiting between them: the
+    waits before attempts 2..`attempts` without their jitter (with it: half to all of it)."""
+    return sum(_base_delay(n, interval) for n in range(2, attempts + 1))
 
 
-@attrs.frozen
-class Delivered:
-    token: Token
-    body: bytes
-    received: float  # monotonic seconds
+def budget_text(config: RabbitConfig) -> str:
+    """The recovery budget in words, for the logs: attempts and time."""
+    attempts, interval = config.recovery_attempts, config.recovery_interval
+    return (
+        f"at most {attempts} attempt(s) within {recovery_wait(attempts, interval):.0f} s of "
+        f"waits (recovery_attempts={attempts}, recovery_interval={interval:g} s; each "
+        f"attempt bounded by connect_timeout={config.connect_timeout:g} s)"
+    )
 
 
-class Consumer:
+class Consumer(Settling):
     """Consumes the work queues of one worker on a dedicated I/O thread."""
 
     def __init__(
@@ -95,6 +95,9 @@ class Consumer:
         self._rng = random.Random()
         #: counters for operators and tests: recoveries, stale_tags, acked, returned, ...
         self.stats: Counter[str] = Counter()
+        #: a fault model watching the I/O thread (`adapters.rabbitmq.testing`); set it
+        #: before `start`
+        self.watch: ConsumerWatch | None = None
 
     # --- called from any thread --------------------------------------------------------
 
@@ -225,13 +228,12 @@ class Consumer:
                 self._cond.notify_all()
 
     def _loop(self) -> None:
-        """Serve; on a recoverable failure reconnect within the budget: at least
-        `recovery_attempts` attempts, and attempts for at least (recovery_attempts - 1) x
-        recovery_interval seconds after the loss, waiting `recovery_delay` between them."""
+        """Serve; on a recoverable failure reconnect, at most `recovery_attempts` times
+        since every subscription was last restored (or since start), waiting
+        `recovery_delay` before each attempt but the first."""
         config = self._config
         used = 0  # recovery attempts used since every subscription was last restored
         lost_at = 0.0  # monotonic time of the loss being recovered from
-        window = max(config.recovery_attempts - 1, 0) * config.recovery_interval
         while not self._stop.is_set():
             try:
                 self._open()
@@ -254,10 +256,15 @@ class Consumer:
                 if self._stop.is_set():
                     break
                 verdict = classify(err)
-                self._log_failure(verdict)
+                if self._generation > 0:  # the broker answered AMQP at this URL before
+                    verdict = once_connected(verdict)
+                if verdict.recoverable:  # a fatal one is logged once, by _fail
+                    self._log_failure(verdict)
+                else:
+                    self.stats[f"failure:{verdict.kind}"] += 1
                 detail = f"({verdict.kind}) {config.scrub(verdict.detail)}"
                 if not verdict.recoverable:
-                    self._fail(f"unrecoverable RabbitMQ failure {detail}")
+                    self._fail(f"unrecoverable RabbitMQ failure at {redact(config.url)} {detail}")
                     break
                 if config.recovery_attempts == 0:
                     self._fail(
@@ -268,8 +275,8 @@ class Consumer:
                 now = time.monotonic()
                 if used == 0:
                     lost_at = now
-                delay = recovery_delay(used + 1, config.recovery_interval, self._rng)
-                if used >= config.recovery_attempts and now + delay - lost_at > window:
+                    self._announce_recovery(verdict)
+                if used >= config.recovery_attempts:
                     self._fail(
                         f"RabbitMQ recovery budget spent: {used} attempts in "
                         f"{now - lost_at:.1f} s (recovery_attempts={config.recovery_attempts}, "
@@ -278,10 +285,31 @@ class Consumer:
                     )
                     break
                 self._settled_first.set()  # start() returns; ready stays false meanwhile
+                delay = recovery_delay(used + 1, config.recovery_interval, self._rng)
                 if delay > 0 and self._stop.wait(delay):
                     break  # close() interrupts the wait
                 used += 1
                 self.stats["recovery_attempts"] += 1
+
+    def _announce_recovery(self, verdict: Verdict) -> None:
+        """One line when a recovery begins, naming its budget: at start (the broker was
+        never reached) the worker would otherwise retry quietly, not ready meanwhile."""
+        where = redact(self._config.url)
+        if self._generation == 0:
+            log.warning(
+                "RabbitMQ broker at %s not reachable at start (%s): not ready, retrying with "
+                "%s; the worker exits once they are spent",
+                where,
+                verdict.kind,
+                budget_text(self._config),
+            )
+        else:
+            log.warning(
+                "RabbitMQ connection to %s lost (%s): reconnecting with %s",
+                where,
+                verdict.kind,
+                budget_text(self._config),
+            )
 
     def _log_failure(self, verdict: Verdict) -> None:
         self.stats[f"failure:{verdict.kind}"] += 1
@@ -320,6 +348,8 @@ class Consumer:
             log.info("dropped %d buffered deliveries of the old channel", dropped)
         self._generation += 1
         self._channel = channel
+        if self.watch is not None:
+            self.watch.opened(self._conn, channel, self._generation)
         self._subscribed = False
         self._cancelled = []
         self._tag_queues = {}
@@ -367,6 +397,8 @@ class Consumer:
                 log.debug("closing the consumer connection failed", exc_info=True)
 
     def _on_message(self, _channel: Any, method: Any, _properties: Any, body: bytes) -> None:
+        if self.watch is not None:
+            self.watch.received(self._generation, method)
         queue = self._tag_queues.get(method.consumer_tag, "")
         token = Token(self._generation, method.delivery_tag, queue)
         limit = self._config.max_message_bytes
@@ -401,86 +433,3 @@ class Consumer:
             op()
         if acks:
             self._ack(acks)
-
-    def _current(self, token: Token, what: str) -> bool:
-        """True if `token` may be settled now: its channel is the live one and the
-        delivery is still ours (not already returned to the broker)."""
-        channel = self._channel
-        if token.generation == self._generation and channel is not None and channel.is_open:
-            with self._cond:
-                if self._outstanding.pop(token, None) is not None:
-                    return True
-            self.stats["late_settles"] += 1
-            log.debug("delivery tag %d was already returned to the broker", token.tag)
-            return False
-        self.stats["stale_tags"] += 1
-        log.warning(
-            "not %s delivery tag %d of channel generation %d on generation %d: tags are only "
-            "valid on their own channel (the broker redelivers that message)",
-            what,
-            token.tag,
-            token.generation,
-            self._generation,
-        )
-        return False
-
-    def _ack(self, tokens: list[Token]) -> None:
-        """Ack settled deliveries: one `multiple` ack for those below every delivery
-        still held (buffered or handed out), one ack each for the rest.
-
-        Each basic.ack is a socket write; a claim settles a whole batch at once, and
-        acking its deliveries one by one cost the I/O thread more than the claim.
-        """
-        tags = sorted(t.tag for t in tokens if self._current(t, "acking"))
-        if not tags:
-            return
-        with self._cond:
-            held = [i.token.tag for i in self._inbox if i.token.generation == self._generation]
-            held += [t.tag for t in self._outstanding if t.generation == self._generation]
-        floor = min(held, default=tags[-1] + 1)
-        below = sum(1 for tag in tags if tag < floor)
-        single = 0
-        if below > 1:  # every unacked delivery up to this tag is one of ours
-            self._channel.basic_ack(tags[below - 1], multiple=True)
-            single = below
-        for tag in tags[single:]:
-            self._channel.basic_ack(tag)
-        self.stats["acked"] += len(tags)
-
-    def _dead_letter(self, token: Token, body: bytes, reason: str) -> None:
-        if not self._current(token, "dead-lettering"):
-            return
-        queue_name = self._config.queue_name(token.queue) if token.queue else ""
-        try:
-            self._channel.basic_publish(
-                exchange=self._config.dead_letter_exchange,
-                routing_key=queue_name,
-                body=body,
-                properties=dead_letter_properties(reason, queue_name),
-            )
-        except (pika_errors.NackError, pika_errors.UnroutableError):
-            # Let the broker dead-letter it through the queue's x-dead-letter-exchange.
-            self._channel.basic_nack(token.tag, requeue=False)
-        else:
-            self._channel.basic_ack(token.tag)
-        self.stats["dead_lettered"] += 1
-
-    def _return_held(self) -> None:
-        """Give back deliveries buffered, or handed out and never settled, for longer than
-        `max_hold`, so no delivery meets the broker's consumer timeout (all slots busy,
-        or a worker whose claim failed)."""
-        cutoff = time.monotonic() - self._config.max_hold
-        with self._cond:
-            buffered = []
-            while self._inbox and self._inbox[0].received < cutoff:
-                item = self._inbox.popleft()
-                self._outstanding[item.token] = item.received
-                buffered.append(item.token)
-            if self._config.ack_on_settle:
-                held = [t for t, at in self._outstanding.items() if at < cutoff]
-            else:  # test-only mode: holding handed-out deliveries is the point
-                held = buffered
-        for token in held:
-            if self._current(token, "returning"):
-                self._channel.basic_nack(token.tag, requeue=True)
-                self.stats["returned"] += 1

@@ -8,19 +8,20 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.engine import Engine
 from fsm.inputs import check_name
 from fsm.ports import Wakeup
 from fsm.records import Job
+from fsm.service.engine import Engine
 
 from .config import RabbitConfig
-from .consumer import Consumer, Token
+from .consumer import Consumer
 from .errors import DeliveryFailed
 from .messages import PoisonMessage, decode, id_only
 from .outbox import Outbox
 from .parts import Part, Parts
 from .publisher import Publisher, Skipped
 from .repair import Repairer
+from .settling import Token
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,13 @@ class RabbitDelivery:
         if job_id is not None and not claimed:
             self._to_verify.append((job_id, token.queue))
             self._verify_wanted.set()
+
+    def held_for_check(self) -> list[str | tuple[str, str]]:
+        """What waits for the unknown-job check, as held: the job id of each wake-up
+        polled and not settled yet, then the (job id, queue) of each settled one queued
+        for the check. Job ids only, never message bodies (both bounded by VERIFY_LIMIT).
+        Call it from the polling thread."""
+        return [*self._unverified.values(), *self._to_verify]
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until queued wake-ups are published (or failed); False on timeout."""

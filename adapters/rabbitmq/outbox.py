@@ -59,6 +59,12 @@ class Outbox:
         self.dropped = 0
         self.failed = 0
 
+    @property
+    def publishers(self) -> tuple[Publisher, ...]:
+        """The sender threads' publishers, one connection each (started by the first put)."""
+        with self._lock:
+            return tuple(self._publishers)
+
     def _start(self) -> None:
         with self._lock:
             if self._threads or self._closed:

@@ -35,7 +35,8 @@ from typing import NamedTuple
 
 from fsm.ports import Wakeup
 
-from .consumer import Consumer, Token
+from .consumer import Consumer
+from .settling import Token
 
 #: seconds between two purges of messages whose delivery is no longer ours
 PURGE_EVERY = 1.0

@@ -130,6 +130,8 @@ class Publisher:
         self._closed = False
         self._returned: list[str] = []  # message ids the broker could not route
         self.published = 0
+        #: connections opened so far (a reconnect adds one)
+        self.connections = 0
 
     # --- connection ----------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class Publisher:
             return self._channel
         self._drop()
         self._conn = pika.BlockingConnection(topology.parameters(self._config))
+        self.connections += 1
         topology.declare_dead_letters(self._conn, self._config)
         channel = self._conn.channel()
         channel.add_on_return_callback(self._on_return)
@@ -149,6 +152,12 @@ class Publisher:
         self._single.confirm_delivery()
         self._channel = channel
         return channel
+
+    @property
+    def connected(self) -> bool:
+        """True while this publisher holds an open connection."""
+        conn = self._conn
+        return conn is not None and bool(conn.is_open)
 
     def _drop(self) -> None:
         conn, self._conn, self._channel, self._single = self._conn, None, None, None

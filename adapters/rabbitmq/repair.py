@@ -8,6 +8,12 @@ operator requeues) are republished as soon as they are due. Per queue, no more a
 republished than the stale jobs outnumber the messages still ready in the broker
 (the rest are presumably on their way), a job is not republished twice within
 `repair_after`, and one sweep publishes at most `repair_batch` wake-ups.
+
+Jobs whose wake-up failed to publish (the outbox keeps their ids, `Outbox.lost`) are
+republished by the first sweep that reaches the broker, without waiting `repair_after`:
+a sweep that fails (the broker still away) or whose batch is full keeps them for the
+next. The liveness bound this gives is checked by the delivery's fault model
+(`adapters/rabbitmq/testing.py`, promise A4).
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from fsm.engine import Engine
 from fsm.ports import ScanRequest
 from fsm.records import Job
+from fsm.service.engine import Engine
 
 from .config import RabbitConfig
 from .publisher import Publisher
@@ -79,6 +85,23 @@ class Repairer:
             ScanRequest(states=WAITING, queues=tuple(queues), limit=config.repair_scan_limit)
         )
         known_lost = self._known_lost(queues, now)
+        try:
+            return self._republish(jobs, known_lost, queues, now, tick)
+        except Exception:
+            # the broker is still away: what was known lost stays known for the next
+            # sweep (republished at once then), not left to the `repair_after` rule
+            self._keep([j.id for j in known_lost])
+            raise
+
+    def _republish(
+        self,
+        jobs: Sequence[Job],
+        known_lost: list[Job],
+        queues: Sequence[str],
+        now: float,
+        tick: float,
+    ) -> int:
+        config = self._config
         lost_ids = {j.id for j in known_lost}
         skipped = self._publisher.skipped
         stale = [
@@ -98,6 +121,8 @@ class Repairer:
             deficit = len(waiting) - ready.get(queue, 0)
             chosen.extend(waiting[: max(deficit, 0)])
         chosen = sorted(chosen, key=lambda j: (j.run_after, j.id))[: config.repair_batch]
+        left = [j.id for j in known_lost if j not in chosen]  # past this sweep's batch
+        self._keep(left)
         if not chosen:
             return 0
         self._publisher.publish(chosen)
@@ -106,6 +131,10 @@ class Repairer:
         self.republished += len(chosen)
         log.info("repair sweep republished %d lost or missing wake-ups", len(chosen))
         return len(chosen)
+
+    def _keep(self, ids: Sequence[str]) -> None:
+        """Known lost ids this sweep did not republish: first in line for the next."""
+        self._lost.extendleft(reversed(ids))
 
     def _warn_unannounced(self, jobs: Sequence[Job], tick: float) -> None:
         """Say (at most every MISSING_WARN_EVERY s) that jobs arrive without wake-ups."""

@@ -1,15 +1,24 @@
-"""`JobBrowser` for SQLite: the dashboard's filtered, keyset-paged job list and the
-transition counts of a recent window."""
+"""`JobBrowser` and `BoundedReads` for SQLite: the dashboard's filtered, keyset-paged job
+list, the transition counts of a recent window, trail pages and oldest jobs per queue."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.dashboard.ports import JobPage, ListRequest, TransitionCount, page_of
+from fsm.ports import (
+    JobPage,
+    ListRequest,
+    TrailPage,
+    TrailRequest,
+    TransitionCount,
+    check_queues,
+    page_of,
+)
+from fsm.records import AuditEntry, Job
 
-from .._browse import list_sql
-from .._rows import job_from_values
+from .._browse import list_sql, oldest_sql, trail_sql
+from ..rows import job_from_values
 
 #: rows the binary search for a window's first audit row may probe (log2 of 2**40 rows)
 _PROBES = 40
@@ -58,3 +67,24 @@ class SqliteBrowse:
             (start, since),
         )
         return [TransitionCount(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+
+    def trail_page(self, request: TrailRequest) -> TrailPage:
+        sql, params = trail_sql(request)
+        rows = self._read("trail page", sql, params)
+        return _trail_of(rows, request)
+
+    def oldest_jobs(self, state: str, queues: tuple[str, ...]) -> dict[str, Job]:
+        if not check_queues(queues):
+            return {}
+        sql, params = oldest_sql(state, queues)
+        return {
+            job.queue: job for job in map(job_from_values, self._read("oldest jobs", sql, params))
+        }
+
+
+def _trail_of(rows: Sequence[Any], request: TrailRequest) -> TrailPage:
+    """A page from up to `limit + 1` rows (seq first), newest first."""
+    shown = list(rows[: request.limit])
+    shown.reverse()
+    older = int(shown[0][0]) if len(rows) > request.limit and shown else None
+    return TrailPage(tuple(AuditEntry(*r[1:]) for r in shown), older)

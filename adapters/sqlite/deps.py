@@ -10,9 +10,9 @@ from typing import Any
 from fsm.errors import UnknownPrerequisite
 from fsm.records import Job
 
-from .._rows import job_from_values
-from ._sql import _JOB_COLS
+from ..rows import job_from_values
 from .schema import in_list
+from .sql import JOB_COLS
 
 #: ids per `IN (...)` list: far under SQLite's 32766 bound variables
 _IDS = 500
@@ -73,7 +73,7 @@ class SqliteDependencies:
             # against 3 ms for 50 prerequisites among 5,000 waiting jobs)
             rows = self._read(
                 "dependents",
-                f"SELECT {', '.join('j.' + c for c in _JOB_COLS.split(', '))} "
+                f"SELECT {', '.join('j.' + c for c in JOB_COLS.split(', '))} "
                 "FROM job_deps d CROSS JOIN jobs j ON j.id = d.job_id "
                 f"WHERE d.after_id IN ({_marks(len(chunk))}) AND j.state IN {in_list(states)} "
                 "LIMIT ?",
@@ -91,7 +91,7 @@ class SqliteDependencies:
             return []
         rows = self._read(
             "jobs in states after an id",
-            f"SELECT {_JOB_COLS} FROM jobs WHERE state IN {in_list(states)} AND id > ? "
+            f"SELECT {JOB_COLS} FROM jobs WHERE state IN {in_list(states)} AND id > ? "
             "ORDER BY id LIMIT ?",
             (after, limit),
         )

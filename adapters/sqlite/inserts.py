@@ -9,20 +9,20 @@ from collections.abc import Sequence
 
 from fsm.errors import BadInput, QueueFull
 from fsm.ports import Capacity
-from fsm.records import Decision, Job
+from fsm.records import Decision, Job, UniqueScope
+from fsm.service.connections import type_name
 
-from .._rows import check_storable
-from ._sql import (
-    _AUDIT_INSERT,
-    _JOB_COLS,
-    _JOB_MARKS,
-    _audit_values,
-    _job,
-    _job_values,
-    _translated,
-)
-from ._sql import _waiting_sql as waiting_sql
+from ..rows import check_storable, job_from_values
 from .deps import store_prerequisites
+from .sql import (
+    AUDIT_INSERT,
+    JOB_COLS,
+    JOB_MARKS,
+    audit_values,
+    job_values,
+    translated,
+    waiting_sql,
+)
 
 #: the savepoint `insert_in` wraps its statements in (rolled back to on any error)
 SAVEPOINT = "jobfsm_submit"
@@ -33,13 +33,15 @@ def insert_rows(
 ) -> list[Job]:
     """Run one insert's statements on `conn`, inside a transaction the caller holds.
 
-    A job whose idempotency key is stored comes back in place of the new one; its
+    A job whose idempotency key is stored, or whose unique scope holds a job (earlier
+    in the batch too: the statements see their own rows), comes back in place of the
+    new one; its
     prerequisites are checked and stored (UnknownPrerequisite rolls back); with
     `capacity`, a queue left over its limit raises QueueFull (the caller rolls back).
     Values are made before the first statement, so a lock is held for statements only.
     """
-    rows = [_job_values(d.job) for d in decisions]
-    entries = [None if d.entry is None else _audit_values(d.entry) for d in decisions]
+    rows = [job_values(d.job) for d in decisions]
+    entries = [None if d.entry is None else audit_values(d.entry) for d in decisions]
     # (queue, limit, count statement) of each capped queue this insert adds to
     capped = (
         [
@@ -56,16 +58,21 @@ def insert_rows(
         key = d.job.idempotency_key
         if key is not None:
             found = conn.execute(
-                f"SELECT {_JOB_COLS} FROM jobs WHERE idempotency_key = ?", (key,)
+                f"SELECT {JOB_COLS} FROM jobs WHERE idempotency_key = ?", (key,)
             ).fetchone()
             if found is not None:
-                out.append(_job(found))
+                out.append(job_from_values(found))
+                continue
+        if d.unique is not None:
+            twin = unique_twin(conn, d.unique)  # (refusing: DuplicateJob rolls back)
+            if twin is not None:
+                out.append(twin)
                 continue
         if d.prerequisites:
             store_prerequisites(conn, d.job.id, d.prerequisites, batch)
-        conn.execute(f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({_JOB_MARKS})", row)
+        conn.execute(f"INSERT INTO jobs ({JOB_COLS}) VALUES ({JOB_MARKS})", row)
         if entry is not None:
-            conn.execute(_AUDIT_INSERT, entry)
+            conn.execute(AUDIT_INSERT, entry)
         out.append(d.job)
         added.add(d.job.queue)
     for queue, limit, count in capped:
@@ -74,6 +81,19 @@ def insert_rows(
         if queue in added and conn.execute(count, (queue, limit + 1)).fetchone()[0] > limit:
             raise QueueFull(queue, limit)  # rolls the whole insert back
     return out
+
+
+def unique_twin(conn: sqlite3.Connection, scope: UniqueScope) -> Job | None:
+    """The job a unique submit duplicates, read under the insert's write lock (so no
+    other submitter can add one before the insert commits): the newest job of the
+    scope's kind and key (index jobs_unique) that the scope covers."""
+    marks = ", ".join("?" * len(scope.states))
+    rows = conn.execute(
+        f"SELECT {JOB_COLS} FROM jobs WHERE kind = ? AND unique_key = ? AND created_at > ? "
+        f"AND state IN ({marks}) ORDER BY created_at DESC, id DESC LIMIT 1",
+        (scope.kind, scope.key, scope.since, *scope.states),
+    ).fetchall()
+    return scope.twin(map(job_from_values, rows))
 
 
 class JoinsSqlite:
@@ -88,7 +108,7 @@ class JoinsSqlite:
             return []
         check_storable((d.job for d in decisions), (d.entry for d in decisions))
         caller = self._joinable(conn)
-        with _translated(self.path, "insert in the caller's transaction"):
+        with translated(self.path, "insert in the caller's transaction"):
             if not caller.in_transaction:
                 # legacy transaction control: the INSERT would BEGIN implicitly; BEGIN
                 # now, so the savepoint below nests in the caller's transaction
@@ -110,7 +130,7 @@ class JoinsSqlite:
         if not isinstance(conn, sqlite3.Connection):
             raise BadInput(
                 f"{what}: the SQLite store {self.path} needs a sqlite3.Connection, "
-                f"got {type(conn).__name__}"
+                f"got {type_name(conn)}"
             )
         try:
             files = conn.execute("PRAGMA database_list").fetchall()

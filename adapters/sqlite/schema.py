@@ -19,6 +19,9 @@ LEASED_STATES = ("cancelling", "leased", "reconciling", "running")
 ACTIVE_STATES = ("cancelling", "leased", "queued", "retry_wait", "running", "waiting")
 #: the states a job waits for its prerequisites in (docs/dependencies.md)
 WAITING_STATES = ("waiting",)
+#: the states that take a slot of a concurrency limit (docs/flow-control.md): the
+#: sources of the spec's heartbeat, as `jobs_held` was created with them
+HELD_STATES = ("cancelling", "leased", "running")
 #: the lists released migrations wrote into their partial indexes (a released
 #: migration never changes): migration 1's held and active states, migration 5's
 #: active states
@@ -191,6 +194,95 @@ _V6 = [
     """,
 ]
 
+# Whose policy holds: the submitter said retry_safe=False for this very job, so the
+# handler's policy, stamped at start, never loosens it.
+_V7 = ["ALTER TABLE jobs ADD COLUMN retry_safe_pinned INTEGER NOT NULL DEFAULT 0"]
+
+# Failure stages: where in its run a job failed, beside the audit entry's reason code.
+_V8 = ["ALTER TABLE job_events ADD COLUMN stage TEXT"]
+
+# Flow control (docs/flow-control.md, docs/uniqueness.md, docs/retention.md):
+# - jobs.unique_key: the key of a unique job; jobs_unique finds the jobs of a
+#   (kind, key) a unique submit may duplicate, newest first;
+# - jobs_held: the jobs that take a slot of a kind's concurrency limit, counted by the
+#   claim that enforces it (a queue's are counted through jobs_queue_state);
+# - limits: each global limit (key "kind:NAME" or "queue:NAME"), where it was declared
+#   (code or operator) and who set it last, why; limit_changes: every change, audited;
+# - limit_leases: the times of the latest leases of each rate-limited key (at most its
+#   rate of them are kept), the sliding window a claim counts;
+# - service_leases: which worker runs a singleton maintenance service (retention) until
+#   when, taken by compare-and-set.
+_V9 = [
+    "ALTER TABLE jobs ADD COLUMN unique_key TEXT",
+    """
+    CREATE INDEX jobs_unique ON jobs (kind, unique_key, created_at)
+    WHERE unique_key IS NOT NULL
+    """,
+    f"CREATE INDEX jobs_held ON jobs (kind) WHERE state IN {in_list(HELD_STATES)}",
+    """
+    CREATE TABLE limits (
+        key         TEXT PRIMARY KEY,
+        concurrency INTEGER,
+        rate        INTEGER,
+        period      REAL,
+        origin      TEXT NOT NULL,
+        actor       TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        at          REAL NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE limit_changes (
+        seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+        key    TEXT NOT NULL,
+        at     REAL NOT NULL,
+        actor  TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        before TEXT,
+        after  TEXT
+    )
+    """,
+    "CREATE INDEX limit_changes_key ON limit_changes (key, seq)",
+    "CREATE TABLE limit_leases (key TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX limit_leases_key ON limit_leases (key, at)",
+    """
+    CREATE TABLE service_leases (
+        name  TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        until REAL NOT NULL
+    )
+    """,
+]
+
+# Schedules, wave 3 (docs/schedules.md): when a scheduler last handled each schedule
+# (it tells ticks missed while no scheduler ran from late ones), the audited changes
+# of schedules (kept after a schedule is removed), and the running schedulers: the
+# kinds their workers handle and which one leads the passes.
+_V10 = [
+    "ALTER TABLE schedules ADD COLUMN checked_at REAL",
+    """
+    CREATE TABLE schedule_changes (
+        seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+        name       TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        actor      TEXT NOT NULL,
+        reason     TEXT NOT NULL,
+        at         REAL NOT NULL,
+        definition TEXT
+    )
+    """,
+    "CREATE INDEX schedule_changes_name ON schedule_changes (name, seq)",
+    """
+    CREATE TABLE schedulers (
+        owner      TEXT PRIMARY KEY,
+        kinds_json TEXT NOT NULL,
+        seen_at    REAL NOT NULL,
+        lead_until REAL
+    )
+    """,
+]
+
 #: (number, statements): applied in order, each exactly once.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, tuple(_V1)),
@@ -199,6 +291,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (4, tuple(_V4)),
     (5, tuple(_V5)),
     (6, tuple(_V6)),
+    (7, tuple(_V7)),
+    (8, tuple(_V8)),
+    (9, tuple(_V9)),
+    (10, tuple(_V10)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -12,61 +11,62 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from fsm.errors import SchemaError, StoreError, TransientStoreError, VersionConflict
+from fsm.errors import StoreError, TransientStoreError, VersionConflict
 from fsm.lifecycle.core import erased_data_json
 from fsm.ports import (
     Capacity,
     ClaimRequest,
     ProgressRequest,
-    PruneRequest,
-    QueuePause,
     RenewRequest,
     ScanRequest,
 )
 from fsm.records import AuditEntry, Decision, Job
 
-from .._rows import (
-    Unclaimable,
-    check_storable,
-    decide_leases,
-    first_rejections,
-    owner_to_text,
-    rejected_key,
-    start_leased,
-)
-from ._sql import (
-    _AUDIT_COLS,
-    _AUDIT_INSERT,
-    _CHUNK,
-    _JOB_COLS,
-    _RECORD,
-    _RECORD_REJECTED,
-    CLAIM_ROUNDS,
-    _audit_values,
-    _cas_groups,
-    _cas_statement,
-    _create_private,
-    _job,
-    _translated,
-)
+from ..claiming import Unclaimable, decide_leases, start_leased
+from ..rejections import first_rejections, rejected_key
+from ..rows import check_storable, job_from_values, owner_to_text
 from .browse import SqliteBrowse
 from .deps import SqliteDependencies
+from .history import SqliteHistory
 from .inserts import JoinsSqlite, insert_rows
+from .limits import SqliteLimits
 from .schedules import SqliteSchedules
 from .schema import (
     ACTIVE_STATES,
-    CREATE_VERSION_TABLE,
     LEASED_STATES,
-    MIGRATIONS,
-    SCHEMA_VERSION,
     in_list,
 )
+from .services import SqliteServices
+from .sql import (
+    AUDIT_COLS,
+    AUDIT_INSERT,
+    CHUNK,
+    CLAIM_ROUNDS,
+    JOB_COLS,
+    RECORD,
+    RECORD_REJECTED,
+    audit_values,
+    cas_groups,
+    cas_statement,
+    create_private,
+    translated,
+)
+from .upkeep import SqliteUpkeep
 from .url import SqliteOptions, parse_url
 
 log = logging.getLogger(__name__)
 
 
-class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies):
+class SqliteStore(
+    SqliteBrowse,
+    SqliteHistory,
+    JoinsSqlite,
+    SqliteSchedules,
+    SqliteServices,
+    SqliteDependencies,
+    SqliteUpkeep,
+    SqliteLimits,
+):
     """Jobs and audit trail in one SQLite file (WAL, one connection per thread).
 
     It does not offer `fsm.ports.ConfirmsDeath`: SQLite cannot confirm a worker's death
@@ -93,8 +93,8 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"SQLite store {self.path} is closed")
-        with _translated(self.path, "open"):
-            _create_private(self.path)
+        with translated(self.path, "open"):
+            create_private(self.path)
             conn = sqlite3.connect(
                 self.path,
                 timeout=self.options.busy_timeout_ms / 1000,
@@ -108,7 +108,15 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
             conn.execute(f"PRAGMA synchronous = {self.options.synchronous}")
         return conn
 
+    def thread_connection(self) -> sqlite3.Connection:
+        """This thread's connection to the file (opened on first use, in WAL mode with the
+        URL's options; a forked child opens its own). For reads and checks of the file
+        itself (PRAGMAs, query plans) by operators and tests: jobfsm's writes go
+        through the store's methods, which take the write lock first."""
+        return self._conn()
+
     def _conn(self) -> sqlite3.Connection:
+        # every statement of the store goes through here (the crash fault model wraps it)
         pid = os.getpid()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == pid:
@@ -159,7 +167,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                 f"{busy_ms} ms for this process's other writers); nothing was written"
             )
         try:
-            with _translated(self.path, what):
+            with translated(self.path, what):
                 waited_ms = int((time.monotonic() - started) * 1000)
                 if waited_ms >= 1:
                     conn.execute(f"PRAGMA busy_timeout = {max(1, busy_ms - waited_ms)}")
@@ -183,55 +191,8 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
 
     def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         conn = self._conn()
-        with _translated(self.path, what):
+        with translated(self.path, what):
             return conn.execute(sql, params).fetchall()
-
-    # --- schema --------------------------------------------------------------------
-
-    def schema_version(self) -> int:
-        """The highest migration step applied to the file (0 for an empty file)."""
-        conn = self._conn()
-        with _translated(self.path, "read schema version"):
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-            ).fetchone()
-            if exists is None:
-                return 0
-            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
-            return int(row[0])
-
-    def migrate(self) -> list[int]:
-        """Apply the missing migration steps; return their numbers (empty if none).
-
-        A file already at this version is only read (no write lock), so a store
-        opens while another process holds, or is frozen in, a write transaction.
-        """
-        applied: list[int] = []
-        if self.schema_version() == SCHEMA_VERSION:
-            return applied
-        with self._write("migrate") as conn:
-            conn.execute(CREATE_VERSION_TABLE)
-            current = int(
-                conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
-            )
-            if current > SCHEMA_VERSION:
-                raise SchemaError(
-                    f"SQLite store {self.path} has schema version {current}, newer than "
-                    f"{SCHEMA_VERSION}, the newest this jobfsm knows; upgrade jobfsm"
-                )
-            for number, statements in MIGRATIONS:
-                if number <= current:
-                    continue
-                for statement in statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-                    (number, time.time()),
-                )
-                applied.append(number)
-        if applied:
-            log.info("SQLite store %s: applied migrations %s", self.path, applied)
-        return applied
 
     # --- the Store port ------------------------------------------------------------
 
@@ -241,37 +202,32 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
             return insert_rows(conn, decisions, capacity)
 
     def get(self, job_id: str) -> Job | None:
-        rows = self._read("get", f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?", (job_id,))
-        return _job(rows[0]) if rows else None
+        rows = self._read("get", f"SELECT {JOB_COLS} FROM jobs WHERE id = ?", (job_id,))
+        return job_from_values(rows[0]) if rows else None
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
             return []
         if (request.ids is not None and not request.ids) or request.kinds == ():
             return []
-        where = [
-            f"state IN {in_list(request.states)}",
-            f"queue IN ({', '.join('?' for _ in request.queues)})",
-            "run_after <= ?",
-            "(deadline IS NULL OR deadline > ?)",
-        ]
-        params: list[Any] = [*request.queues, request.now, request.now]
-        if request.kinds is not None:
-            where.append(f"kind IN ({', '.join('?' for _ in request.kinds)})")
-            params.extend(request.kinds)
-        if request.ids is not None:
-            where.append(f"id IN ({', '.join('?' for _ in request.ids)})")
-            params.extend(request.ids)
-        params.append(request.limit)
-        select = (
-            f"SELECT {_JOB_COLS} FROM jobs WHERE {' AND '.join(where)} "
-            "ORDER BY priority, run_after, id LIMIT ?"
-        )
         known = self._unclaimable.known()
         leased: list[Job] = []
         with self._write("claim") as conn:
+            if request.retime is not None:
+                # The clock is read again now that this transaction holds the write lock:
+                # the wait for it (up to the busy timeout) is not before the lease's time.
+                request = request.retime()
+            select, params = _claim_select(request)
             decisions: list[Decision] = []
             refused: list[str] = []
+            limited = self._claim_limited(conn, request, select, params, known)
+            if limited is not None:  # a limit applies: the budget picks (docs/flow-control.md)
+                decisions, _ = decide_leases(limited[0], request.decide, self._unclaimable)
+                claimed = start_leased(decisions, request.start)
+                leased = self._write_decided(conn, [c.write for c in claimed])
+                self._append(conn, [e for c in claimed for e in c.entries])
+                self._mark_leases(conn, limited[1], leased, request.now)
+                return leased
             for _ in range(CLAIM_ROUNDS):  # bounded: rounds only look past refused jobs
                 skip = [*known, *refused]
                 sql = (
@@ -285,7 +241,9 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                 rows = conn.execute(sql, [*params[:-1], *skip, wanted]).fetchall()
                 # The core decides each lease from the pre-image; the store only applies
                 # it. A job it refuses is skipped (logged once), never the batch.
-                got, bad = decide_leases([_job(r) for r in rows], request.decide, self._unclaimable)
+                got, bad = decide_leases(
+                    [job_from_values(r) for r in rows], request.decide, self._unclaimable
+                )
                 decisions += got
                 refused += bad
                 if not bad or len(rows) < wanted:
@@ -297,9 +255,9 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
 
     def _write_decided(self, conn: sqlite3.Connection, decisions: Sequence[Decision]) -> list[Job]:
         """Write the core's decided records, compare-and-set on version: one
-        `executemany` per set of changed columns (`_cas_groups`). The values
+        `executemany` per set of changed columns (`cas_groups`). The values
         written are the decisions' records, field for field."""
-        written = sum(conn.executemany(sql, rows).rowcount for sql, rows in _cas_groups(decisions))
+        written = sum(conn.executemany(sql, rows).rowcount for sql, rows in cas_groups(decisions))
         if written != len(decisions):
             # Impossible under BEGIN IMMEDIATE; refuse rather than lease silently.
             raise StoreError(
@@ -314,7 +272,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
             assert d.previous is not None, "apply takes decisions on existing jobs"
         check_storable((d.job for d in decisions), (d.entry for d in decisions))
         prepared = [
-            (_cas_statement(d), None if d.entry is None else _audit_values(d.entry))
+            (cas_statement(d), None if d.entry is None else audit_values(d.entry))
             for d in decisions
         ]
         out: list[Job | VersionConflict] = []
@@ -329,15 +287,15 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                     out.append(VersionConflict(d.job.id, d.previous.version, actual))
                     continue
                 if entry is not None:
-                    conn.execute(_AUDIT_INSERT, entry)
+                    conn.execute(AUDIT_INSERT, entry)
                 out.append(d.job)
         return out
 
     def erase(self, decision: Decision) -> Job | VersionConflict:
         assert decision.previous is not None, "erase takes a decision on an existing job"
         check_storable([decision.job], [decision.entry])
-        sql, params = _cas_statement(decision)
-        entry = None if decision.entry is None else _audit_values(decision.entry)
+        sql, params = cas_statement(decision)
+        entry = None if decision.entry is None else audit_values(decision.entry)
         with self._write("erase") as conn:
             if conn.execute(sql, params).rowcount != 1:
                 row = conn.execute(
@@ -346,7 +304,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
                 actual = None if row is None else int(row[0])
                 return VersionConflict(decision.job.id, decision.previous.version, actual)
             if entry is not None:
-                conn.execute(_AUDIT_INSERT, entry)
+                conn.execute(AUDIT_INSERT, entry)
             rows = conn.execute(
                 "SELECT seq, data_json FROM job_events WHERE job_id = ?", (decision.job.id,)
             ).fetchall()
@@ -363,8 +321,8 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
         items = list(request.fences.items())
         renewed: dict[str, str] = {}
         statements = []
-        for start in range(0, len(items), _CHUNK * 10):
-            chunk = items[start : start + _CHUNK * 10]
+        for start in range(0, len(items), CHUNK * 10):
+            chunk = items[start : start + CHUNK * 10]
             sql = (
                 f"WITH v(id, fence) AS (VALUES {', '.join('(?, ?)' for _ in chunk)}) "
                 "UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "
@@ -388,8 +346,8 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
         owner = owner_to_text(request.owner)
         items = [(i, fence, text) for i, (fence, text) in request.items.items()]
         statements = []
-        for start in range(0, len(items), _CHUNK * 10):
-            chunk = items[start : start + _CHUNK * 10]
+        for start in range(0, len(items), CHUNK * 10):
+            chunk = items[start : start + CHUNK * 10]
             sql = (
                 f"WITH v(id, fence, progress) AS (VALUES {', '.join('(?, ?, ?)' for _ in chunk)}) "
                 "UPDATE jobs SET progress_json = v.progress "
@@ -407,7 +365,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
         """Append entries of existing jobs; a rejected (job, event, fence) only once."""
         check_storable((), entries)
         prepared = [
-            (_RECORD if rejected_key(e) is None else _RECORD_REJECTED, _audit_values(e))
+            (RECORD if rejected_key(e) is None else RECORD_REJECTED, audit_values(e))
             for e in first_rejections(entries)
         ]
         if not prepared:
@@ -418,7 +376,7 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
 
     def _append(self, conn: sqlite3.Connection, entries: Sequence[AuditEntry]) -> None:
         if entries:
-            conn.executemany(_AUDIT_INSERT, [_audit_values(e) for e in entries])
+            conn.executemany(AUDIT_INSERT, [audit_values(e) for e in entries])
 
     def scan(self, request: ScanRequest) -> list[Job]:
         if not request.states or request.limit < 1:
@@ -450,15 +408,15 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
         params.append(request.limit)
         rows = self._read(
             "scan",
-            f"SELECT {_JOB_COLS} FROM jobs {index} WHERE {' AND '.join(where)} LIMIT ?",
+            f"SELECT {JOB_COLS} FROM jobs {index} WHERE {' AND '.join(where)} LIMIT ?",
             params,
         )
-        return [_job(r) for r in rows]
+        return [job_from_values(r) for r in rows]
 
     def history(self, job_id: str) -> list[AuditEntry]:
         rows = self._read(
             "history",
-            f"SELECT {_AUDIT_COLS} FROM job_events WHERE job_id = ? ORDER BY seq",
+            f"SELECT {AUDIT_COLS} FROM job_events WHERE job_id = ? ORDER BY seq",
             (job_id,),
         )
         return [AuditEntry(*r) for r in rows]
@@ -466,74 +424,6 @@ class SqliteStore(SqliteBrowse, JoinsSqlite, SqliteSchedules, SqliteDependencies
     def counts(self) -> dict[tuple[str, str], int]:
         rows = self._read("counts", "SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state")
         return {(r[0], r[1]): int(r[2]) for r in rows}
-
-    def prune(self, request: PruneRequest) -> int:
-        if not request.cutoffs or request.limit < 1:
-            return 0
-        ors = []
-        params: list[Any] = []
-        for state, cutoff in sorted(request.cutoffs.items()):
-            in_list([state])  # validates the name
-            ors.append("(state = ? AND finished_at IS NOT NULL AND finished_at < ?)")
-            params += [state, cutoff]
-        where = f"({' OR '.join(ors)})"
-        if request.queues is not None:
-            if not request.queues:
-                return 0
-            where += f" AND queue IN ({', '.join('?' for _ in request.queues)})"
-            params += list(request.queues)
-        if request.other_than:
-            where += f" AND queue NOT IN ({', '.join('?' for _ in request.other_than)})"
-            params += list(request.other_than)
-        if request.held_by:  # keep what a waiting job still waits for
-            where += (
-                " AND NOT EXISTS (SELECT 1 FROM job_deps d JOIN jobs w ON w.id = d.job_id "
-                f"WHERE d.after_id = jobs.id AND w.state IN {in_list(request.held_by)})"
-            )
-        params.append(request.limit)
-        with self._write("prune") as conn:
-            ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE {where} LIMIT ?", params)]
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                marks = ", ".join("?" for _ in chunk)
-                conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
-                conn.execute(f"DELETE FROM job_deps WHERE job_id IN ({marks})", chunk)
-                conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
-        return len(ids)
-
-    def pause_queue(self, pause: QueuePause) -> None:
-        row = (pause.queue, pause.actor, pause.reason, pause.at)
-        with self._write("pause queue") as conn:
-            conn.execute("INSERT OR REPLACE INTO queue_pauses VALUES (?, ?, ?, ?)", row)
-
-    def resume_queue(self, queue: str) -> bool:
-        with self._write("resume queue") as conn:
-            gone = conn.execute("DELETE FROM queue_pauses WHERE queue = ?", (queue,)).rowcount
-        return bool(gone)
-
-    def paused_queues(self) -> dict[str, QueuePause]:
-        with _translated(self.path, "paused queues"):
-            rows = self._conn().execute("SELECT queue, actor, reason, at FROM queue_pauses")
-            return {r[0]: QueuePause(*r) for r in rows.fetchall()}
-
-    def drop_schema(self) -> None:
-        """Remove jobfsm's tables; then, if nothing else is left in the file, the file
-        itself with its -wal and -shm files. Closes the store.
-
-        Call it when no other process uses the file (`jobfsm faults` cleans up so).
-        """
-        with self._write("drop schema") as conn:
-            tables = ("job_events", "job_deps", "jobs", "queue_pauses", "schedules")
-            for table in (*tables, "schema_version"):
-                conn.execute(f"DROP TABLE IF EXISTS {table}")
-            left = conn.execute(
-                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
-            ).fetchone()[0]
-        self.close()  # the last connection to close checkpoints and removes -wal, -shm
-        if left == 0:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(self.path + suffix)
 
     def close(self) -> None:
         """Close this process's connections; the store cannot be used afterwards."""
@@ -556,3 +446,26 @@ def open_store(url: str) -> SqliteStore:
         store.close()
         raise
     return store
+
+
+def _claim_select(request: ClaimRequest) -> tuple[str, list[Any]]:
+    """A claim's candidate query and its parameters (the last one: the limit)."""
+    where = [
+        f"state IN {in_list(request.states)}",
+        f"queue IN ({', '.join('?' for _ in request.queues)})",
+        "run_after <= ?",
+        "(deadline IS NULL OR deadline > ?)",
+    ]
+    params: list[Any] = [*request.queues, request.now, request.now]
+    if request.kinds is not None:
+        where.append(f"kind IN ({', '.join('?' for _ in request.kinds)})")
+        params.extend(request.kinds)
+    if request.ids is not None:
+        where.append(f"id IN ({', '.join('?' for _ in request.ids)})")
+        params.extend(request.ids)
+    params.append(request.limit)
+    select = (
+        f"SELECT {JOB_COLS} FROM jobs WHERE {' AND '.join(where)} "
+        "ORDER BY priority, run_after, id LIMIT ?"
+    )
+    return select, params

@@ -19,17 +19,17 @@ from typing import Any
 from fsm.errors import SchemaError, StoreError, TransientStoreError
 from fsm.records import AuditEntry, Decision, Job, Owner
 
-from .._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_from_values, owner_to_text
+from ..rows import AUDIT_COLUMNS, JOB_COLUMNS, owner_to_text
 from .schema import in_list
 
-_JOB_COLS = ", ".join(JOB_COLUMNS)
-_JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
-_AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
+JOB_COLS = ", ".join(JOB_COLUMNS)
+JOB_MARKS = ", ".join("?" for _ in JOB_COLUMNS)
+AUDIT_COLS = ", ".join(AUDIT_COLUMNS)
 _AUDIT_MARKS = ", ".join("?" for _ in AUDIT_COLUMNS)
 #: ids per `IN (...)` list (prune); renew and save_progress bind 2 or 3 values per
 #: row in chunks of 10 x this: every statement stays under SQLite's default limit of
 #: 32766 bound variables.
-_CHUNK = 500
+CHUNK = 500
 _TRANSIENT = ("locked", "busy")
 #: how many times one claim looks again past jobs the core refused to lease
 CLAIM_ROUNDS = 4
@@ -48,17 +48,12 @@ def _owner_text(owner: Owner) -> str | None:
     return owner_to_text(owner)
 
 
-def _job(row: Sequence[Any]) -> Job:
-    """A Job from a row selected as `_JOB_COLS` (the `_rows` mapping, positionally)."""
-    return job_from_values(row)
-
-
 #: a record's values in column order, read in C (one attrgetter call per record)
 _job_tuple = operator.attrgetter(*JOB_COLUMNS)
 
 
-def _job_values(job: Job) -> list[Any]:
-    """The row of `job` in `JOB_COLUMNS` order (as `_rows.job_to_row` maps it)."""
+def job_values(job: Job) -> list[Any]:
+    """The row of `job` in `JOB_COLUMNS` order (as `adapters.rows.job_to_row` maps it)."""
     values = list(_job_tuple(job))
     if job.owner is not None:
         values[_OWNER_AT] = _owner_text(job.owner)
@@ -91,7 +86,7 @@ def _changed(d: Decision) -> tuple[tuple[int, ...], list[Any]]:
     return changed, values
 
 
-def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
+def cas_statement(d: Decision) -> tuple[str, list[Any]]:
     """The compare-and-set writing `d.job` over `d.previous` (made before BEGIN),
     setting the columns the decision changed (`_changed`)."""
     assert d.previous is not None
@@ -99,8 +94,8 @@ def _cas_statement(d: Decision) -> tuple[str, list[Any]]:
     return _update_sql(changed), [*values, d.job.id, d.previous.version]
 
 
-def _cas_groups(decisions: Sequence[Decision]) -> list[tuple[str, list[list[Any]]]]:
-    """The compare-and-set of each decision (`_cas_statement`), grouped by the
+def cas_groups(decisions: Sequence[Decision]) -> list[tuple[str, list[list[Any]]]]:
+    """The compare-and-set of each decision (`cas_statement`), grouped by the
     columns they change: (statement, one parameter row per decision), each group
     for one `executemany` (made before BEGIN).
 
@@ -117,24 +112,24 @@ def _cas_groups(decisions: Sequence[Decision]) -> list[tuple[str, list[list[Any]
 
 
 #: an audit entry's values in column order, read in C
-_audit_values: Callable[[AuditEntry], tuple[Any, ...]] = operator.attrgetter(*AUDIT_COLUMNS)
+audit_values: Callable[[AuditEntry], tuple[Any, ...]] = operator.attrgetter(*AUDIT_COLUMNS)
 
 
-_AUDIT_INSERT = f"INSERT INTO job_events ({_AUDIT_COLS}) VALUES ({_AUDIT_MARKS})"
+AUDIT_INSERT = f"INSERT INTO job_events ({AUDIT_COLS}) VALUES ({_AUDIT_MARKS})"
 #: record(): an entry of an existing job; a rejected one unless its (event, fence) is there
 _AT = {c: f"?{i}" for i, c in enumerate(AUDIT_COLUMNS, start=1)}
-_RECORD = (
-    f"INSERT INTO job_events ({_AUDIT_COLS}) SELECT {', '.join(_AT.values())} "
+RECORD = (
+    f"INSERT INTO job_events ({AUDIT_COLS}) SELECT {', '.join(_AT.values())} "
     f"WHERE EXISTS (SELECT 1 FROM jobs WHERE id = {_AT['job_id']})"
 )
-_RECORD_REJECTED = (
-    f"{_RECORD} AND NOT EXISTS (SELECT 1 FROM job_events WHERE job_id = {_AT['job_id']} "
+RECORD_REJECTED = (
+    f"{RECORD} AND NOT EXISTS (SELECT 1 FROM job_events WHERE job_id = {_AT['job_id']} "
     f"AND outcome = 'rejected' AND event = {_AT['event']} AND fence = {_AT['fence']})"
 )
 
 
 @functools.lru_cache(maxsize=16)
-def _waiting_sql(states: tuple[str, ...]) -> str:
+def waiting_sql(states: tuple[str, ...]) -> str:
     """Count a queue's waiting jobs (`states`), stopping after `?` rows (index only)."""
     return (
         "SELECT COUNT(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_queue_state "
@@ -142,7 +137,7 @@ def _waiting_sql(states: tuple[str, ...]) -> str:
     )
 
 
-def _create_private(path: str) -> None:
+def create_private(path: str) -> None:
     """Create the database file readable by its owner only, before SQLite opens it.
 
     SQLite gives the -wal and -shm files the mode of the database file, so the
@@ -157,7 +152,7 @@ def _create_private(path: str) -> None:
 
 
 @contextmanager
-def _translated(path: str, what: str) -> Iterator[None]:
+def translated(path: str, what: str) -> Iterator[None]:
     """Translate sqlite3 errors into the jobfsm store errors, naming the file and call."""
     try:
         yield

@@ -1,4 +1,11 @@
-"""Progress from a process executor's child to its parent, as JSON over the slot's pipe.
+"""A process executor's child (`child_main`) and its pipe to the parent: outcomes, and
+the progress a handler reports, relayed as JSON (`adapters.executors.ProcessExecutor`
+owns both ends).
+
+A child starts by removing the worker's credentials from its environment
+(`adapters.child_env`), then runs the worker's `child_init` hook once, if there is
+one, and tells the parent `{"op": "ready"}`, or `{"op": "init_failed", "error": ...}`
+and exits: the parent hands it no job before it is ready.
 
 A handler's `ctx.progress(...)` in a child becomes a message
 `{"progress": <JSON text>, "job": id, "fence": n}` on the pipe its outcome takes (no
@@ -10,14 +17,22 @@ to the attempt it names (`fsm.ports.Attempt.progress`); a late one is dropped.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import multiprocessing.connection
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from fsm.ports import Attempt, Outcome
+from fsm.worker.context import MARK_OP, raise_mark_reply, run_target
+from fsm.worker.hooks import run_child_init
+
+from .child_env import scrub_environment
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +40,9 @@ log = logging.getLogger(__name__)
 #: value wins, and the last one is sent before the outcome (a bound on the pipe).
 PROGRESS_EVERY = 0.2
 PROGRESS_PREFIX = '{"progress":'
+#: The child's first message: ready for jobs (its `child_init` ran), or why not.
+READY = '{"op": "ready"}'
+INIT_FAILED_PREFIX = '{"op": "init_failed"'
 
 
 class ChildOut:
@@ -101,3 +119,77 @@ def deliver_progress(attempt: Attempt, text: str) -> None:
             attempt.progress(value)
         except Exception:
             log.exception("job %s: progress callback failed", job_id)
+
+
+# --- the child ---------------------------------------------------------------------------
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when its parent dies (no orphaned handlers)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def child_main(
+    conn: multiprocessing.connection.Connection,
+    cancel: Any,
+    parent: int,
+    init: str | None = None,
+    allow: tuple[str, ...] = ("*",),
+) -> None:
+    """A slot's child: scrub the environment, run `init` once, then one JSON task at a
+    time until told to stop or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker drains; children follow it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    die_with_parent()
+    if os.getppid() != parent:
+        return
+    scrub_environment(allow)
+    out = ChildOut(conn)
+    error = None if init is None else run_child_init(init)
+    try:
+        if error is not None:
+            conn.send_bytes(json.dumps({"op": "init_failed", "error": error}).encode("utf-8"))
+            return
+        conn.send_bytes(READY.encode("utf-8"))
+    except OSError:
+        return
+    while True:
+        try:
+            text = conn.recv_bytes().decode("utf-8")
+        except (EOFError, OSError):
+            return
+        task = json.loads(text)
+        if task.get("op") == "stop":
+            return
+        sender = out.progress_sender(str(task.get("job_id")), int(task.get("fence", 0)))
+        outcome = run_target(
+            task["target"],
+            task["job_json"],
+            cancel,
+            int(task["result_limit"]),
+            sender,
+            marker=child_marker(out, task["job_json"]),
+        )
+        try:
+            out.outcome(outcome)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def child_marker(out: ChildOut, job_json: str) -> Callable[[str, str | None], None]:
+    """`ctx.mark` in a child: the mark goes to the parent as JSON (under the pipe's
+    lock: the progress flusher writes to it too), and the handler waits for the
+    parent's reply (stored, or the error to raise) before it goes on."""
+    from fsm.records import job_from_json
+
+    job = job_from_json(job_json)
+
+    def mark(label: str, external_id: str | None) -> None:
+        message = {"op": MARK_OP, "label": label, "external_id": external_id}
+        with out.lock:
+            out.conn.send_bytes(json.dumps(message).encode("utf-8"))
+        raise_mark_reply(job, json.loads(out.conn.recv_bytes().decode("utf-8")))
+
+    return mark

@@ -22,15 +22,25 @@ MIGRATE_CLASS = 0x4A464D47
 LIVENESS_CLASS = 0x4A464C56
 #: class id of the per-queue lock an insert with a capacity holds: "JFCQ"
 CAPACITY_CLASS = 0x4A464351
+#: class id of the lock a scheduler's beat holds while it takes the lead: "JFSC"
+SCHEDULER_CLASS = 0x4A465343
+#: class id of the per-(kind, unique key) lock a unique submit holds: "JFUQ"
+UNIQUE_CLASS = 0x4A465551
 #: every table jobfsm creates in its schema (drop_schema removes exactly these)
 TABLES = (
     "job_deps",
     "job_events",
     "jobs",
+    "limit_changes",
+    "limit_leases",
+    "limits",
     "liveness",
     "queue_pauses",
+    "schedule_changes",
+    "schedulers",
     "schedules",
     "schema_version",
+    "service_leases",
 )
 
 # Hot-path indexes. Finished jobs (succeeded/failed/cancelled) are kept out of the
@@ -183,6 +193,89 @@ CREATE INDEX jobs_leased ON {s}.jobs (lease_until)
     WHERE state IN ('leased', 'running', 'cancelling', 'reconciling');
 """
 
+# Whose policy holds: the submitter said retry_safe=False for this very job, so the
+# handler's policy, stamped at start, never loosens it.
+_V8 = """
+ALTER TABLE {s}.jobs ADD COLUMN retry_safe_pinned boolean NOT NULL DEFAULT false;
+"""
+
+# Failure stages: where in its run a job failed, beside the audit entry's reason code.
+_V9 = """
+ALTER TABLE {s}.job_events ADD COLUMN stage text;
+"""
+
+# Flow control (docs/flow-control.md, docs/uniqueness.md, docs/retention.md):
+# - jobs.unique_key: the key of a unique job; jobs_unique finds the jobs of a
+#   (kind, key) a unique submit may duplicate;
+# (the claim that enforces a concurrency limit counts the jobs holding a slot through
+#   jobs_leased: an index of their own would draw the recovery sweep's plan away from it);
+# - limits: each global limit (key "kind:NAME" or "queue:NAME"), where it was declared
+#   (code or operator) and who set it last, why; limit_changes: every change, audited;
+# - limit_leases: the times of the latest leases of each rate-limited key (at most its
+#   rate of them are kept), the sliding window a claim counts;
+# - service_leases: which worker runs a singleton maintenance service (retention) until
+#   when, taken by compare-and-set.
+_V10 = """
+ALTER TABLE {s}.jobs ADD COLUMN unique_key text;
+CREATE INDEX jobs_unique ON {s}.jobs (kind, unique_key, created_at)
+    WHERE unique_key IS NOT NULL;
+CREATE TABLE {s}.limits (
+    key         text PRIMARY KEY,
+    concurrency bigint,
+    rate        bigint,
+    period      double precision,
+    origin      text NOT NULL,
+    actor       text NOT NULL,
+    reason      text NOT NULL,
+    at          double precision NOT NULL
+);
+CREATE TABLE {s}.limit_changes (
+    seq    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key    text NOT NULL,
+    at     double precision NOT NULL,
+    actor  text NOT NULL,
+    reason text NOT NULL,
+    origin text NOT NULL,
+    before text,
+    after  text
+);
+CREATE INDEX limit_changes_key ON {s}.limit_changes (key, seq);
+CREATE TABLE {s}.limit_leases (
+    key text NOT NULL,
+    at  double precision NOT NULL
+);
+CREATE INDEX limit_leases_key ON {s}.limit_leases (key, at);
+CREATE TABLE {s}.service_leases (
+    name  text PRIMARY KEY,
+    owner text NOT NULL,
+    until double precision NOT NULL
+);
+"""
+
+# Schedules, wave 3 (docs/schedules.md): when a scheduler last handled each schedule
+# (it tells ticks missed while no scheduler ran from late ones), the audited changes
+# of schedules (kept after a schedule is removed), and the running schedulers: the
+# kinds their workers handle and which one leads the passes.
+_V11 = """
+ALTER TABLE {s}.schedules ADD COLUMN checked_at double precision;
+CREATE TABLE {s}.schedule_changes (
+    seq        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name       text NOT NULL,
+    action     text NOT NULL,
+    actor      text NOT NULL,
+    reason     text NOT NULL,
+    at         double precision NOT NULL,
+    definition text
+);
+CREATE INDEX schedule_changes_name ON {s}.schedule_changes (name, seq);
+CREATE TABLE {s}.schedulers (
+    owner      text PRIMARY KEY,
+    kinds_json text NOT NULL,
+    seen_at    double precision NOT NULL,
+    lead_until double precision
+);
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
@@ -192,6 +285,10 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (5, "jobs: the latest progress of a running job", _V5),
     (6, "dependencies: job_deps, on_failed_dependency, waiting jobs by id", _V6),
     (7, "run marks and audit reason codes", _V7),
+    (8, "jobs: retry_safe=False pinned by the submitter", _V8),
+    (9, "audit: the failure stage beside the reason code", _V9),
+    (10, "flow control: limits, their changes and rate windows, unique keys, service leases", _V10),
+    (11, "schedules: checked_at, audited changes, schedulers", _V11),
 )
 LATEST = MIGRATIONS[-1][0]
 

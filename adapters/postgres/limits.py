@@ -1,0 +1,260 @@
+"""`fsm.ports.LimitsClaims` for PostgreSQL: the `limits`, `limit_changes` and
+`limit_leases` tables of migration 10 (docs/flow-control.md).
+
+A claim under limits takes a transaction advisory lock per limit key that applies
+(in one order, so claimers never deadlock), reads the clock again, then counts the
+jobs holding a slot and the leases within each rate window, all inside the claim's
+transaction: two claimers of a limited key are serialized from their count to their
+commit, so no interleaving can lease past a limit. Claims of keys without limits
+take no such lock."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from fsm.lifecycle.limits import Budget, Limit, LimitChange, applicable, window_start
+from fsm.ports import ClaimRequest
+from fsm.records import Job
+
+from ..claiming import claim_within, rate_marks
+from ..rows import job_from_values
+from . import migrations
+from ._base import Conn, Connected
+
+_COLUMNS = "key, concurrency, rate, period, origin, actor, reason, at"
+_CHANGE = "seq, key, at, actor, reason, origin, before, after"
+
+
+def limit_from_row(row: Sequence[Any]) -> Limit:
+    key, conc, rate, period, origin, actor, reason, at = row
+    return Limit(key, conc, rate, period, origin, actor, reason, at)
+
+
+def lock_id(schema: str, key: str) -> int:
+    """The advisory lock id (a signed 64-bit integer) of a limit key in a schema."""
+    digest = hashlib.blake2b(f"jobfsm-limit/{schema}/{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class PostgresLimits(Connected):
+    """Mixed into PostgresStore."""
+
+    def _limits_table(self, name: str) -> str:
+        return f"{migrations.quote(self.schema)}.{name}"
+
+    def _changed(
+        self, conn: Conn, key: str, before: Limit | None, after: Limit | None, by: Limit
+    ) -> None:
+        conn.execute(
+            f"INSERT INTO {self._limits_table('limit_changes')} "
+            "(key, at, actor, reason, origin, before, after) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                key,
+                by.at,
+                by.actor,
+                by.reason,
+                by.origin,
+                None if before is None else before.describe(),
+                None if after is None else after.describe(),
+            ),
+        )
+
+    def set_limit(self, limit: Limit) -> Limit | None:
+        t = self._limits_table("limits")
+        with self.connection("set limit") as conn, conn.transaction():
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM {t} WHERE key = %s FOR UPDATE", (limit.key,)
+            ).fetchall()
+            before = limit_from_row(found[0]) if found else None
+            conn.execute(
+                f"INSERT INTO {t} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency, "
+                "rate = excluded.rate, period = excluded.period, origin = excluded.origin, "
+                "actor = excluded.actor, reason = excluded.reason, at = excluded.at",
+                (
+                    limit.key,
+                    limit.concurrency,
+                    limit.rate,
+                    limit.period,
+                    limit.origin,
+                    limit.actor,
+                    limit.reason,
+                    limit.at,
+                ),
+            )
+            self._changed(conn, limit.key, before, limit, limit)
+        return before
+
+    def clear_limit(self, key: str, *, actor: str, reason: str, at: float) -> Limit | None:
+        with self.connection("clear limit") as conn, conn.transaction():
+            found = conn.execute(
+                f"DELETE FROM {self._limits_table('limits')} WHERE key = %s RETURNING {_COLUMNS}",
+                (key,),
+            ).fetchall()
+            if not found:
+                return None
+            conn.execute(f"DELETE FROM {self._limits_table('limit_leases')} WHERE key = %s", (key,))
+            before = limit_from_row(found[0])
+            self._changed(conn, key, before, None, Limit(key, actor=actor, reason=reason, at=at))
+        return before
+
+    def limits(self) -> dict[str, Limit]:
+        with self.connection("limits") as conn:
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM {self._limits_table('limits')}")
+            return {r[0]: limit_from_row(r) for r in rows.fetchall()}
+
+    def limit_changes(self, key: str | None = None, limit: int = 100) -> list[LimitChange]:
+        where, params = ("WHERE key = %s", [key]) if key is not None else ("", [])
+        with self.connection("limit changes") as conn:
+            rows = conn.execute(
+                f"SELECT {_CHANGE} FROM {self._limits_table('limit_changes')} {where} "
+                "ORDER BY seq DESC LIMIT %s",
+                [*params, max(0, limit)],
+            ).fetchall()
+        return [LimitChange(*r) for r in rows]
+
+    def limit_usage(
+        self, keys: Sequence[str], held: tuple[str, ...], waiting: tuple[str, ...]
+    ) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        jobs = self._limits_table("jobs")
+        with self.connection("limit usage") as conn:
+            for key in keys:
+                scope, _, name = key.partition(":")
+                column = "kind" if scope == "kind" else "queue"
+                counts = [
+                    conn.execute(
+                        f"SELECT count(*) FROM {jobs} WHERE state = ANY(%s::text[]) "
+                        f"AND {column} = %s",
+                        (list(states), name),
+                    ).fetchone()
+                    for states in (held, waiting)
+                ]
+                out[key] = (
+                    int(counts[0][0]) if counts[0] else 0,
+                    int(counts[1][0]) if counts[1] else 0,
+                )
+        return out
+
+    def claim_under_limits(
+        self,
+        conn: Conn,
+        request: ClaimRequest,
+        limits: Sequence[Limit],
+        lock: str,
+        params: dict[str, Any],
+    ) -> tuple[ClaimRequest, list[Job]]:
+        """Inside the claim's open transaction on `conn`, in one pipelined round trip:
+        lock the keys of `limits`, count the jobs holding a slot and the leases of each
+        rate window, and lock the first candidates (`lock`: the limited lock statement).
+        Then read the clock again and let the budget admit; a further round fetches
+        past a kind or queue the budget spent. Returns the retimed request and the
+        pre-images to lease.
+
+        The rate windows are counted from the time read before the lock: a window that
+        starts earlier holds every lease the true one does, so the count is never
+        short (a lease at the edge of the window may wait for the next claim)."""
+        schema = self.schema
+        ids = sorted({lock_id(schema, lim.key) for lim in limits})
+        jobs = self._limits_table("jobs")
+        leases = self._limits_table("limit_leases")
+        caps = request.caps or {}
+        before = request.now
+        held_reads: list[tuple[str, Any]] = []
+        rate_reads: list[tuple[str, Any]] = []
+        with conn.pipeline():
+            if ids:
+                conn.execute(
+                    "SELECT count(pg_advisory_xact_lock(k)) FROM "
+                    "(SELECT unnest(%s::int8[]) AS k ORDER BY 1) AS keys",
+                    (ids,),
+                )
+            for column in ("kind", "queue"):
+                names = [lim.name for lim in limits if lim.scope == column]
+                names += [k.partition(":")[2] for k in caps if k.startswith(f"{column}:")]
+                if names:
+                    held_reads.append(
+                        (
+                            column,
+                            conn.execute(
+                                f"SELECT {column}, count(*) FROM {jobs} "
+                                f"WHERE state = ANY(%s::text[]) AND {column} = ANY(%s::text[]) "
+                                f"GROUP BY {column}",
+                                (list(request.held_states), names),
+                            ),
+                        )
+                    )
+            for lim in limits:
+                start = window_start(lim, before)
+                if start is not None:
+                    rate_reads.append(
+                        (
+                            lim.key,
+                            conn.execute(
+                                f"SELECT count(*) FROM (SELECT 1 FROM {leases} "
+                                "WHERE key = %s AND at > %s LIMIT %s) AS w",
+                                (lim.key, start, lim.rate),
+                            ),
+                        )
+                    )
+            first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": []})
+        held: dict[str, int] = {}
+        for column, cursor in held_reads:
+            for name, n in cursor.fetchall():
+                held[f"{column}:{name}"] = int(n)
+        recent: dict[str, int] = {}
+        for key, cursor in rate_reads:
+            row = cursor.fetchone()
+            recent[key] = int(row[0]) if row else 0
+        prefetched: list[Job] | None = [job_from_values(r) for r in first.fetchall()]
+        if request.retime is not None:
+            # The clock is read again after the count: a job that left its slot before
+            # the count left it at an earlier time than these leases (the audit trail
+            # never shows more holding a slot than the limit at any instant).
+            request = request.retime()
+        budget = Budget.of(limits, held, recent, request.caps)
+        base = {**params, "now": request.now, "lease_until": request.lease_until}
+
+        def fetch(
+            wanted: int, taken: Sequence[str], blocked: Sequence[str], open_: tuple[str, ...]
+        ) -> list[Job]:
+            nonlocal prefetched
+            if prefetched is not None:  # the first round: the rows locked with the counts
+                rows, prefetched = prefetched, None
+                if not taken and all(j.kind not in blocked and j.queue in open_ for j in rows):
+                    return rows[:wanted]
+            values = {
+                **base,
+                "limit": wanted,
+                "queues": list(open_),
+                "queue": open_[0],
+                "skip": [*params["skip"], *taken],
+                "blocked": list(blocked),
+            }
+            return [job_from_values(r) for r in conn.execute(lock, values).fetchall()]
+
+        return request, claim_within(request, budget, fetch)
+
+    def mark_leases(
+        self, conn: Conn, limits: Sequence[Limit], jobs: Sequence[Job], now: float
+    ) -> None:
+        """Add the leases of `jobs` to the rate windows of `limits` and forget the leases
+        that left each window (same transaction; no result is read, so it pipelines)."""
+        marks = rate_marks(limits, jobs, now)
+        leases = self._limits_table("limit_leases")
+        if marks:
+            conn.execute(
+                f"INSERT INTO {leases} (key, at) SELECT * FROM unnest(%s::text[], %s::float8[])",
+                ([k for k, _ in marks], [t for _, t in marks]),
+            )
+        for lim in limits:
+            start = window_start(lim, now)
+            if start is not None:
+                conn.execute(f"DELETE FROM {leases} WHERE key = %s AND at <= %s", (lim.key, start))
+
+
+def applicable_rows(rows: Sequence[Sequence[Any]], request: ClaimRequest) -> list[Limit]:
+    """The limits (rows of `limits`) a claim must respect."""
+    return applicable({r[0]: limit_from_row(r) for r in rows}, request.queues, request.kinds)
