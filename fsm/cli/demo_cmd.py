@@ -6,11 +6,12 @@ import sys
 
 import click
 
-from . import cli
-from ._common import Seconds, clean, log_options, setup_logging
+from ..text import printable
+from .logsetup import setup_logging
+from .options import Seconds, log_options
 
 
-@cli.command()
+@click.command()
 @click.option("--jobs", type=click.IntRange(1, 100_000), default=300, show_default=True)
 @click.option(
     "--workers", type=click.IntRange(1, 64), default=3, show_default=True, help="Processes."
@@ -86,7 +87,7 @@ def demo(
     )
 
     def echo(text: str) -> None:  # the summary quotes stored reasons: escape them
-        click.echo(clean(text, keep="\n"))
+        click.echo(printable(text, keep="\n"))
 
     result = run_demo(cfg, echo, live=sys.stdout.isatty())
     if not result.ok:

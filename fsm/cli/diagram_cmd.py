@@ -6,14 +6,14 @@ import sys
 
 import click
 
-from ..diagram import IMAGE_FORMATS, TEXT_FORMATS, path_marks, path_steps, render
+from ..display.diagram import IMAGE_FORMATS, TEXT_FORMATS, path_marks, path_steps, render
 from ..errors import BadInput
 from ..lifecycle.spec import lifecycle, load_spec
-from . import cli
-from ._common import engine_for, store_option
+from .connect import engine_for
+from .options import store_option
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--spec", "spec_file", type=click.Path(dir_okay=False), help="Lifecycle spec to draw."
 )

@@ -4,8 +4,9 @@
     python -m fsm.cli.docgen --check    # exit 1 and name what drifted
 
 Generated: docs/cli.md (every command's --help), docs/diagrams/lifecycle.mmd and
-.dot, and the blocks of docs/concepts.md between `<!-- BEGIN generated: NAME -->`
-and `<!-- END generated: NAME -->` (NAME: lifecycle-mermaid, lifecycle-table, reason-codes).
+.dot, the blocks of docs/concepts.md between `<!-- BEGIN generated: NAME -->`
+and `<!-- END generated: NAME -->` (NAME: lifecycle-mermaid, lifecycle-table, reason-codes),
+and the `rooms` block of docs/architecture.md (`fsm.cli.layout`: the import graph).
 docs/diagrams/lifecycle.svg is written when Graphviz is installed and never checked
 (its bytes depend on the Graphviz version).
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 
 import click
 
-from ..diagram import render_codes, render_dot, render_image, render_mermaid, render_table
+from ..display.diagram import render_codes, render_dot, render_image, render_mermaid, render_table
 from ..lifecycle.spec import Lifecycle, lifecycle
+from . import layout
 
 REGENERATE = "python -m fsm.cli.docgen"
 HELP_WIDTH = 100
@@ -88,6 +90,15 @@ def fill_blocks(text: str, lc: Lifecycle) -> str:
     return text
 
 
+def fill_rooms(text: str, root: Path) -> str:
+    """`text` with its `rooms` block redrawn from the code (`fsm.cli.layout`)."""
+    pattern = re.compile(
+        r"(<!-- BEGIN generated: rooms -->\n).*?(<!-- END generated: rooms -->)", re.S
+    )
+    body = f"```mermaid\n{layout.mermaid(root)}```\n"
+    return pattern.sub(lambda m: m[1] + body + m[2], text)
+
+
 def expected(root: Path) -> dict[Path, str]:
     """Every generated file under `root` with the text it should have."""
     lc = lifecycle()
@@ -100,6 +111,9 @@ def expected(root: Path) -> dict[Path, str]:
     concepts = docs / "concepts.md"
     if concepts.exists():
         files[concepts] = fill_blocks(concepts.read_text(encoding="utf-8"), lc)
+    architecture = docs / "architecture.md"
+    if architecture.exists() and (root / "fsm").is_dir():
+        files[architecture] = fill_rooms(architecture.read_text(encoding="utf-8"), root)
     return files
 
 
@@ -130,7 +144,8 @@ def regenerate(root: Path) -> list[Path]:
     "--root", type=click.Path(file_okay=False, path_type=Path), default=None, help="Repo root."
 )
 def docgen(check: bool, root: Path | None) -> None:
-    """Regenerate docs/cli.md, docs/diagrams/ and the generated blocks of docs/concepts.md."""
+    """Regenerate docs/cli.md, docs/diagrams/, and the generated blocks of docs/concepts.md
+    and docs/architecture.md."""
     base = root or repo_root()
     if check:
         stale = drifted(base)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from ..display.terminal import print_table, progress_bar
 from ..registry import load_delivery_faults
-from . import cli
-from ._common import clean, log_options, print_table, progress_bar, redact, setup_logging
+from ..secrets import redact_url
+from ..text import printable
+from .logsetup import setup_logging
+from .options import log_options
 
 PROFILES = ("dev", "ci", "thorough")
 
 
-@cli.command("faults")
+@click.command("faults")
 @click.option(
     "--store",
     "store",
@@ -66,7 +72,8 @@ PROFILES = ("dev", "ci", "thorough")
     multiple=True,
     metavar="NAME",
     help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
-    "concurrency, executor, worker.",
+    "concurrency, executor, worker, claims, commits, transactions, schedules, limits, "
+    "unique, retention, payloads.",
 )
 @click.option(
     "--delivery",
@@ -85,18 +92,51 @@ PROFILES = ("dev", "ci", "thorough")
     "over the store's asyncio twin (postgresql:// only), with the same store faults.",
 )
 @click.option(
+    "--coverage",
+    "with_coverage",
+    is_flag=True,
+    help="Also measure which lines of fsm/service, fsm/worker, fsm/lifecycle and adapters/ "
+    "the run executed (coverage.py, in the testing extra) and print them per module.",
+)
+@click.option(
+    "--exhaustive",
+    is_flag=True,
+    help="Instead of sampling, explore every interleaving of a small world (--scope) on "
+    "memory:// or sqlite:///: distinct states and transitions are reported, and a "
+    "failure as the shortest action sequence that breaks an invariant.",
+)
+@click.option(
+    "--scope",
+    default="reconcile",
+    show_default=True,
+    metavar="NAME",
+    help="The world --exhaustive explores: tiny, reconcile, small or wide "
+    "(docs/fault-suites.md says what each holds and how large it is).",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
     help="Also write the report (checks, faults, coverage, timings) as JSON to this file.",
 )
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Show what the run's components log (warnings of rejected reports and broken "
+    "connections, tracebacks of injected faults); hidden by default, as they are the "
+    "faults the run injects.",
+)
 @log_options("WARNING")
 def faults(
     *,
+    verbose: bool,
     size: str | None,
     models: tuple[str, ...],
     json_out: str | None,
+    exhaustive: bool,
+    scope: str,
+    with_coverage: bool,
     delivery: str | None,
     engine: str,
     store: str,
@@ -116,10 +156,16 @@ def faults(
     after commit. Exits 0 only if every invariant held; otherwise prints the shrunk
     failing step sequence as a runnable program.
     """
-    from hypothesis import settings
-
+    if with_coverage:
+        _measured()  # runs this same command again, under coverage.py; exits
+    if exhaustive:
+        setup_logging(log_level, log_format)
+        with _quiet(verbose):
+            _exhaustive(store, scope, json_out)
+        return
+    # fsm.testing.faults names the testing extra (MissingExtra) when hypothesis is missing
     from ..testing.faults import MODELS, SIZES, check_engine, run_faults
-    from ..testing.profiles import load_profile
+    from ..testing.profiles import load_profile, settings_of
 
     known = ("machine", *(m.name for m in MODELS))
     unknown = sorted(set(models) - set(known))
@@ -138,14 +184,26 @@ def faults(
     elif size:
         total = SIZES[size][0]
     else:
-        total = settings.get_profile(chosen).max_examples
+        total = settings_of(chosen).max_examples
     # Rejected stale reports are logged as warnings by design; here they are the point.
     logging.getLogger("fsm.transitions").setLevel(logging.ERROR)
-    with progress_bar(f"faults {clean(redact(store))}", total) as bar:
+    click.echo(f"faults {printable(redact_url(store))}", err=True)
+    machine_bar: list[Any] = []
 
-        def progress(stats: Any) -> None:
-            bar.update(min(stats.examples, total))
+    @contextmanager
+    def announce(name: str) -> Iterator[None]:
+        """One bar per fault model (done or not) and one for the machine's examples."""
+        steps = total if name == "machine" else 1
+        with progress_bar(f"  {name}", steps) as bar:
+            machine_bar[:] = [bar] if name == "machine" else []
+            yield
+            bar.update(steps)
 
+    def progress(stats: Any) -> None:
+        if machine_bar:
+            machine_bar[0].update(min(stats.examples, total))
+
+    with _quiet(verbose):
         report = run_faults(
             store,
             examples=examples,
@@ -158,9 +216,10 @@ def faults(
             models=[m for m in models if m != "machine"] if models else None,
             machine=not models or "machine" in models,
             engine=engine,
+            announce=announce,
         )
     per_example = steps or (SIZES[size][1] if size else None)
-    per_example = per_example or settings.get_profile(chosen).stateful_step_count
+    per_example = per_example or settings_of(chosen).stateful_step_count
     # The suite counts invariant passes (report.steps): one after each example's set-up and
     # one after each step; hypothesis may end an example before its last step.
     click.echo(
@@ -180,7 +239,7 @@ def faults(
     )
     _coverage(report)
     for note in report.notes:
-        click.echo(f"note: {clean(note)}")
+        click.echo(f"note: {printable(note)}")
     if json_out:
         import json
 
@@ -189,23 +248,42 @@ def faults(
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(attrs.asdict(report), fh, indent=2, sort_keys=True)
     if report.ok and delivery is not None:
-        _delivery_faults(delivery, size or "default", seed)
+        with _quiet(verbose):
+            _delivery_faults(delivery, size or "default", seed)
     if report.ok:
         click.echo("ok: every invariant held")
         return
     if report.failed_model:
         click.echo(f"failed in fault model: {report.failed_model}", err=True)
-    click.echo(f"FAILED: {clean(report.failure, keep=chr(10))}", err=True)
+    click.echo(f"FAILED: {printable(report.failure, keep=chr(10))}", err=True)
     if report.reproduction:
         click.echo("\nshrunk failing sequence (runnable):\n", err=True)
         click.echo(report.reproduction, err=True)
     sys.exit(1)
 
 
+@contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Unless `verbose`: no log records and no tracebacks of threads that died of an
+    injected fault while the run lasts (they are what the run injects; the summary
+    says what broke). Restored after."""
+    if verbose:
+        yield
+        return
+    hook = threading.excepthook
+    logging.disable(logging.CRITICAL)
+    threading.excepthook = lambda args: None
+    try:
+        yield
+    finally:
+        threading.excepthook = hook
+        logging.disable(logging.NOTSET)
+
+
 def _delivery_faults(url: str, size: str, seed: int | None) -> None:
     """Run the delivery's fault model (found by URL scheme); exit 1 on a broken promise."""
     run = load_delivery_faults(url)
-    with progress_bar(f"delivery faults {clean(redact(url))}", 1) as bar:
+    with progress_bar(f"delivery faults {printable(redact_url(url))}", 1) as bar:
         found = run(url, size=size, seed=seed, progress=lambda n, t: bar.update(n / t))
     print_table(
         [[str(n), name] for name, n in sorted(found.faults.items(), key=lambda kv: -kv[1])],
@@ -215,9 +293,17 @@ def _delivery_faults(url: str, size: str, seed: int | None) -> None:
     if found.violations:
         click.echo("failed in fault model: delivery", err=True)
         for violation in found.violations[:10]:
-            click.echo(f"FAILED: {clean(violation)}", err=True)
+            click.echo(f"FAILED: {printable(violation)}", err=True)
         sys.exit(1)
     click.echo("delivery: no wake-up acked before its lease committed; no job lost or run twice")
+    bound = getattr(found, "liveness_bound", None)
+    if bound is not None:
+        click.echo(
+            f"delivery: every job leased within {bound:g} s of its commit or the broker's "
+            f"return (slowest {found.slowest_lease:.1f} s; {found.publish_failed} wake-ups "
+            "whose publish failed, republished by the repair sweep); each connection failure "
+            "cost one recovery attempt"
+        )
 
 
 def _coverage(report: Any) -> None:
@@ -234,3 +320,77 @@ def _coverage(report: Any) -> None:
     missed = [p for p in pairs if p not in by_store]
     if missed:
         click.echo(f"  not written by the store in this run: {', '.join(missed)}")
+
+
+def _exhaustive(store: str, scope: str, json_out: str | None) -> None:
+    """`--exhaustive`: every interleaving of the scope's world; exit 1 on a broken invariant."""
+    from ..testing.explore import explore, scope_named
+
+    chosen = scope_named(scope)  # before anything runs: a clear error
+    click.echo(f"scope {chosen.name}: {chosen.about}")
+    # Rejected stale reports and recoveries are logged as warnings by design.
+    logging.getLogger("fsm").setLevel(logging.ERROR)
+    found = explore(chosen, store)
+    click.echo(
+        f"explored {found.states} distinct states and {found.transitions} transitions "
+        f"(deepest {found.depth} actions) in {found.seconds:.1f}s"
+        + ("" if found.complete else " (stopped at the state bound: not complete)")
+    )
+    if json_out:
+        import json
+
+        import attrs
+
+        with open(json_out, "w", encoding="utf-8") as fh:
+            json.dump(attrs.asdict(found), fh, indent=2, sort_keys=True)
+    if found.ok:
+        click.echo("ok: every invariant held in every reachable state of the scope")
+        return
+    if found.failure is None:
+        click.echo("FAILED: the state bound was reached before the scope was explored", err=True)
+        sys.exit(1)
+    click.echo(f"FAILED: {printable(found.failure)}", err=True)
+    click.echo(f"\nshortest failing trace ({len(found.trace)} actions, runnable):\n", err=True)
+    click.echo(found.program(), err=True)
+    sys.exit(1)
+
+
+def _measured() -> None:
+    """`--coverage`: this command again in a child interpreter under coverage.py (so the
+    lines run at import count too), then the lines it executed per module."""
+    import tempfile
+    from pathlib import Path
+
+    from ..testing.faults_coverage import loaded, measured_run
+
+    if "faults" not in sys.argv:
+        raise click.UsageError("--coverage runs from the command line (jobfsm faults ...)")
+    args = [a for a in sys.argv[sys.argv.index("faults") :] if a != "--coverage"]
+    with tempfile.TemporaryDirectory(prefix="jobfsm-coverage-") as tmp:
+        data = Path(tmp) / "faults"
+        code = measured_run(args, data)
+        _lines(loaded([data]))
+    sys.exit(code)
+
+
+def _lines(cov: Any) -> None:
+    """The lines of the shipped rooms this run executed, per module (faults_coverage)."""
+    from ..testing.faults_coverage import modules, problems
+
+    rows = modules(cov)
+    print_table(
+        [
+            [
+                m.path,
+                str(m.statements),
+                str(m.missed),
+                f"{m.percent:.1f}%",
+                "excluded" if m.bound is None else f"{m.bound:g}%",
+            ]
+            for m in rows
+        ],
+        ["module", "lines", "missed", "covered", "bound"],
+        title="lines executed by this run",
+    )
+    for line in problems(rows):
+        click.echo(f"under its bound in this run: {line}")

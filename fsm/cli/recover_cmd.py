@@ -1,22 +1,29 @@
 """`jobfsm recover`: run the recovery sweep once, from an operator's shell.
 
-It is the same sweep every worker runs (`fsm.recovery.sweep`): lapsed leases are
+It is the same sweep every worker runs (`fsm.service.maintenance.sweep`): lapsed leases are
 expired, jobs of owners this process can confirm dead (same host: pid gone; on
 PostgreSQL: liveness token free) are expired at once, passed deadlines fail.
 """
 
 from __future__ import annotations
 
+import attrs
 import click
 
-from ..owner import current
+from ..display.format import fmt_time
 from ..ports import ConfirmsDeath
-from ..recovery import SWEEP_LIMIT, sweep
-from . import cli
-from ._common import emit_json, engine_for, json_option, store_option
+from ..service.identity import current
+from ..service.maintenance import SWEEP_LIMIT, sweep
+from ..text import printable
+from .connect import engine_for
+from .options import json_option, store_option
+from .output import emit_json
+
+#: deferred jobs `recover` names one a line (--json lists them all)
+SHOWN_DEFERRED = 20
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--judge/--no-judge",
     default=True,
@@ -34,7 +41,11 @@ from ._common import emit_json, engine_for, json_option, store_option
 @store_option
 @json_option
 def recover(*, judge: bool, limit: int, store: str | None, as_json: bool) -> None:
-    """Run one recovery sweep now: the same sweep every worker runs."""
+    """Run one recovery sweep now: the same sweep every worker runs.
+
+    Jobs the sweep leaves for later on purpose are named with why and until when (a
+    lost run of a kind with a reconciler this process lacks waits for a worker that
+    has it, 60 s past its lease)."""
     with engine_for(store) as engine:
         identity = current() if judge else None
         probe = engine.store.liveness.probe if isinstance(engine.store, ConfirmsDeath) else None
@@ -47,6 +58,9 @@ def recover(*, judge: bool, limit: int, store: str | None, as_json: bool) -> Non
                 "deadlines": report.deadlines,
                 "moved_meanwhile": report.errors,
                 "released": report.released,
+                "deferred": [
+                    attrs.asdict(d) for d in {d.job_id: d for d in report.deferred}.values()
+                ],
             }
         )
         return
@@ -56,3 +70,11 @@ def recover(*, judge: bool, limit: int, store: str | None, as_json: bool) -> Non
         + (f", released {report.released} waiting job(s)" if report.released else "")
         + (f"; {report.errors} moved meanwhile and were left alone" if report.errors else "")
     )
+    deferred = list({d.job_id: d for d in report.deferred}.values())  # one line a job
+    if deferred:
+        click.echo(f"left {len(deferred)} job(s) for later:")
+        for d in deferred[:SHOWN_DEFERRED]:
+            until = "the next sweep" if d.until is None else fmt_time(d.until)
+            click.echo(f"  {d.job_id} ({printable(d.kind)}) until {until}: {printable(d.why)}")
+        if len(deferred) > SHOWN_DEFERRED:
+            click.echo(f"  ... and {len(deferred) - SHOWN_DEFERRED} more (--json lists them all)")

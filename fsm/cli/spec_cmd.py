@@ -7,10 +7,10 @@ import sys
 import click
 
 from ..lifecycle.spec import check_spec, default_spec_path
-from . import cli
+from .root import FullHelpGroup
 
 
-@cli.group()
+@click.group(cls=FullHelpGroup)
 def spec() -> None:
     """Work with the lifecycle spec."""
 

@@ -14,17 +14,37 @@ from typing import Any
 
 import click
 
-from ..engine import Engine
+from ..display.format import short_owners
 from ..errors import BadInput
 from ..inputs import check_name
 from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
 from ..registry import load_delivery, open_store, store_url
+from ..service.engine import Engine
+from ..service.limits import limit_rows, worker_limits
+from ..service.maintenance.retention import (
+    DEFAULT_BATCH,
+    DEFAULT_EVERY,
+    DEFAULT_MAX_BATCHES,
+    MAX_BATCH,
+    MAX_BATCHES,
+    MIN_EVERY,
+    RetentionPlan,
+    parse_retain,
+)
 from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
 from ..worker.collector import tune_collector
 from ..worker.handlers import HandlerSpec
-from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL
-from . import cli
-from ._common import POSITIVE_SECONDS, log_options, setup_logging, short_owners, store_option
+from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL, MAX_SCHEDULE_INTERVAL
+from .logsetup import setup_logging
+from .options import (
+    DELIVERY_ENV,
+    POSITIVE_SECONDS,
+    delivery_of,
+    delivery_option,
+    log_options,
+    metrics_bind,
+    store_option,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +118,18 @@ def parse_queues(text: str) -> list[str]:
     return list(dict.fromkeys(check_name("--queues entry", q) for q in names if q))
 
 
-@cli.command("worker")
+def parse_limits(values: tuple[str, ...]) -> dict[str, int]:
+    """`--limit KIND=N` (or `queue:NAME=N`) values as a worker's own limits."""
+    out: dict[str, int] = {}
+    for text in values:
+        name, sep, n = text.rpartition("=")
+        if not sep or not n.strip().lstrip("-").isdigit():
+            raise BadInput(f"--limit takes KIND=N (or queue:NAME=N); got {text!r:.80}")
+        out.update(worker_limits({name.strip(): int(n)}))
+    return out
+
+
+@click.command("worker")
 @click.option(
     "--app",
     "app",
@@ -118,19 +149,21 @@ def parse_queues(text: str) -> list[str]:
     "--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_CONCURRENCY, show_default=True
 )
 @click.option(
+    "--limit",
+    "own_limits",
+    multiple=True,
+    metavar="KIND=N",
+    help="At most N jobs of KIND (or queue:NAME=N) held by this worker at once; repeatable. "
+    "Global limits: `jobfsm limits set`.",
+)
+@click.option(
     "--executor",
     type=click.Choice(["auto", "thread", "process", "asyncio"]),
     default="auto",
     show_default=True,
     help="auto: asyncio when a handler is `async def`, else thread.",
 )
-@click.option(
-    "--delivery",
-    default="poll",
-    show_default=True,
-    metavar="poll|AMQP_URL",
-    help="Store polling, or RabbitMQ wake-ups from the broker at AMQP_URL.",
-)
+@delivery_option
 @click.option(
     "--rabbitmq-prefetch",
     type=click.IntRange(1, 65535),
@@ -141,13 +174,19 @@ def parse_queues(text: str) -> list[str]:
     "--rabbitmq-recovery-attempts",
     type=click.IntRange(0, 1000),
     default=None,
-    help="RabbitMQ: reconnection budget after a lost connection; 0 disables [5].",
+    help="RabbitMQ: most reconnection attempts after a lost or failed connection; 0 disables [15].",
 )
 @click.option(
     "--rabbitmq-recovery-interval",
     type=float,
     default=None,
     help="RabbitMQ: longest wait between reconnection attempts, seconds [60].",
+)
+@click.option(
+    "--rabbitmq-heartbeat",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="RabbitMQ: AMQP heartbeat timeout proposed to the broker, seconds [10].",
 )
 @click.option(
     "--rabbitmq-queue-type",
@@ -188,7 +227,16 @@ def parse_queues(text: str) -> list[str]:
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
-    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs jobfsm[metrics]).",
+    help="Serve Prometheus metrics on HOST:PORT/metrics (HOST: --metrics-host; needs the "
+    "metrics extra).",
+)
+@click.option(
+    "--metrics-host",
+    metavar="ADDRESS",
+    default=None,
+    help="Address the metrics endpoint binds [default: 127.0.0.1]: 0.0.0.0 (or ::) for every "
+    "interface, as a scraper off the host needs (Kubernetes scrapes the pod IP). Needs "
+    "--metrics-port.",
 )
 @click.option(
     "--scheduler/--no-scheduler",
@@ -199,18 +247,50 @@ def parse_queues(text: str) -> list[str]:
 )
 @click.option(
     "--schedule-interval",
-    type=POSITIVE_SECONDS,
+    type=click.FloatRange(0, MAX_SCHEDULE_INTERVAL, min_open=True),
     default=DEFAULT_SCHEDULE_INTERVAL,
     show_default=True,
-    help="Seconds between two scheduler passes.",
+    help=f"Seconds between two scheduler passes (at most {MAX_SCHEDULE_INTERVAL:g}).",
+)
+@click.option(
+    "--retain",
+    "retains",
+    multiple=True,
+    metavar="STATE=DURATION",
+    help="Prune finished jobs automatically (docs/retention.md): keep jobs in STATE "
+    "(succeeded, failed, cancelled) for DURATION (7d, 12h, 30m, 45s, or 'forever'); repeat "
+    "per state. States not named keep the defaults (succeeded, cancelled: 7d; failed: "
+    "forever). One worker of the store prunes at a time. Off unless given.",
+)
+@click.option(
+    "--retain-every",
+    type=click.FloatRange(MIN_EVERY, 86400.0),
+    default=DEFAULT_EVERY,
+    show_default=True,
+    help="Seconds between two retention passes (with --retain).",
+)
+@click.option(
+    "--retain-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=DEFAULT_BATCH,
+    show_default=True,
+    help="Most jobs one retention batch (one transaction) deletes.",
+)
+@click.option(
+    "--retain-max-batches",
+    type=click.IntRange(1, MAX_BATCHES),
+    default=DEFAULT_MAX_BATCHES,
+    show_default=True,
+    help="Most batches one retention pass runs.",
 )
 def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     app: str,
     store: str | None,
     queues: str | None,
     concurrency: int,
+    own_limits: tuple[str, ...],
     executor: str,
-    delivery: str,
+    delivery: str | None,
     poll_interval: float,
     lease_ttl: float | None,
     heartbeat: float | None,
@@ -222,8 +302,13 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
     log_format: str,
     ready_file: str | None,
     metrics_port: int | None,
+    metrics_host: str | None,
     scheduler: bool,
     schedule_interval: float,
+    retains: tuple[str, ...],
+    retain_every: float,
+    retain_batch: int,
+    retain_max_batches: int,
     **rabbitmq: Any,
 ) -> None:
     """Run handlers for jobs until SIGTERM/SIGINT (drains; a second signal stops at once).
@@ -236,6 +321,15 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             "memory:// is private to one process, so no other process could submit to this "
             "worker: use sqlite:///path.db or postgresql://...",
             param_hint="'--store'",
+        )
+    retention = None
+    if retains:
+        try:
+            keep = dict(parse_retain(r) for r in retains)
+        except BadInput as err:
+            raise click.BadParameter(str(err), param_hint="'--retain'") from err
+        retention = RetentionPlan(
+            keep=keep, every=retain_every, batch=retain_batch, max_batches=retain_max_batches
         )
     handlers = load_app(app)
     named = handler_queues(handlers)
@@ -271,19 +365,29 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         shutdown_grace=defaults.limits.shutdown_grace if shutdown_grace is None else shutdown_grace
     )
     policy = Policy(lease=lease, recovery=recovery, limits=limits)
+    metrics_address = metrics_bind(metrics_host, metrics_port)
     metrics = None
     if metrics_port is not None:
         from ..telemetry.prometheus import PrometheusMetrics
 
         metrics = PrometheusMetrics()
     the_store = open_store(url)
-    marker: _ReadyFile | None = None
+    marker: ReadyFile | None = None
     stop_metrics = None
     try:
         engine = Engine(the_store, policy=policy, metrics=metrics)
         if metrics is not None and metrics_port is not None:
             metrics.watch_store(engine.counts)
-            stop_metrics = metrics.serve(metrics_port)
+            metrics.watch_limits(lambda: limit_rows(engine))
+            try:
+                stop_metrics = metrics.serve(metrics_port, addr=metrics_address)
+            except OSError as err:  # in use, not an address of this host, ...
+                raise click.UsageError(
+                    f"--metrics-host/--metrics-port: cannot serve metrics on "
+                    f"{metrics_address}:{metrics_port}: {err.strerror or err}"
+                ) from err
+            log.info("metrics on http://%s:%d/metrics", metrics_address, metrics_port)
+        delivery = delivery_of(delivery)
         chosen: Any = delivery
         # --rabbitmq-X -> option X of the RabbitMQ delivery (validated there, named in errors)
         options = {k.removeprefix("rabbitmq_"): v for k, v in rabbitmq.items() if v is not None}
@@ -291,7 +395,10 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             chosen = load_delivery("rabbitmq")(delivery, engine=engine, **options)
             engine.publisher = chosen
         elif delivery != "poll":  # the value is not echoed: it may hold a password
-            raise BadInput("--delivery must be 'poll' or an amqp:// or amqps:// URL")
+            raise BadInput(
+                "--delivery must be 'poll' or an amqp:// or amqps:// URL "
+                f"(given by --delivery, else ${DELIVERY_ENV})"
+            )
         elif options:
             names = ", ".join(f"--rabbitmq-{k.replace('_', '-')}" for k in options)
             raise BadInput(f"{names}: only with a RabbitMQ delivery (--delivery amqp://...)")
@@ -302,10 +409,12 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
             delivery=chosen,
             queues=served,
             concurrency=concurrency,
+            limits=parse_limits(own_limits),
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
             scheduler=scheduler,
             schedule_interval=schedule_interval,
+            retention=retention,
         )
         serving = ",".join(w.queues)
         if log_format == "json":  # stderr stays one JSON object per line
@@ -313,7 +422,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         else:
             click.echo(f"worker {short_owners(str(w.owner))} serving {serving}", err=True)
         if ready_file:
-            marker = _ReadyFile(w, Path(ready_file))
+            marker = ReadyFile(w, Path(ready_file))
             marker.start()
         tune_collector()  # this process is the worker's own (fsm.worker.collector)
         w.run()
@@ -325,7 +434,7 @@ def worker(  # noqa: PLR0917 (click passes every option as a parameter)
         the_store.close()
 
 
-class _ReadyFile:
+class ReadyFile:
     """Keeps `path` in line with `worker.ready`: created (not following a symlink) while the
     worker is ready, removed while it is not (store or delivery away, draining) and on exit.
     A SIGKILLed worker cannot remove it: supervisors also check the process."""

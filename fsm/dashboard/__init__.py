@@ -1,7 +1,8 @@
 """The operator dashboard (`jobfsm dashboard`, or mounted in an application).
 
-Needs the `web` extra. `fsm.dashboard.ports` (the JobBrowser store
-capability) imports no web library; `create_app` imports Starlette when called.
+Needs the `web` extra; `create_app` imports Starlette when called. What the
+dashboard reads beyond the Store port is the store's `JobBrowser` capability
+(`fsm.ports`, beside the other optional capabilities).
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingExtra
+from .auth import Authenticator, app_user, new_token
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from ..engine import Engine
+    from ..service.engine import Engine
 
-__all__ = ["create_app"]
+__all__ = ["Authenticator", "app_user", "create_app", "new_token"]
 
 
 def create_app(engine: Engine, **options: Any) -> Starlette:

@@ -1,66 +1,60 @@
 """The dashboard as an ASGI app (Starlette), to serve alone (`jobfsm dashboard`) or to
-mount inside an application: `app.mount("/jobs", create_app(engine, token=...))`.
+mount inside an application: `app.mount("/jobs", create_app(engine, tokens=...))`.
 
 Pages: overview, the live lifecycle diagram, the job list, one job, the
 investigate inbox. Each page's live part is also served alone as an HTML
 fragment (request header `X-Jobfsm-Fragment: 1`), which `static/dashboard.js`
-fetches every few seconds and swaps in: live updates without a full reload.
-Templates are Jinja2 with autoescaping on, so every stored string (payloads,
-errors, reasons, actors) is escaped; a Content-Security-Policy allowing only the
-app's own script is sent with every page as a second guard.
+fetches again a few seconds after the previous answer and swaps in. Templates are
+Jinja2 with autoescaping on, so every stored string (payloads, errors, reasons,
+actors) is escaped; a Content-Security-Policy allowing only the app's own script
+is sent with every page as a second guard. Who may see and do what is
+`fsm.dashboard.security` (the checks, in order) and `fsm.dashboard.auth` (tokens,
+sessions, the login rate limit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..cli._common import fmt_age, fmt_time
-from ..engine import Engine
-from ..errors import BadInput, JobFSMError, JobNotFound
-from ..records import Job
-from . import security, views
-from .ports import ListRequest
+from ..display.format import fmt_age, fmt_time
+from ..errors import BadInput, JobNotFound
+from ..ports import ListRequest
+from ..service.engine import Engine
+from . import (
+    actions,
+    auth,
+    control,
+    deps_view,
+    history,
+    inbox,
+    lifecycle_view,
+    search,
+    security,
+    views,
+    workers_view,
+)
+from .render import Renderer
 
 HERE = Path(__file__).parent
 FRAGMENT_HEADER = "x-jobfsm-fragment"
-#: seconds between live refreshes of a page's live part
+#: seconds between the end of one live refresh and the start of the next
 REFRESH_SECONDS = 5
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-
-_DONE = {
-    "requeue": "requeued",
-    "resolve_succeeded": "resolved as succeeded",
-    "resolve_failed": "resolved as failed",
-    "cancel": "cancel applied",
-}
-
-
-def _done(action: str | None) -> str | None:
-    """The confirmation for a redirect's `done=ACTION` (only known actions are shown)."""
-    return None if action is None else _DONE.get(action)
+#: paths anyone may fetch: the log-in page and the static files
+OPEN_PATHS = ("/login", "/static/")
+#: characters of an audit entry's actor, reason or error shown in a job's trail table
+#: (a page of TRAIL_PAGE entries stays well under a megabyte whatever they hold)
+ENTRY_TEXT = 200
 
 
 class Dashboard:
@@ -69,20 +63,22 @@ class Dashboard:
     def __init__(
         self,
         engine: Engine,
-        access: security.Access,
+        access: actions.Access,
         metrics: Any = None,
+        refresh: int = REFRESH_SECONDS,
     ) -> None:
         self.engine = engine
         self.access = access
         self.metrics = metrics
         self.counts = views.CountsCache(engine.counts, now=engine.clock.now)
+        self.renderer = Renderer()
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
             autoescape=True,  # every value rendered is escaped unless marked safe
             undefined=jinja2.StrictUndefined,
         )
         self.templates = Jinja2Templates(env=env)
-        env.globals.update(fmt_time=fmt_time, fmt_age=fmt_age, refresh=REFRESH_SECONDS)
+        env.globals.update(fmt_time=fmt_time, fmt_age=fmt_age, refresh=refresh, cut=ENTRY_TEXT)
 
     # --- rendering ------------------------------------------------------------------
 
@@ -90,34 +86,29 @@ class Dashboard:
         self, request: Request, name: str, context: dict[str, Any], status: int = 200
     ) -> Response:
         """The full page, or only its live part when the fragment header asks for it."""
-        csrf = request.cookies.get(security.CSRF_COOKIE) or security.new_csrf()
+        operator = self.access.operator(request)
+        csrf, cookie = self.access.csrf_token(request)
         fragment = request.headers.get(FRAGMENT_HEADER) == "1"
         context = {
             **context,
             "csrf": csrf,
             "access": self.access,
-            "authorized": self.authorized(request),
+            "operator": operator,
+            "authorized": operator is not None and self.access.actions_enabled,
             "now": self.engine.clock.now(),
             "lc": self.engine.spec,
+            # read for those who may see pages: an anonymous log-in page reads no store
+            "paused": control.paused_of(self) if operator or self.access.public_read else {},
         }
         template = f"_{name}.html" if fragment else f"{name}.html"
         response: Response = self.templates.TemplateResponse(
-            request, template, context, status_code=status, headers=_HEADERS
+            request, template, context, status_code=status, headers=security.HEADERS
         )
-        if request.cookies.get(security.CSRF_COOKIE) != csrf:
+        if cookie:
             response.set_cookie(
-                security.CSRF_COOKIE,
-                csrf,
-                httponly=True,
-                samesite="strict",
-                path=request.scope.get("root_path") or "/",
+                security.CSRF_COOKIE, csrf, **actions.cookie_options(request, max_age=None)
             )
         return response
-
-    def authorized(self, request: Request) -> bool:
-        return self.access.authorized(
-            request.cookies.get(security.AUTH_COOKIE), request.headers.get("authorization")
-        )
 
     # --- pages ------------------------------------------------------------------------
 
@@ -125,8 +116,39 @@ class Dashboard:
         return self.page(request, "overview", {"o": views.overview(self.engine, self.counts)})
 
     def diagram(self, request: Request) -> Response:
-        svg, error = views.diagram_svg(views.live_dot(self.engine, counts_cache=self.counts))
-        return self.page(request, "diagram", {"svg": svg, "error": error})
+        try:
+            lifecycle = lifecycle_view.lifecycle_view(
+                self.engine,
+                self.counts,
+                self.renderer,
+                request.query_params.get("window", lifecycle_view.DEFAULT_WINDOW),
+                request.url_for("jobs").path,
+            )
+        except BadInput as err:
+            return PlainTextResponse(str(err), 400, headers=security.HEADERS)
+        context = {
+            "lifecycle": lifecycle,
+            "windows": list(lifecycle_view.WINDOWS),
+            "wide_sources": lifecycle_view.WIDE_SOURCES,
+        }
+        return self.page(request, "diagram", context)
+
+    def history(self, request: Request) -> Response:
+        q = request.query_params
+        try:
+            h = history.history_view(self.engine, q.get("window"), q.get("queue"), q.get("kind"))
+        except BadInput as err:
+            return PlainTextResponse(str(err), 400, headers=security.HEADERS)
+        context = {
+            "h": h,
+            "windows": list(history.WINDOWS),
+            "chart_w": history.CHART_W,
+            "chart_h": history.CHART_H,
+            "pad_l": history.PAD_L,
+            "pad_b": history.PAD_B,
+            "pad_t": history.PAD_T,
+        }
+        return self.page(request, "history", context)
 
     def jobs(self, request: Request) -> Response:
         q = request.query_params
@@ -144,7 +166,7 @@ class Dashboard:
             return self.page(request, "jobs", context, 501)
         try:
             if filters["state"] and filters["state"] not in self.engine.spec.states:
-                raise BadInput(f"unknown state {filters['state']!r}")
+                raise BadInput(f"unknown state {filters['state'][:40]!r}")
             req = ListRequest(
                 states=(filters["state"],) if filters["state"] else None,
                 kinds=(filters["kind"],) if filters["kind"] else None,
@@ -163,132 +185,41 @@ class Dashboard:
             context["next_query"] = urlencode({**kept, "after": page.next_cursor})
         return self.page(request, "jobs", context)
 
+    def job_context(self, job_id: str, before: int | None, machine: bool = False) -> dict[str, Any]:
+        """A job page's context: the job, one page of its trail, its own path drawn and,
+        when asked (`machine`), the whole lifecycle with the path on it."""
+        view = views.job_view(self.engine, job_id, before=before)
+        svg, error = lifecycle_view.job_path_svg(self.engine, self.renderer, view)
+        full: tuple[str | None, str | None] = (None, None)
+        if machine:
+            key = ("job", view.job.id, view.job.version, before)
+            full = self.renderer.svg(key, lambda: views.live_dot(self.engine, path=view.path))
+        return {
+            "deps": deps_view.dependencies_view(self.engine, view.job),
+            "v": view,
+            "svg": svg,
+            "svg_error": error,
+            "machine": machine,
+            "machine_svg": full[0],
+            "machine_error": full[1],
+            "steps": lifecycle_view.path_of(view.history),
+            "done": None,
+            "error": None,
+        }
+
     def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
+        raw = request.query_params.get("before")
         try:
-            view = views.job_view(self.engine, job_id)
+            before = None if raw is None else int(raw) if raw.isdigit() else -1
+            machine = request.query_params.get("machine") == "1"
+            context = self.job_context(job_id, before, machine)
         except JobNotFound:
             return self.page(request, "missing", {"job_id": job_id}, 404)
-        svg, error = views.diagram_svg(views.live_dot(self.engine, path=view.path))
-        return self.page(
-            request,
-            "job",
-            {
-                "v": view,
-                "svg": svg,
-                "svg_error": error,
-                "done": _done(request.query_params.get("done")),
-                "error": None,
-            },
-        )
-
-    def investigate(self, request: Request) -> Response:
-        browser = views.browser_of(self.engine)
-        parked = sorted(self.engine.spec.parked)
-        jobs: list[Any] = []
-        more = False
-        if browser is not None:
-            page = browser.list_jobs(
-                ListRequest(states=tuple(parked), limit=100, oldest_first=True)
-            )
-            jobs = [(j, views.parked_reason(self.engine, j)) for j in page.jobs]
-            more = page.next_cursor is not None
-        context = {"items": jobs, "parked": parked, "more": more}
-        return self.page(request, "investigate", context)
-
-    # --- actions and login ------------------------------------------------------------
-
-    async def _checked_form(self, request: Request) -> FormData | Response:
-        form = await request.form()
-        if not security.same_origin(request.headers.get("origin"), request.headers.get("host")):
-            return PlainTextResponse("cross-site request refused", 403, headers=_HEADERS)
-        field = form.get("csrf")
-        if not security.csrf_ok(
-            request.cookies.get(security.CSRF_COOKIE), field if isinstance(field, str) else None
-        ):
-            return PlainTextResponse(
-                "missing or wrong CSRF token: reload the page and try again", 403, headers=_HEADERS
-            )
-        return form
-
-    async def _run(self, action: str, job_id: str, actor: str, call: Callable[[], Job]) -> Job:
-        """Carry out an Engine action in a worker thread, in an operator span if traced."""
-
-        return await run_in_threadpool(call)  # the Engine traces operator actions
-
-    async def act(self, request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        form = await self._checked_form(request)
-        if isinstance(form, Response):
-            return form
-        if not self.access.actions_enabled:
-            return PlainTextResponse(
-                f"actions are disabled: {self.access.why_disabled}", 403, headers=_HEADERS
-            )
-        if not self.authorized(request):
-            return PlainTextResponse("log in with the operator token first", 401, headers=_HEADERS)
-        try:
-            action = str(form.get("action") or "")
-            actor = security.text_field("actor", form.get("actor"), security.MAX_ACTOR)
-            reason = security.text_field("reason", form.get("reason"), security.MAX_REASON)
-            if action == "requeue":
-                attempts = security.attempts_field(form.get("attempts"))
-                await self._run(
-                    "requeue",
-                    job_id,
-                    actor,
-                    lambda: self.engine.requeue(
-                        job_id, actor=actor, reason=reason, attempts=attempts
-                    ),
-                )
-            elif action in ("resolve_succeeded", "resolve_failed"):
-                outcome = action.removeprefix("resolve_")
-                await self._run(
-                    "resolve",
-                    job_id,
-                    actor,
-                    lambda: self.engine.resolve(
-                        job_id, outcome=outcome, actor=actor, reason=reason
-                    ),
-                )
-            elif action == "cancel":
-                await self._run(
-                    "cancel",
-                    job_id,
-                    actor,
-                    lambda: self.engine.cancel(job_id, actor=actor, reason=reason),
-                )
-            else:
-                raise BadInput(f"unknown action {action[:40]!r}")
-        except JobNotFound:
-            return self.page(request, "missing", {"job_id": job_id}, 404)
-        except JobFSMError as err:
-            view = await run_in_threadpool(views.job_view, self.engine, job_id)
-            svg, svg_error = views.diagram_svg(views.live_dot(self.engine, path=view.path))
-            context = {"v": view, "svg": svg, "svg_error": svg_error, "done": None}
-            return self.page(request, "job", {**context, "error": str(err)}, 409)
-        target = request.url_for("job", job_id=job_id).include_query_params(done=action)
-        return RedirectResponse(str(target), status_code=303)
-
-    def login_page(self, request: Request) -> Response:
-        return self.page(request, "login", {"error": None})
-
-    async def login(self, request: Request) -> Response:
-        form = await self._checked_form(request)
-        if isinstance(form, Response):
-            return form
-        token = form.get("token")
-        if not self.access.token_matches(token if isinstance(token, str) else None):
-            return self.page(request, "login", {"error": "wrong token"}, 401)
-        response = RedirectResponse(str(request.url_for("overview")), status_code=303)
-        response.set_cookie(
-            security.AUTH_COOKIE,
-            self.access.auth_value(),
-            httponly=True,
-            samesite="strict",
-            path=request.scope.get("root_path") or "/",
-        )
-        return response
+        except BadInput as err:
+            return PlainTextResponse(str(err), 400, headers=security.HEADERS)
+        context["done"] = actions.done_text(request.query_params.get("done"))
+        return self.page(request, "job", context)
 
     def metrics_endpoint(self, request: Request) -> Response:
         if self.metrics is None:
@@ -296,46 +227,118 @@ class Dashboard:
                 "metrics need prometheus_client: pip install 'jobfsm[metrics]'", 404
             )
         body, content_type = self.metrics.render()
-        return Response(body, media_type=content_type)
+        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
+
+
+class Gate:
+    """ASGI middleware: every path but OPEN_PATHS needs an operator (pages and /metrics
+    are open too with `public_read`; a POST always needs one)."""
+
+    def __init__(self, app: Any, access: actions.Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = actions.app_path(request)
+        reading = scope["method"] in ("GET", "HEAD")
+        if path.startswith(OPEN_PATHS) or path == "/logout":
+            await self.app(scope, receive, send)
+            return
+        if (reading and self.access.public_read) or self.access.operator(request) is not None:
+            await self.app(scope, receive, send)
+            return
+        response: Response
+        if path == "/metrics" or not reading or request.headers.get(FRAGMENT_HEADER) == "1":
+            response = PlainTextResponse(
+                "log in first (or send Authorization: Bearer TOKEN)",
+                401,
+                headers={**security.HEADERS, "WWW-Authenticate": "Bearer"},
+            )
+        else:
+            target = path + (f"?{request.url.query}" if request.url.query else "")
+            login = f"{scope.get('root_path', '')}/login?{urlencode({'next': target})}"
+            response = RedirectResponse(login, 303, headers=security.HEADERS)
+        await response(scope, receive, send)
 
 
 def create_app(
     engine: Engine,
     *,
-    read_only: bool = False,
+    tokens: Mapping[str, str] | None = None,
     token: str | None = None,
-    trust_local: bool = False,
+    authenticator: auth.Authenticator | None = None,
+    read_only: bool = False,
+    public_read: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
+    session_ttl: float = auth.SESSION_TTL,
+    refresh: int = REFRESH_SECONDS,
     metrics: Any = None,
     tracer_provider: Any = None,
 ) -> Starlette:
     """The dashboard over `engine`, as an ASGI app.
 
-    Actions (requeue, resolve, cancel) are enabled unless `read_only`, and need
-    `token` (an operator logs in with it) unless `trust_local` is set: set it only
-    when the app is reachable from this machine alone. `metrics`: a
+    Who is an operator: `tokens` (operator name -> token, each at least 16 random
+    characters; `token=` is one token named `operator`), logged in at /login or sent
+    as `Authorization: Bearer TOKEN`, and/or `authenticator` (request -> operator
+    name or None: the application's own user when mounted, e.g. `auth.app_user`).
+    One of them is required. Every page needs an operator unless `public_read`;
+    actions (requeue, resolve, cancel) always do, and are refused when `read_only`.
+    The operator is the actor of each action in the audit trail.
+
+    `allowed_hosts`: the Host names the app answers to (default localhost, 127.0.0.1,
+    ::1; `["*"]` leaves the check to the application). `metrics`: a
     `fsm.telemetry.prometheus.PrometheusMetrics` to serve at /metrics. Operator
-    actions are traced by the Engine (one span each, whichever surface asked) when
-    opentelemetry-api is installed, through `tracer_provider` (set on the engine) or
-    the global one.
+    actions are traced by the Engine (one span each) when opentelemetry-api is
+    installed, through `tracer_provider` (set on the engine) or the global one.
     """
-    if token is not None and len(token) < 8:
-        raise BadInput("a dashboard token must be at least 8 characters")
-    access = security.Access(read_only, token, trust_local)
+    named = dict(tokens or {})
+    if token is not None:
+        if auth.DEFAULT_OPERATOR in named:
+            raise BadInput("give token= or a token named 'operator' in tokens=, not both")
+        named[auth.DEFAULT_OPERATOR] = token
+    if not named and authenticator is None:
+        raise BadInput(
+            "the dashboard needs operator tokens (tokens=/token=) or an authenticator: "
+            "no page or action is anonymous"
+        )
+    if not 1 <= refresh <= 3600:
+        raise BadInput(f"refresh must be 1 to 3600 seconds, got {refresh!r}")
+    access = actions.Access(
+        tokens=auth.Tokens(named) if named else None,
+        authenticator=authenticator,
+        sessions=auth.Sessions(session_ttl),
+        limiter=auth.LoginLimiter(),
+        read_only=read_only,
+        public_read=public_read,
+        hosts=security.allowed_hosts(allowed_hosts),
+    )
     if tracer_provider is not None:
         engine.tracer_provider = tracer_provider
-    d = Dashboard(engine, access, metrics)
+    d = Dashboard(engine, access, metrics, refresh)
+    a = actions.Actions(d)
     routes = [
         Route("/", d.overview, name="overview"),
         Route("/diagram", d.diagram, name="diagram"),
+        Route("/history", d.history, name="history"),
         Route("/jobs", d.jobs, name="jobs"),
         Route("/jobs/{job_id}", d.job, name="job"),
-        Route("/jobs/{job_id}/act", d.act, methods=["POST"], name="act"),
-        Route("/investigate", d.investigate, name="investigate"),
-        Route("/login", d.login_page, name="login_page"),
-        Route("/login", d.login, methods=["POST"], name="login"),
+        Route("/jobs/{job_id}/act", a.act, methods=["POST"], name="act"),
+        *inbox.Inbox(d, a).routes(),
+        Route("/login", a.login_page, name="login_page"),
+        Route("/login", a.login, methods=["POST"], name="login"),
+        Route("/logout", a.logout, methods=["POST"], name="logout"),
         Route("/metrics", d.metrics_endpoint, name="metrics"),
+        *control.Control(d, a, d.counts).routes(),
+        *search.Search(d).routes(),
+        *workers_view.Workers(d).routes(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes)
+    app.add_middleware(Gate, access=access)
+    app.add_middleware(security.Guard, hosts=access.hosts)
     app.state.dashboard = d
     return app

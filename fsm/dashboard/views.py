@@ -1,8 +1,11 @@
 """What the dashboard pages show, read through `fsm.Engine` and the `JobBrowser` port.
 
 No web framework here: each function returns plain records the templates render
-(and the tests check). Every read is bounded: pages by `ports.MAX_PAGE`, the
-live-worker view by WORKER_SCAN, displayed payloads by PAYLOAD_CAP.
+(and the tests check). Every read is bounded, whatever the store holds: job lists
+by `ports.MAX_PAGE`, a job's audit trail by TRAIL_PAGE entries a page, the overview
+by TOP_QUEUES queues (the rest summed as one row, their oldest jobs read in one
+grouped query), the investigate inbox by PARKED_PAGE jobs of PARKED_TRAIL entries
+each, the live-worker view by WORKER_SCAN leases, displayed payloads by PAYLOAD_CAP.
 """
 
 from __future__ import annotations
@@ -11,16 +14,24 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
-from ..diagram import DiagramError, Edge, path_steps, render_dot, render_image
-from ..engine import Engine
-from ..ports import ScanRequest
-from ..progress import Progress, progress_of
+from ..display.diagram import Edge, path_steps, render_dot
+from ..display.format import capped, error_stage
+from ..ports import (
+    BoundedReads,
+    JobBrowser,
+    ListRequest,
+    ScanRequest,
+    TrailPage,
+    TrailRequest,
+    TransitionCount,
+    trail_of,
+)
 from ..records import AuditEntry, Job, Owner
-from .ports import JobBrowser, ListRequest, TransitionCount
+from ..service.engine import Engine
+from ..service.progress import Progress, progress_of
 
 #: the window of the throughput and failure-rate figures (seconds)
 WINDOW = 3600.0
@@ -30,6 +41,14 @@ WORKER_SCAN = 5000
 PAYLOAD_CAP = 16_384
 #: seconds a (queue, state) count may be old before a request starts a refresh
 COUNTS_TTL = 5.0
+#: audit entries on one job page (older ones are a link away)
+TRAIL_PAGE = 500
+#: queues the overview lists one by one (the most jobs first); the rest are one row
+TOP_QUEUES = 50
+#: parked jobs the investigate inbox lists, and trail entries read for each (room for an
+#: attempt's marks, at most 16, the reconciler's answers and the entry that parked it)
+PARKED_PAGE = 100
+PARKED_TRAIL = 60
 
 Counts = dict[tuple[str, str], int]
 
@@ -108,12 +127,21 @@ class Overview:
     workers: tuple[WorkerView, ...]
     workers_truncated: bool
     browsable: bool
+    #: queues past TOP_QUEUES, and their jobs per state summed
+    other_queues: int = 0
+    other: Mapping[str, int] = attrs.field(factory=dict)
 
 
 def browser_of(engine: Engine) -> JobBrowser | None:
     """The store's JobBrowser capability, or None if it does not declare one."""
     store = engine.store
     return store if isinstance(store, JobBrowser) else None
+
+
+def reads_of(engine: Engine) -> BoundedReads | None:
+    """The store's BoundedReads capability, or None if it does not declare one."""
+    store = engine.store
+    return store if isinstance(store, BoundedReads) else None
 
 
 def recent(engine: Engine, now: float) -> list[TransitionCount]:
@@ -123,7 +151,7 @@ def recent(engine: Engine, now: float) -> list[TransitionCount]:
 
 def leased_states(engine: Engine) -> tuple[str, ...]:
     """States that hold a lease: those a heartbeat renews (from the spec)."""
-    return tuple(src for (src, event) in engine.spec.table if event == "heartbeat")
+    return engine.spec.sources("heartbeat")
 
 
 def workers(engine: Engine) -> tuple[list[WorkerView], bool]:
@@ -146,12 +174,47 @@ def workers(engine: Engine) -> tuple[list[WorkerView], bool]:
     return views, len(held) >= WORKER_SCAN
 
 
+def top_queues(counts: Mapping[tuple[str, str], int], top: int = TOP_QUEUES) -> list[str]:
+    """The `top` queues holding the most jobs (ties by name): the ones listed one by one."""
+    per_queue: dict[str, int] = {}
+    for (queue, _state), n in counts.items():
+        per_queue[queue] = per_queue.get(queue, 0) + n
+    return sorted(per_queue, key=lambda q: (-per_queue[q], q))[:top]
+
+
+def oldest_queued(engine: Engine, queues: list[str], counts: Counts) -> dict[str, Job]:
+    """The oldest queued job of each of `queues` that has one: one grouped query."""
+    initial = engine.spec.initial
+    wanted = tuple(q for q in queues if counts.get((q, initial)))
+    if not wanted:
+        return {}
+    reads = reads_of(engine)
+    if reads is not None:
+        return reads.oldest_jobs(initial, wanted)
+    browser = browser_of(engine)
+    oldest: dict[str, Job] = {}
+    if browser is not None:  # a store without BoundedReads: a page per queue
+        for q in wanted:
+            page = browser.list_jobs(
+                ListRequest(states=(initial,), queues=(q,), limit=1, oldest_first=True)
+            )
+            if page.jobs:
+                oldest[q] = page.jobs[0]
+    return oldest
+
+
 def overview(engine: Engine, counts_cache: CountsCache | None = None) -> Overview:
     lc = engine.spec
     now = engine.clock.now()
     counts, counted_at = (counts_cache or CountsCache(engine.counts)).get()
-    queues = tuple(sorted({q for q, _s in counts}))
-    totals = {s: sum(n for (_q, st), n in counts.items() if st == s) for s in lc.states}
+    shown = top_queues(counts)
+    listed = set(shown)
+    totals = dict.fromkeys(lc.states, 0)
+    other: dict[str, int] = dict.fromkeys(lc.states, 0)
+    for (q, st), n in counts.items():
+        totals[st] = totals.get(st, 0) + n
+        if q not in listed:
+            other[st] = other.get(st, 0) + n
     finished: dict[str, int] = dict.fromkeys(sorted(lc.terminal), 0)
     rejected = 0
     for c in recent(engine, now):
@@ -160,31 +223,23 @@ def overview(engine: Engine, counts_cache: CountsCache | None = None) -> Overvie
         elif c.outcome != "applied":
             rejected += c.count
     done = finished.get("succeeded", 0) + finished.get("failed", 0)
-    browser = browser_of(engine)
-    oldest: dict[str, Job] = {}
-    if browser is not None:
-        for q in queues:
-            if counts.get((q, lc.initial)):
-                page = browser.list_jobs(
-                    ListRequest(states=(lc.initial,), queues=(q,), limit=1, oldest_first=True)
-                )
-                if page.jobs:
-                    oldest[q] = page.jobs[0]
     views, cut = workers(engine)
     return Overview(
         now=now,
         counted_at=counted_at,
-        queues=queues,
+        queues=tuple(sorted(shown)),
         states=lc.states,
         counts=counts,
         totals=totals,
         finished=finished,
         failure_rate=None if done == 0 else finished.get("failed", 0) / done,
         rejected=rejected,
-        oldest_queued=oldest,
+        oldest_queued=oldest_queued(engine, shown, counts),
         workers=tuple(views),
         workers_truncated=cut,
-        browsable=browser is not None,
+        browsable=browser_of(engine) is not None,
+        other_queues=len({q for q, _s in counts}) - len(shown),
+        other=other,
     )
 
 
@@ -218,32 +273,10 @@ def live_dot(
     return body[:-1] + "\n".join(extra) + "\n}\n"
 
 
-def diagram_svg(dot: str) -> tuple[str | None, str | None]:
-    """(inline SVG, None), or (None, why not) when Graphviz cannot draw it."""
-    try:
-        svg = render_image(dot, "svg").decode("utf-8")
-    except DiagramError as err:
-        return None, str(err)
-    start = svg.find("<svg")  # drop the XML prolog and DOCTYPE for inline use
-    return (svg[start:] if start >= 0 else svg), None
-
-
-def capped(text: str | None, cap: int = PAYLOAD_CAP) -> tuple[str, bool]:
-    """JSON text pretty-printed when it is small enough, cut to `cap` characters."""
-    if text is None:
-        return "", False
-    shown = text
-    if len(text) <= cap:
-        try:
-            shown = json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-        except ValueError:
-            shown = text
-    return shown[:cap], len(shown) > cap
-
-
 @attrs.frozen
 class JobView:
     job: Job
+    #: the entries of this page of the trail, in the order they were written
     history: tuple[AuditEntry, ...]
     rejected: tuple[AuditEntry, ...]
     path: Mapping[Edge, list[int]]
@@ -253,6 +286,12 @@ class JobView:
     #: the latest progress its handler reported, and its value as capped JSON text
     progress: Progress | None = None
     progress_text: tuple[str, bool] = ("", False)
+    #: the cursor of the page of older entries (None: this page starts the trail)
+    older: int | None = None
+    #: the cursor this page was read at (None: the newest page)
+    before: int | None = None
+    #: where its last_error came from ("stage handler, attempt 2"), if this page shows it
+    error_stage: str = ""
 
 
 #: the operator actions the dashboard offers, as the Engine (and the CLI) carry them out
@@ -264,40 +303,34 @@ def operator_actions(engine: Engine, state: str) -> tuple[str, ...]:
     return tuple(a for a in ACTIONS if (state, a) in engine.spec.table)
 
 
-def job_view(engine: Engine, job_id: str) -> JobView:
+def trail_page(engine: Engine, request: TrailRequest) -> TrailPage:
+    """One page of a job's trail: from the store's BoundedReads, else cut from the whole
+    history (what is sent stays bounded either way)."""
+    reads = reads_of(engine)
+    if reads is not None:
+        return reads.trail_page(request)
+    return trail_of(engine.history(request.job_id), request)
+
+
+def job_view(
+    engine: Engine, job_id: str, *, before: int | None = None, limit: int = TRAIL_PAGE
+) -> JobView:
+    """A job and one page of its trail (the newest TRAIL_PAGE entries unless `before`)."""
     job = engine.get(job_id)
-    history = engine.history(job_id)
+    page = trail_page(engine, TrailRequest(job_id, before=before, limit=limit))
+    history = page.entries
     progress = progress_of(job)
     return JobView(
         job=job,
-        history=tuple(history),
+        history=history,
         rejected=tuple(e for e in history if e.outcome != "applied"),
         path=path_steps(history),
-        payload=capped(job.payload_json),
-        result=capped(job.result_json),
+        payload=capped(job.payload_json, PAYLOAD_CAP),
+        result=capped(job.result_json, PAYLOAD_CAP),
         actions=operator_actions(engine, job.state),
         progress=progress,
-        progress_text=capped(None if progress is None else json.dumps(progress.value)),
+        progress_text=capped(None if progress is None else json.dumps(progress.value), PAYLOAD_CAP),
+        older=page.older,
+        before=before,
+        error_stage=error_stage(job.last_error, history),
     )
-
-
-def parked_reason(engine: Engine, job: Job) -> dict[str, Any]:
-    """Why a job sits in a parked state: the audit entry that put it there."""
-    for entry in reversed(engine.history(job.id)):
-        if entry.outcome == "applied" and entry.to_state == job.state:
-            return {
-                "event": entry.event,
-                "at": entry.at,
-                "error": entry.error or job.last_error,
-                "reason": entry.reason,
-                "actor": entry.actor,
-                "code": entry.code,
-            }
-    return {
-        "event": None,
-        "at": None,
-        "error": job.last_error,
-        "reason": None,
-        "actor": None,
-        "code": None,
-    }

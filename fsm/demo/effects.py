@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,9 @@ def ledger_root(path: str | Path, demo_dir: str | Path | None = None) -> Path:
 
     A job's payload is outside input: a payload naming any other place (/etc, a
     symlink out of the demo directory) is refused, so the demo's handlers never
-    write outside a demo directory.
+    write outside a demo directory. Without `JOBFSM_DEMO_DIR`, the `jobfsm-demo*`
+    directory must be this user's and writable by no one else (`_mine`): another
+    user's directory of that name (in /tmp, say) is refused.
     """
     root = Path(os.path.realpath(path))
     allowed = demo_dir or os.environ.get(DEMO_DIR_ENV)
@@ -50,12 +53,30 @@ def ledger_root(path: str | Path, demo_dir: str | Path | None = None) -> Path:
     inside = (
         home == Path(os.path.realpath(allowed))
         if allowed
-        else home.name.startswith(DEMO_DIR_PREFIX) and home.is_dir()
+        else home.name.startswith(DEMO_DIR_PREFIX) and _mine(home)
     )
     if root.name != LEDGER_NAME or not inside:
-        where = str(allowed) if allowed else f"a directory named {DEMO_DIR_PREFIX}*"
+        where = (
+            str(allowed)
+            if allowed
+            else f"a directory named {DEMO_DIR_PREFIX}* of this user, writable by no other"
+        )
         raise ValueError(f"ledger {str(path)!r} is not {LEDGER_NAME}/ inside {where}")
     return root
+
+
+def _mine(path: Path) -> bool:
+    """Whether `path` is a directory (not a symlink) owned by this user that neither its
+    group nor others may write to, as `tempfile.mkdtemp` makes them."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 class Ledger:
@@ -70,7 +91,9 @@ class Ledger:
 
     @contextmanager
     def _locked(self, job_id: str) -> Iterator[None]:
-        fd = os.open(self.root / f"{job_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        # O_NOFOLLOW: a symlink planted as the lock file is refused, never followed
+        flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW
+        fd = os.open(self.root / f"{job_id}.lock", flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

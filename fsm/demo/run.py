@@ -23,15 +23,16 @@ from typing import Any
 
 import attrs
 
-from ..cli._common import print_table, progress_bar, redact
-from ..diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
-from ..engine import Engine
+from ..display.diagram import IMAGE_FORMATS, DiagramError, edge_counts, render, render_mermaid
+from ..display.terminal import print_table, progress_bar
 from ..errors import IllegalTransition, JobNotFound, TransientStoreError
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import Migratable, ScanRequest
 from ..records import AuditEntry, Job
 from ..registry import STORE_ENV, open_store
+from ..secrets import redact_url
+from ..service.engine import Engine
 from .app import KINDS, handlers, payload_for
 from .effects import DEMO_DIR_ENV, LEDGER_NAME, Ledger
 from .policy import demo_policy
@@ -183,7 +184,7 @@ def run_demo(cfg: Config, echo: Callable[[str], None], *, live: bool) -> Result:
 
     echo(f"jobfsm demo: {cfg.jobs} jobs, {cfg.workers} worker processes x {cfg.concurrency}")
     echo(f"  seed {seed}; files in {directory}")
-    echo(f"  store {redact(url)}, queue {queue}")
+    echo(f"  store {redact_url(url)}, queue {queue}")
     echo(f"  a worker is killed with SIGKILL about every {cfg.crash_every:g}s and restarted")
 
     kinds = list(KINDS)
@@ -380,7 +381,7 @@ def _finish(
         ],
         "elapsed_seconds": round(elapsed, 2),
         "directory": str(directory),
-        "store": redact(url),
+        "store": redact_url(url),
         "problems": problems[:50],
     }
     (directory / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from ..engine import Engine
 from ..registry import STORE_ENV, open_store
+from ..service.engine import Engine
 from ..worker import Worker
 from .app import handlers
 from .policy import demo_policy

@@ -1,0 +1,1 @@
+"""One module per command, as Django finds them."""
