@@ -74,7 +74,6 @@ from typing import Any, TypeVar
 import attrs
 
 from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import BadInput, IllegalTransition, LeaseLost, QueueFull, VersionConflict
 from ..inputs import KindPolicy
 from ..lifecycle.core import decide, replay, same_except_heartbeats
@@ -91,14 +90,15 @@ from ..ports import (
     Store,
 )
 from ..records import Decision, Job, Owner
-from ..recovery import sweep
 from ..registry import open_store
+from ..service.engine import Engine
+from ..service.maintenance import sweep
 from .conformance_claims import ClaimStartConformance
 from .conformance_schedules import ScheduleConformance
 
 TTL = 30.0
 #: the states a job waits in (the sources of `lease`): what a queue capacity counts
-WAITING_STATES = tuple(src for (src, event) in lifecycle().table if event == "lease")
+WAITING_STATES = lifecycle().sources("lease")
 MAX_ATTEMPTS = 3
 #: bound on how long a child claimer process may run before the test fails.
 CHILD_TIMEOUT = 120.0
@@ -330,7 +330,7 @@ def table_rows() -> list[tuple[str, str, str]]:
 E = TypeVar("E", bound=BaseException)
 
 
-def _raised(kind: type[E], call: Callable[[], object], what: str) -> E:
+def raised(kind: type[E], call: Callable[[], object], what: str) -> E:
     """The `kind` exception `call` raises; AssertionError(`what`) if it raises none."""
     try:
         call()
@@ -686,7 +686,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         engine.start(job.id, leased.fence)
         engine.succeed(job.id, leased.fence, {"charged": secret})
         if not isinstance(self.store, Erasable):
-            refused = _raised(
+            refused = raised(
                 BadInput,
                 lambda: engine.erase(job.id, actor="ops", reason="GDPR request"),
                 "a store without erase must refuse it",
@@ -712,7 +712,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         running = reach(engine, clock, "running")
         if not isinstance(self.store, Erasable):
             return
-        _raised(
+        raised(
             IllegalTransition,
             lambda: engine.erase(running.id, actor="ops", reason="too early"),
             "erase of a running job must be illegal",
@@ -722,7 +722,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
     def test_a_paused_queue_is_not_leased_until_it_is_resumed(self) -> None:
         engine, clock = self.engine()
         if not isinstance(self.store, PausesQueues):
-            refused = _raised(
+            refused = raised(
                 BadInput,
                 lambda: engine.pause("default", actor="ops", reason="incident"),
                 "a store that cannot pause must say so",
@@ -954,6 +954,23 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         assert rebuilt is not None
         assert same_except_heartbeats(rebuilt, stored)
 
+    def test_a_success_after_a_retry_keeps_no_last_error_and_the_trail_keeps_it(self) -> None:
+        # given a job whose first attempt asked for a retry
+        engine, clock = self.engine()
+        job = reach(engine, clock, "retry_wait")
+        assert job.last_error == "boom"
+        clock.advance(10.0)
+        # when its second attempt succeeds
+        (job,) = engine.claim(owner("b"), ids=[job.id])
+        job = engine.start(job.id, job.fence)
+        engine.succeed(job.id, job.fence, {"done": 1})
+        # then the stored job shows no error; the failed attempt's entry still has it
+        stored = self.store.get(job.id)
+        assert stored is not None
+        assert (stored.state, stored.attempt, stored.last_error) == ("succeeded", 2, None)
+        failed = [e for e in self.store.history(job.id) if e.event == "fail"]
+        assert [(e.attempt, e.error) for e in failed] == [(1, "boom")]
+
     def test_a_stale_report_changes_nothing_and_is_recorded_as_rejected(self) -> None:
         engine, clock = self.engine()
         first = reach(engine, clock, "leased")
@@ -1009,7 +1026,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
 
     def _submitted(self, engine: Engine, n: int, **opts: Any) -> list[Decision]:
         now = engine.clock.now()
-        return [engine._submit_decision(now, "conformance", i, **opts) for i in range(n)]
+        return [engine.kernel.submit_decision(now, "conformance", i, **opts) for i in range(n)]
 
     def test_insert_with_a_capacity_refuses_a_batch_that_would_overshoot_and_writes_none(
         self,
@@ -1017,7 +1034,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         engine, _ = self.engine()
         cap = self._capacity(default=3)
         assert len(self.store.insert(self._submitted(engine, 2), cap)) == 2
-        full = _raised(
+        full = raised(
             QueueFull,
             lambda: self.store.insert(self._submitted(engine, 2), cap),
             "an insert past the queue's capacity was accepted",
@@ -1050,7 +1067,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         store.counts = counts  # the store's own count, by queue and state, must not be used
         try:
             engine.submit_many([("conformance", i, {}) for i in range(2)])
-            _raised(QueueFull, lambda: engine.submit("conformance", 3), "a third job fit in 2")
+            raised(QueueFull, lambda: engine.submit("conformance", 3), "a third job fit in 2")
         finally:
             del store.counts
 
@@ -1075,13 +1092,13 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
             def insert(bad: Decision = bad) -> object:
                 return self.store.insert([bad])
 
-            err = _raised(BadInput, insert, f"a job with {change} was stored")
+            err = raised(BadInput, insert, f"a job with {change} was stored")
             assert field in str(err), f"the error does not name {field}: {err}"
         assert self.store.counts() == {}
         job = reach(engine, clock, "queued")
         cancel = decide(job, "cancel", clock.now(), engine.policy, **_OPERATOR)
         bad = attrs.evolve(cancel, job=attrs.evolve(cancel.job, finished_at=float("nan")))
-        err = _raised(
+        err = raised(
             BadInput, lambda: self.store.apply([bad]), "a record with a NaN time was written"
         )
         assert "finished_at" in str(err)
@@ -1131,7 +1148,7 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
                 def report(event: str = event) -> object:
                     return engine.transition(first.id, event, fence=first.fence)
 
-                _raised(LeaseLost, report, "a report with a stale fence was accepted")
+                raised(LeaseLost, report, "a report with a stale fence was accepted")
         rejected = [
             (e.event, e.fence) for e in self.store.history(first.id) if e.outcome == "rejected"
         ]

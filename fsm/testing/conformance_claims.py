@@ -81,6 +81,47 @@ class ClaimStartConformance(SuitePart):
         assert self.store.get(c.id) == held
         assert self._trail(c.id) == ["submit", "lease"]
 
+    def test_an_explicit_retry_safe_false_is_pinned_on_the_stored_job(self) -> None:
+        # given jobs of a kind the submitter has no policy for: said False, said
+        # nothing (stored fail-closed), said True
+        engine, _ = self.engine()
+        said_false = engine.submit("stranger", 1, retry_safe=False)
+        silent = engine.submit("stranger", 2)
+        said_true = engine.submit("stranger", 3, retry_safe=True)
+        # then only the explicit False is pinned, and the store reads back what it wrote
+        assert [(j.retry_safe, j.retry_safe_pinned) for j in (said_false, silent, said_true)] == [
+            (False, True),
+            (False, False),
+            (True, False),
+        ]
+        for job in (said_false, silent, said_true):
+            assert self.store.get(job.id) == job
+
+    def test_claim_and_start_stamps_the_handlers_retry_safe_unless_the_submitter_pinned(
+        self,
+    ) -> None:
+        # given two jobs stored fail-closed, one of them said retry_safe=False explicitly
+        engine, _ = self.engine()
+        loose = engine.submit("stranger", 1, priority=1)
+        pinned = engine.submit("stranger", 2, priority=2, retry_safe=False)
+
+        def handler_policy(job: Job) -> dict[str, Any]:
+            return {"kind_policy": {"retry_safe": True}}
+
+        # when a worker whose handler is retry-safe claims and starts both
+        got = {j.id: j for j in engine.claim(CLAIMER, limit=2, start=handler_policy)}
+        # then its policy is stamped on the first, durable with the start, and not the second
+        assert (got[loose.id].retry_safe, got[pinned.id].retry_safe) == (True, False)
+        for job in got.values():
+            assert self.store.get(job.id) == job
+        stamped = self.store.history(loose.id)[-1].data["effective_policy"]
+        kept = self.store.history(pinned.id)[-1].data["effective_policy"]
+        assert (stamped["retry_safe"], kept["retry_safe"], kept["retry_safe_pinned"]) == (
+            True,
+            False,
+            True,
+        )
+
     def test_racing_claim_and_start_starts_every_job_exactly_once(self) -> None:
         engine, _ = self.engine()
         jobs = engine.submit_many([("conformance", i, {}) for i in range(120)])

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import recovery
-from ..engine import Engine
 from ..errors import BadInput, UnknownPrerequisite
 from ..inputs import MAX_PREREQUISITES
 from ..lifecycle.core import decide, replay, same_except_heartbeats
 from ..ports import TracksDependencies
 from ..records import Job
-from .conformance import StoreConformance, _raised, owner
+from ..service import maintenance as recovery
+from ..service.engine import Engine
+from .conformance import StoreConformance, owner, raised
 
 
 def _run(engine: Engine, job: Job, outcome: str = "succeed") -> Job:
@@ -118,7 +118,7 @@ class DependencyConformance(StoreConformance):
         engine, _ = self.engine()
         a = self._submit(engine, 1)
         before = self.store.counts()
-        err = _raised(
+        err = raised(
             UnknownPrerequisite,
             lambda: engine.submit_many(
                 [("conformance", 2, {}), ("conformance", 3, {"after": [a.id, "NO-SUCH-JOB"]})]
@@ -129,9 +129,9 @@ class DependencyConformance(StoreConformance):
         assert a.id not in err.missing
         assert self.store.counts() == before
         too_many = [a.id] + [f"J{i}" for i in range(MAX_PREREQUISITES)]
-        _raised(BadInput, lambda: self._submit(engine, 4, after=too_many), "over the cap")
-        _raised(BadInput, lambda: self._submit(engine, 5, on_failed_dependency="run"), "no after")
-        _raised(
+        raised(BadInput, lambda: self._submit(engine, 4, after=too_many), "over the cap")
+        raised(BadInput, lambda: self._submit(engine, 5, on_failed_dependency="run"), "no after")
+        raised(
             BadInput,
             lambda: self._submit(engine, 6, after=[a.id], on_failed_dependency="x"),
             "an unknown rule",

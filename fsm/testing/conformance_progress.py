@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ..lifecycle.core import decide
 from ..ports import Erasable, StoresProgress
-from ..progress import envelope, progress_of
 from ..records import Job
+from ..service.progress import envelope, progress_of
 from .conformance import StoreConformance, owner, reach
 
 

@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,23 +55,34 @@ except ModuleNotFoundError as err:  # pragma: no cover - exercised without the e
     raise MissingExtra("the fault suites (fsm.testing.faults)", "testing") from err
 
 from .faults_async import ENGINES
+from .faults_claims import ClaimsModel
+from .faults_commits import CommitsModel
 from .faults_concurrency import ConcurrencyModel
 from .faults_crash import CrashModel
 from .faults_executor import ExecutorModel
+from .faults_late import fault_machine
+from .faults_limits import LimitsModel
 from .faults_machine import (
     DEFAULT_KINDS,
     FaultMachine,
     FaultStats,
     KindSpec,
-    fault_machine,
     suite_policy,
 )
 from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, check_size, handles
+from .faults_payloads import PayloadsModel
 from .faults_policy import PolicyModel
 from .faults_race import RaceModel
+from .faults_retention import RetentionModel
+from .faults_schedules import SchedulesModel
+from .faults_txn import TransactionsModel
+from .faults_unique import UniqueModel
 from .faults_verdict import VerdictModel
 from .faults_worker import WorkerModel
 from .profiles import load_profile, run_machine
+
+#: entered around each fault model and the machine, by name (the CLI's progress bars)
+Announce = Callable[[str], AbstractContextManager[object]]
 
 #: the fault models run beside the main machine, in this order (faults_models.py)
 MODELS: tuple[FaultModel, ...] = (
@@ -82,6 +93,14 @@ MODELS: tuple[FaultModel, ...] = (
     ConcurrencyModel(),
     ExecutorModel(),
     WorkerModel(),
+    ClaimsModel(),
+    CommitsModel(),
+    TransactionsModel(),
+    SchedulesModel(),
+    LimitsModel(),
+    UniqueModel(),
+    RetentionModel(),
+    PayloadsModel(),
 )
 
 __all__ = [
@@ -227,11 +246,14 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
         query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         schema = query.get("schema") or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
         per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4")
+        # once the run's first store migrated the schema, the next ones only check it
+        # (no DDL and no migration lock per example: the schema is the same)
+        checked = _with_query(per_example, migrate="false")
         opener = _opener(scheme)
         last: list[Store] = []
 
         def pg_factory() -> Store:
-            store = opener(per_example)
+            store = opener(checked if last else per_example)
             last[:] = [store]
             return store
 
@@ -287,9 +309,11 @@ def run_models(
     notes: list[str] | None = None,
     only: Sequence[str] | None = None,
     timings: dict[str, float] | None = None,
+    announce: Announce | None = None,
 ) -> None:
     """Run every registered fault model (or those named in `only`) at `size`; raises
-    AssertionError (with `.model` naming the model) on the first broken promise."""
+    AssertionError (with `.model` naming the model) on the first broken promise.
+    `announce(name)`, if given, is entered around each model (a progress display)."""
     check_size(size)
     ctx = ModelRun(database, size, stats, coverage, seed, notes if notes is not None else [])
     for model in MODELS:
@@ -297,7 +321,8 @@ def run_models(
             continue
         started = time.monotonic()
         try:
-            model.run(ctx)
+            with announce(model.name) if announce is not None else nullcontext():
+                model.run(ctx)
         except Exception as err:
             err.model = model.name  # type: ignore[attr-defined]
             raise
@@ -394,7 +419,7 @@ FLAKY_DATA_TEXT = (
 )
 
 
-def _explained(err: BaseException) -> str:
+def explained(err: BaseException) -> str:
     """The failure as one line of text; a hypothesis Flaky report explained in words."""
     from hypothesis.errors import Flaky, FlakyStrategyDefinition
 
@@ -422,6 +447,7 @@ def run_faults(
     models: Sequence[str] | None = None,
     machine: bool = True,
     engine: str = "sync",
+    announce: Announce | None = None,
 ) -> FaultReport:
     """Run the fault suite against fresh stores of `store_url`'s kind; never raises on
     a broken invariant (the report says what broke and how to reproduce it).
@@ -433,7 +459,8 @@ def run_faults(
     `shrink=False` skips hypothesis's shrinking: the reproduction is then the
     first failing sequence found, longer but available at once.
     `engine="async"` (PostgreSQL only) sends the machine's submits and operator
-    actions through AsyncEngine over the store's asyncio twin (faults_async.py)."""
+    actions through AsyncEngine over the store's asyncio twin (faults_async.py).
+    `announce(name)` is entered around each model and the machine (progress bars)."""
     check_engine(engine, store_url)
     name = load_profile(profile)
     base = Settings.get_profile(name)
@@ -473,9 +500,10 @@ def run_faults(
                     notes=notes,
                     only=models,
                     timings=timings,
+                    announce=announce,
                 )
             except Exception as err:  # the report carries it
-                failure = _explained(err)
+                failure = explained(err)
                 failed_model = getattr(err, "model", None)
     if failure is None and machine_examples:
         began = time.monotonic()
@@ -484,11 +512,14 @@ def run_faults(
             sm = _covered(made, coverage)
             if seed is not None:
                 sm = hypothesis_seed(seed)(sm)
-            with with_reporter(lambda value: lines.append(str(value))):
+            with (
+                with_reporter(lambda value: lines.append(str(value))),
+                announce("machine") if announce is not None else nullcontext(),
+            ):
                 try:
                     run_machine(sm, settings=chosen)
                 except Exception as err:  # the report carries it
-                    failure = _explained(err)
+                    failure = explained(err)
                     failed_model = "machine"
                     lines.extend(getattr(err, "__notes__", ()))
         timings["machine"] = time.monotonic() - began

@@ -2,12 +2,12 @@
 
 With `fault_machine(..., engine="async")` the machine's submit and operator
 rules (submit, submit_dependent, cancel, requeue, resolve) go through
-`fsm.aio.AsyncEngine(path="async")`, so the loops of `fsm.steps` run under
+`fsm.service.aio.AsyncEngine(path="async")`, so the loops of `fsm.service.plans` run under
 `adrive` over the store's asyncio twin, while the simulated workers, sweeps and
 invariant checks keep the blocking Engine (as a real worker does).
 
 The twin is wrapped by `FaultyAsyncStore`, which asks the machine's `FaultyStore`
-whether a fault fires (`_before`, `_race`, `_after`): one armed fault, one fired
+whether a fault fires (`before`, `race`, `after`): one armed fault, one fired
 counter, whichever side makes the call. So "what a fault is" has one home.
 
 The machine owns one event loop per example (`AsyncClient`); `close` closes the
@@ -20,11 +20,11 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from ..aio import AsyncEngine
-from ..engine import Engine
 from ..errors import BadInput, VersionConflict
 from ..ports import AsyncStore, Capacity, HasAsyncStore, ScanRequest, Store
 from ..records import AuditEntry, Decision, Job
+from ..service.aio import AsyncEngine
+from ..service.engine import Engine
 from .faults_store import FaultyStore
 
 T = TypeVar("T")
@@ -48,32 +48,32 @@ class FaultyAsyncStore:
     async def insert(
         self, decisions: Sequence[Decision], capacity: Capacity | None = None
     ) -> list[Job]:
-        when = self.faults._before("insert")
+        when = self.faults.before("insert")
         out = await self.inner.insert(decisions, capacity)
-        self.faults._after("insert", when)
+        self.faults.after("insert", when)
         return out
 
     async def get(self, job_id: str) -> Job | None:
-        self.faults._before("get")
+        self.faults.before("get")
         return await self.inner.get(job_id)
 
     async def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
-        when = self.faults._before("apply")
-        self.faults._race(decisions)
+        when = self.faults.before("apply")
+        self.faults.race(decisions)
         out = await self.inner.apply(decisions)
-        self.faults._after("apply", when)
+        self.faults.after("apply", when)
         return out
 
     async def erase(self, decision: Decision) -> Job | VersionConflict:
         return await self.inner.erase(decision)
 
     async def record(self, entries: Sequence[AuditEntry]) -> None:
-        when = self.faults._before("record")
+        when = self.faults.before("record")
         await self.inner.record(entries)
-        self.faults._after("record", when)
+        self.faults.after("record", when)
 
     async def scan(self, request: ScanRequest) -> list[Job]:
-        self.faults._before("scan")
+        self.faults.before("scan")
         return await self.inner.scan(request)
 
     async def history(self, job_id: str) -> list[AuditEntry]:

@@ -31,15 +31,15 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import JobFSMError, TransientStoreError
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
 from ..records import Owner
+from ..service import maintenance as recovery
+from ..service.engine import Engine
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 

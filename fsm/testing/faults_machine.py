@@ -33,9 +33,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from .. import jsonio, recovery
+from .. import jsonio
 from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import BadInput, IllegalTransition, LeaseLost, TransientStoreError
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import (
@@ -45,11 +44,16 @@ from ..lifecycle.invariants import (
     trail_problems,
 )
 from ..lifecycle.spec import lifecycle
-from ..owner import Identity
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
-from .faults_async import ENGINES, AsyncClient, FaultyTwinStore
+from ..service import maintenance as recovery
+from ..service.engine import Engine
+from ..service.identity import Identity
+from ..service.reconcile import Asker
+from ..worker.claims import kind_policy_arg
+from ..worker.runs import Run, Runs
+from .faults_async import AsyncClient, FaultyTwinStore
 from .faults_outside import LOSS_MODES, MODES, OutsideSystem
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
@@ -166,6 +170,8 @@ class Held:
     #: the record the worker last saw (claimed, or read after a report): what its
     #: batched reports are decided on, however far heartbeats have moved it since
     seen: Job | None = None
+    #: the production worker's bookkeeping of this run (`fsm.worker.runs.Run`)
+    run: Run | None = None
 
 
 @attrs.frozen
@@ -178,13 +184,24 @@ class Sent:
 @attrs.define
 class SimWorker:
     """A simulated worker process: its identity (the production `Identity`, over its
-    simulated host's process table) and what it believes it holds."""
+    simulated host's process table), what it believes it holds, and the production
+    worker's table of runs in flight (`fsm.worker.runs.Runs`), which keeps the
+    identity's registry of held runs exactly as a real worker keeps it: a run is held
+    from its claim until that run (job id and fence) ends, and nothing re-registers
+    runs behind the worker's back."""
 
     identity: Identity
     alive: bool = True
     paused: bool = False
     held: dict[str, Held] = attrs.field(factory=dict)
     sent: list[Sent] = attrs.field(factory=list)
+    runs: Runs = attrs.field(init=False)
+    #: older runs of jobs this worker leased again while they were still in flight
+    #: (their threads end later; the worker's next heartbeat loses them)
+    older: list[Run] = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.runs = Runs(self.identity)
 
     @property
     def owner(self) -> Owner:
@@ -194,14 +211,32 @@ class SimWorker:
     def active(self) -> bool:
         return self.alive and not self.paused
 
-    def sync_identity(self) -> None:
-        """The identity's registry of held runs, as this worker's memory says."""
-        runs = {(jid, h.fence) for jid, h in self.held.items()}
-        registered = self.identity.held()
-        for jid, fence in registered - runs:
-            self.identity.drop(jid, fence)
-        for jid, fence in runs - registered:
-            self.identity.hold(jid, fence)
+    def take(self, job: Job) -> None:
+        """A claim returned `job`: held as `fsm.worker.claims.Claims` holds it (the
+        identity's registry at the claim, the run table at launch)."""
+        self.identity.hold(job.id, job.fence)
+        run = Run(job, None)
+        self.runs.add(run)
+        old = self.held.get(job.id)
+        if old is not None and old.run is not None and old.fence != job.fence:
+            self.older.append(old.run)
+        self.held[job.id] = Held(job.fence, job.state, seen=job, run=run)
+
+    def let_go(self, jid: str) -> None:
+        """The worker is done with its run of `jid` (reported, refused or lost): the
+        production run table forgets exactly that run (`Runs.finish`)."""
+        held = self.held.pop(jid, None)
+        if held is not None and held.run is not None:
+            self.runs.finish(held.run)
+
+    def end_older(self) -> int:
+        """The older runs end (their results discarded, `fsm.worker.leases`' newest-per-job
+        rule): each is forgotten by (job id, fence). How many ended."""
+        ended = len(self.older)
+        for run in self.older:
+            self.runs.finish(run)
+        self.older.clear()
+        return ended
 
 
 W = st.integers(0, N_WORKERS - 1)
@@ -221,9 +256,9 @@ class FaultMachine(RuleBasedStateMachine):
         super().__init__()
         self.spec = lifecycle()
         self.owned = owned_states(self.spec)
-        self.lease_states = frozenset(s for (s, ev) in self.spec.table if ev == "lease")
-        self.cancel_states = frozenset(s for (s, ev) in self.spec.table if ev == "cancel")
-        self.requeue_states = frozenset(s for (s, ev) in self.spec.table if ev == "requeue")
+        self.lease_states = frozenset(self.spec.sources("lease"))
+        self.cancel_states = frozenset(self.spec.sources("cancel"))
+        self.requeue_states = frozenset(self.spec.sources("requeue"))
         self.queue = f"{QUEUE_PREFIX}-{uuid.uuid4().hex[:12]}"
         self.clock = FakeClock()
         self.policy = suite_policy()
@@ -353,7 +388,7 @@ class FaultMachine(RuleBasedStateMachine):
             or job.owner != w.owner
             or job.state not in self.owned
         ):
-            del w.held[jid]
+            w.let_go(jid)
         else:
             held.phase = job.state
             held.seen = job
@@ -404,14 +439,17 @@ class FaultMachine(RuleBasedStateMachine):
         self._reconcile(worker, jid)
 
     def _start_call(self, jid: str, fence: int) -> Job:
-        """`start`, with the kind policy a worker that runs the kind passes."""
+        """`start`, with the kind policy a worker that runs the kind passes (the
+        worker's own `kind_policy_arg`)."""
         job = self.real.get(jid)
         kind = self.engine.kinds.get(job.kind) if job is not None else None
-        if kind is None:
+        if job is None or kind is None:
             return self.engine.start(jid, fence)
-        policy = kind.enforced()
-        if job is not None and job.kind in self.marking:  # its kind has a reconciler
-            policy["reconciler"] = True
+        policy = kind_policy_arg(
+            kind,
+            default_recoveries=self.policy.recovery.max_recoveries,
+            reconciler=job.kind in self.marking,  # its kind has a reconciler
+        )
         return self.engine.transition(jid, "start", fence=fence, kind_policy=policy)
 
     def _marks(self, jid: str) -> bool:
@@ -561,7 +599,8 @@ class FaultMachine(RuleBasedStateMachine):
 
     def _claim(self, worker: SimWorker, limit: int, ids: list[str] | None = None) -> list[Job]:
         try:
-            got = self.engine.claim(worker.owner, (self.queue,), limit=limit, ids=ids)
+            with worker.identity.claiming():
+                got = self.engine.claim(worker.owner, (self.queue,), limit=limit, ids=ids)
         except TransientStoreError:
             return []  # any lease it took is unknown to the worker: it lapses and is recovered
         for job in got:
@@ -569,7 +608,7 @@ class FaultMachine(RuleBasedStateMachine):
                 self._fail(f"I1 job {job.id}: claim returned it {job.state} for {job.owner}")
             if job.id not in self.index:
                 self._fail(f"I3 claim returned job {job.id} that was never submitted")
-            worker.held[job.id] = Held(job.fence, job.state, seen=job)
+            worker.take(job)
         return got
 
     @precondition(lambda self: any(x.active for x in self.workers) and self.jobs)
@@ -742,8 +781,8 @@ class FaultMachine(RuleBasedStateMachine):
         A worker leases a job of a marking kind (a new one if none is due), starts it,
         marks (`ctx.mark`) and maybe commits its fenced outside effect; then the run is
         lost: the worker is killed (-9) and its new incarnation sweeps at once, or it
-        stalls past its lease and another worker sweeps (`fsm.recovery.sweep` with the
-        reconcilers: the expire claims the reconcile, `fsm.reconcile.ask` calls the
+        stalls past its lease and another worker sweeps (`fsm.service.maintenance.sweep` with the
+        reconcilers: the expire claims the reconcile, `fsm.service.reconcile.ask` calls the
         reconciler). Whatever the sweep left due is then leased again by the sweeper
         and run up to its outside call, as any worker would.
 
@@ -841,6 +880,8 @@ class FaultMachine(RuleBasedStateMachine):
         self._heartbeat(active[w % len(active)])
 
     def _heartbeat(self, worker: SimWorker) -> None:
+        if worker.end_older():
+            self._fault("older run of a job leased again ended")
         fences = {jid: h.fence for jid, h in worker.held.items()}
         if not fences:
             return
@@ -865,7 +906,7 @@ class FaultMachine(RuleBasedStateMachine):
             if jid in renewed:
                 worker.held[jid].phase = renewed[jid]
             else:
-                del worker.held[jid]  # ctx.lease_lost: the result is discarded
+                worker.let_go(jid)  # ctx.lease_lost: the result is discarded
 
     # --- faults --------------------------------------------------------------------
 
@@ -878,7 +919,8 @@ class FaultMachine(RuleBasedStateMachine):
 
     def _crash(self, worker: SimWorker) -> None:
         worker.alive = False
-        worker.held.clear()
+        worker.held.clear()  # the process is gone, and its registry with it
+        worker.older.clear()
         worker.sent.clear()
         self.hosts[worker.owner.host].kill(worker.owner.pid)
         self.liveness.release(worker.owner)  # the server drops a dead session's lock
@@ -954,7 +996,7 @@ class FaultMachine(RuleBasedStateMachine):
         A worker holds a run (leased, for a `start` or `release`; running, for a
         `succeed`, `fail`, `ambiguous` or `mark`), leasing and starting a due job if
         it holds none that fits. It stalls past its lease; the production sweep
-        (`fsm.recovery.sweep`) expires the lapsed lease without moving the fence
+        (`fsm.service.maintenance.sweep`) expires the lapsed lease without moving the fence
         (leased -> queued, or a retry-safe running job -> retry_wait); another
         worker leases the job (fence + 1) and, unless the zombie's report is a
         `start` or `release`, starts it, so the report is legal in the job's state
@@ -1130,12 +1172,12 @@ class FaultMachine(RuleBasedStateMachine):
     def sweep(self, judged: bool, w: int) -> None:
         self._sweep(judged, by=self._active(w))
 
-    def _sweep(self, judged: bool, by: SimWorker | None = None) -> None:
-        """The production recovery sweep; judged, by a live worker's own identity."""
+    def _sweep(self, judged: bool, by: SimWorker | None = None, asker: Asker | None = None) -> None:
+        """The production recovery sweep; judged, by a live worker's own identity (whose
+        registry of held runs is the one its run table keeps); with `asker`, the
+        reconcilers are asked through it (`fsm.service.reconcile.Asker`)."""
         sweeper = by if judged and by is not None and by.alive else None
         before = {j.id: j for j in self._tracked() if j.state in self.owned}
-        if sweeper is not None:
-            sweeper.sync_identity()
         # A store error leaves the sweep's work to the next sweep.
         with contextlib.suppress(TransientStoreError):
             if sweeper is None:
@@ -1146,6 +1188,7 @@ class FaultMachine(RuleBasedStateMachine):
                     sweeper.identity,
                     self.liveness.probe,
                     reconcilers=self.outside.reconcilers(self.marking),
+                    asker=asker,
                 )
         self._check_death_verdicts(before)
 
@@ -1266,7 +1309,7 @@ class FaultMachine(RuleBasedStateMachine):
         self.seen.pop(jid, None)
         self.states.pop(jid, None)
         for w in self.workers:
-            w.held.pop(jid, None)
+            w.let_go(jid)
             w.sent = [s for s in w.sent if s.job_id != jid]
 
     # --- invariants ----------------------------------------------------------------
@@ -1432,26 +1475,3 @@ class FaultMachine(RuleBasedStateMachine):
                 ack = partial(self.engine.cancelled_ack, jid, held.fence, "partial")
                 self._report(worker, jid, "cancelled_ack", held.fence, ack)
                 self._reconcile(worker, jid)
-
-
-def fault_machine(
-    store_factory: Callable[[], Store],
-    *,
-    kinds: tuple[KindSpec, ...] = DEFAULT_KINDS,
-    stats: FaultStats | None = None,
-    name: str = "FaultSuiteMachine",
-    engine: str = "sync",
-) -> type[FaultMachine]:
-    """A FaultMachine subclass over `store_factory` (called once per example); `engine`
-    "async" sends submits and operator actions through AsyncEngine (faults_async.py)."""
-    if not kinds:
-        raise ValueError("the fault suite needs at least one handler kind")
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    attrs_: dict[str, Any] = {
-        "store_factory": staticmethod(store_factory),
-        "kind_specs": tuple(kinds),
-        "stats": stats if stats is not None else FaultStats(),
-        "engine_mode": engine,
-    }
-    return type(name, (FaultMachine,), attrs_)

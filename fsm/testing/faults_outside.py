@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..reconcile import LostRun, Reconciler, done, not_started, still_running, unknown
+from ..service.reconcile import LostRun, Reconciler, done, not_started, still_running, unknown
 
 #: what the machine's reconciler may do; "truthful" twice, so it is drawn most often
 MODES = ("truthful", "truthful", "unknown", "raises", "garbage", "still_running", "hangs")
 #: what the reconciler does when the machine's `lose_marked_run` loses a marked run:
-#: the answers and the failures `fsm.reconcile.ask` must read as unknown (raising and
+#: the answers and the failures `fsm.service.reconcile.ask` must read as unknown (raising and
 #: nonsense). Hanging is left to `reconciler_behaves`: its thread outlives the step
-#: and counts against `fsm.reconcile.MAX_HUNG`, shared by the whole process.
+#: and counts against `fsm.service.reconcile.MAX_HUNG`, shared by the whole process.
 LOSS_MODES = ("truthful", "raises", "garbage", "unknown", "still_running")
 #: a hanging reconciler's timeout, and how long it hangs (real seconds: kept tiny)
 HANG_TIMEOUT = 0.02

@@ -28,9 +28,7 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import JobFSMError, VersionConflict
 from ..inputs import KindPolicy
 from ..lifecycle.core import decide
@@ -38,6 +36,8 @@ from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
 from ..ports import ScanRequest, Store
 from ..records import Decision, Job, Owner
+from ..service import maintenance as recovery
+from ..service.engine import Engine
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 
@@ -100,7 +100,7 @@ class _Race:
         self.engine = Engine(store, clock=self.clock, policy=self.policy, kinds=kinds)
         self.other = Engine(other, clock=self.clock, policy=self.policy, kinds=kinds)
         self.ids: list[str] = []
-        self.deadline_states = frozenset(s for (s, ev) in self.spec.table if ev == "deadline")
+        self.deadline_states = frozenset(self.spec.sources("deadline"))
 
     def _fail(self, text: str) -> None:
         raise AssertionError(text)

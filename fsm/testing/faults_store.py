@@ -72,21 +72,21 @@ class FaultyStore:
         self.armed.clear()
         self.race_armed = False
 
-    def _before(self, method: str) -> str | None:
+    def before(self, method: str) -> str | None:
         when = self.armed.pop(method, None)
         if when == "before":
             self.fired[f"store error before commit ({method})"] += 1
             raise TransientStoreError(f"injected fault: {method} failed before reaching the store")
         return when
 
-    def _after(self, method: str, when: str | None) -> None:
+    def after(self, method: str, when: str | None) -> None:
         if when == "after":
             self.fired[f"store error after commit ({method})"] += 1
             raise TransientStoreError(
                 f"injected fault: {method} committed, then the reply was lost"
             )
 
-    def _race(self, decisions: Sequence[Decision]) -> None:
+    def race(self, decisions: Sequence[Decision]) -> None:
         """An armed race: let the concurrent writer change the job before this apply."""
         if self.race_armed and decisions and self.racer is not None:
             self.race_armed = False
@@ -95,41 +95,41 @@ class FaultyStore:
                 self.fired[f"concurrent {did} before apply"] += 1
 
     def insert(self, decisions: Sequence[Decision], capacity: Capacity | None = None) -> list[Job]:
-        when = self._before("insert")
+        when = self.before("insert")
         out = self.inner.insert(decisions, capacity)
-        self._after("insert", when)
+        self.after("insert", when)
         return out
 
     def get(self, job_id: str) -> Job | None:
-        self._before("get")
+        self.before("get")
         return self.inner.get(job_id)
 
     def claim(self, request: ClaimRequest) -> list[Job]:
-        when = self._before("claim")
+        when = self.before("claim")
         out = self.inner.claim(request)
-        self._after("claim", when)
+        self.after("claim", when)
         return out
 
     def apply(self, decisions: Sequence[Decision]) -> list[Job | VersionConflict]:
-        when = self._before("apply")
-        self._race(decisions)
+        when = self.before("apply")
+        self.race(decisions)
         out = self.inner.apply(decisions)
-        self._after("apply", when)
+        self.after("apply", when)
         return out
 
     def renew(self, request: RenewRequest) -> dict[str, str]:
-        when = self._before("renew")
+        when = self.before("renew")
         out = self.inner.renew(request)
-        self._after("renew", when)
+        self.after("renew", when)
         return out
 
     def record(self, entries: Sequence[AuditEntry]) -> None:
-        when = self._before("record")
+        when = self.before("record")
         self.inner.record(entries)
-        self._after("record", when)
+        self.after("record", when)
 
     def scan(self, request: ScanRequest) -> list[Job]:
-        self._before("scan")
+        self.before("scan")
         return self.inner.scan(request)
 
     def history(self, job_id: str) -> list[AuditEntry]:
@@ -142,7 +142,7 @@ class FaultyStore:
         return inner.prerequisites(job_ids) if isinstance(inner, TracksDependencies) else {}
 
     def dependents(self, job_ids: Sequence[str], states: tuple[str, ...], limit: int) -> list[Job]:
-        self._before("dependents")  # the release after a write fails: the sweep repairs it
+        self.before("dependents")  # the release after a write fails: the sweep repairs it
         inner = self.inner
         if not isinstance(inner, TracksDependencies):
             return []
@@ -158,9 +158,9 @@ class FaultyStore:
         return self.inner.counts()
 
     def prune(self, request: PruneRequest) -> int:
-        when = self._before("prune")
+        when = self.before("prune")
         out = self.inner.prune(request)
-        self._after("prune", when)
+        self.after("prune", when)
         return out
 
     def close(self) -> None:

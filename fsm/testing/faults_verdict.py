@@ -1,7 +1,7 @@
 """The `verdicts` fault model: a death verdict overtaken before it is written.
 
-The recovery sweep (`fsm.recovery.sweep`) reads the leased jobs, judges their
-owners with the production `fsm.owner.Identity.judge` over a simulated process
+The recovery sweep (`fsm.service.maintenance.sweep`) reads the leased jobs, judges their
+owners with the production `fsm.service.identity.Identity.judge` over a simulated process
 table, and expires the jobs of owners judged DEAD. Between its read and its
 write, the world may move on. Here it does, every time: just after the sweep's
 scan returns, a second sweeper (another worker on the same host, with its own
@@ -22,14 +22,14 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .. import recovery
 from ..clock import FakeClock
-from ..engine import Engine
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
-from ..owner import Identity
 from ..ports import ScanRequest, Store
+from ..service import maintenance as recovery
+from ..service.engine import Engine
+from ..service.identity import Identity
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 from .hosts import SimulatedProcesses

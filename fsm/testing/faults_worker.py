@@ -24,13 +24,13 @@ from typing import Any, ClassVar
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ..engine import Engine
 from ..errors import TransientStoreError
 from ..inputs import KindPolicy
-from ..owner import Identity
 from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
 from ..ports import RenewRequest, Store
 from ..registry import open_store
+from ..service.engine import Engine
+from ..service.identity import Identity
 from ..worker import Worker
 from .faults_models import ModelRun
 

@@ -1,9 +1,9 @@
 """Simulated hosts for the fault suite: a process table and liveness tokens.
 
-The recovery sweep judges owners with the production `fsm.owner.Identity.judge`.
+The recovery sweep judges owners with the production `fsm.service.identity.Identity.judge`.
 In a simulation the processes are not real, so what the judge asks of the world
 is answered here: which pids of a host are gone (`SimulatedProcesses`, the
-`fsm.owner.ProcessTable` of one simulated host) and which liveness tokens are
+`fsm.service.identity.ProcessTable` of one simulated host) and which liveness tokens are
 held (`SimulatedLiveness`, the store's `probe`, which can be made to fail). The
 judgement itself is the production code, so a change that breaks it (an UNKNOWN
 read as DEAD, a failed probe taken for death) makes the fault suite fail.
@@ -11,8 +11,8 @@ read as DEAD, a failed probe taken for death) makes the fault suite fail.
 
 from __future__ import annotations
 
-from ..owner import Status, Verdict
 from ..records import Owner
+from ..service.identity import Status, Verdict
 
 
 class SimulatedProcesses:
@@ -31,7 +31,7 @@ class SimulatedProcesses:
         self.gone.add(pid)
 
     def verdict(self, pid: int) -> Verdict:
-        """As `fsm.owner.pid_verdict` answers for a real host: a gone pid is DEAD, a live
+        """As `fsm.service.identity.pid_verdict` answers for a real host: a gone pid is DEAD, a live
         one proves nothing (pids are reused), an unknown one proves nothing either."""
         if pid in self.gone:
             return Verdict(Status.DEAD, f"pid {pid} is gone on this host", "owner_dead_pid_gone")

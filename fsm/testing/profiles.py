@@ -35,3 +35,8 @@ def load_profile(name: str | None = None) -> str:
     chosen = name or os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
     settings.load_profile(chosen)
     return chosen
+
+
+def settings_of(name: str) -> settings:
+    """The settings of the profile `name` (its example and step counts)."""
+    return settings.get_profile(name)

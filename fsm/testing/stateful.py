@@ -40,13 +40,13 @@ from hypothesis.stateful import (
 )
 
 from ..clock import FakeClock
-from ..engine import Engine
 from ..errors import JobFSMError
 from ..inputs import KindPolicy
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import Store, TracksDependencies
 from ..records import AuditEntry, Job, Owner
-from ..recovery import sweep
+from ..service.engine import Engine
+from ..service.maintenance import sweep
 from .profiles import run_machine
 
 StoreFactory = Callable[[], Store]

@@ -7,8 +7,8 @@ that `StoreConformance` gives; these stubs name them for the type checker.
 from __future__ import annotations
 
 from ..clock import FakeClock
-from ..engine import Engine
 from ..ports import Store
+from ..service.engine import Engine
 
 
 class SuitePart:

@@ -1,0 +1,256 @@
+"""Rules of the fault machine for work that arrives late (specs/invariants.md I1, I7).
+
+Two things a sequential machine misses unless it lets them be late:
+
+- an **old run that ends after its job was leased again** by the same worker: the
+  production run table (`fsm.worker.runs.Runs`) forgets exactly that run (job id
+  and fence) in the identity's registry of held runs, never the newer run of the
+  same job, so the worker's own sweep still judges the new run held (I1);
+- a **reconciler's answer that arrives after its claim moved**: the sweeper that
+  claimed a lost run for its reconciler asks in the background (an
+  `fsm.service.reconcile.Asker`, as a worker does), stalls past its claim, another
+  sweep finds the claim lapsed (`reconciler_lost`), an operator may requeue the job
+  and it may be lost and claimed again; then the old answer arrives. It was
+  recorded under a fence that is no longer the job's: it must change nothing (I7).
+
+`fault_machine` builds the suite's machine from `LateRules` (the main machine of
+`faults_machine` with these rules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from ..errors import IllegalTransition, TransientStoreError
+from ..ports import Store
+from ..records import Job
+from ..service.reconcile import Asker
+from .faults_async import ENGINES
+from .faults_machine import (
+    DEFAULT_KINDS,
+    FaultMachine,
+    FaultStats,
+    KindSpec,
+    SimWorker,
+)
+from .faults_outside import ANSWER_TIMEOUT
+
+W = st.integers(0, 2)
+J = st.integers(0, 63)
+
+
+@attrs.frozen
+class LateCall:
+    """A reconciler call the asker holds back: the job, the fence of the claim it
+    answers, and the call that records the answer."""
+
+    job_id: str
+    fence: int
+    call: Callable[[], object] = attrs.field(repr=False)
+
+
+class HeldAsker(Asker):
+    """An `Asker` whose calls wait until the machine delivers them: the reconciler is
+    asked in the background, and its answer is recorded late."""
+
+    def __init__(self, read: Callable[[str], Job | None]) -> None:
+        super().__init__()
+        self.read = read
+        self.calls: list[LateCall] = []
+
+    def free(self) -> int:
+        return self.limit
+
+    def start(self, name: str, call: Callable[[], object]) -> None:
+        job = self.read(name)
+        self.calls.append(LateCall(name, job.fence if job is not None else -1, call))
+
+    def deliver(self, late: LateCall) -> None:
+        """Run one held call as `Asker.start`'s thread would: a failure is logged there,
+        and the next sweep finds the claim lost."""
+        self.calls.remove(late)
+        # as `Asker.start`'s thread: a refused answer (LeaseLost: its claim is gone) is
+        # logged there and changes nothing; what it changed is judged by the caller
+        with contextlib.suppress(Exception):
+            late.call()
+
+
+class LateRules(FaultMachine):
+    """The main machine, with runs and reconciler answers that end late."""
+
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J)
+    def old_run_ends_after_reclaim(self, w: int, j: int) -> None:
+        """A worker stalls past the lease of a run; a sweep (not judging owners) takes
+        the job back; the worker wakes and leases the same job again (a new fence)
+        while the old run is still in flight; then the old run ends (its result
+        discarded) and the worker's own sweeper judges the owners. Checked in the
+        step (`_check_death_verdicts`, I1): the worker's run table forgot only the
+        old run, so its sweep never expires the new one as "no longer held"."""
+        worker = self._active(w)
+        assert worker is not None
+        picked = self._one_behind_run(worker, j, "running")
+        if picked is None:
+            return
+        jid, _fence = picked
+        worker.paused = True
+        self._fault("worker pause")
+        self.clock.advance(self.policy.lease.ttl + 1.0)
+        self._fault("clock jump past leases")
+        self._sweep(judged=False)
+        worker.paused = False
+        self._fault("zombie wakes")
+        job = self.real.get(jid)
+        if job is None or job.state not in self.lease_states:
+            return
+        wait = job.run_after - self.clock.now()
+        if wait > 0:
+            self.clock.advance(wait)
+        got = self._claim(worker, 1, ids=[jid])
+        if not got:
+            return
+        self._fault("job leased again while its old run is in flight")
+        self._start(worker, jid, got[0].fence)
+        if worker.end_older():
+            self._fault("older run of a job leased again ended")
+        self._sweep(judged=True, by=worker)
+
+    @precondition(lambda self: self.marking and any(x.active for x in self.workers))
+    @rule(w=W, j=J, commit=st.booleans(), again=st.booleans(), roll=st.integers(0, 999))
+    def late_reconcile_answer(self, w: int, j: int, commit: bool, again: bool, roll: int) -> None:
+        """A lost marked run is claimed for its reconciler by a sweeper that asks in the
+        background; the sweeper stalls past its claim, another sweep finds the claim
+        lapsed (investigate, `reconciler_lost`); with `again`, an operator requeues the
+        job and it is run, marked and lost once more, and claimed by a new sweeper
+        whose answer is held too. Then the first answer arrives.
+
+        Checked in the step: an answer recorded for a claim whose fence is no longer
+        the job's changes nothing (I7: the reconcile event is fenced like any report);
+        the answer of the current claim, delivered last, may apply."""
+        worker = self._active(w)
+        assert worker is not None
+        jid = self._lease_marking(worker, j)
+        if jid is None:
+            return
+        first = HeldAsker(self.real.get)
+        if not self._lose_with_held_answer(worker, jid, commit, first):
+            return
+        claim = self.real.get(jid)
+        assert claim is not None
+        lapse = (claim.lease_until or self.clock.now()) - self.clock.now() + 1.0
+        self.clock.advance(max(lapse, ANSWER_TIMEOUT))
+        self._fault("reconciling sweeper stalls past its claim")
+        others = [x for x in self.workers if x.active]
+        self._sweep(judged=True, by=others[roll % len(others)])
+        if again:
+            self._lose_again(jid, commit, roll)
+        while first.calls:
+            self._deliver_late(first, first.calls[0])
+
+    def _lose_with_held_answer(
+        self, worker: SimWorker, jid: str, commit: bool, asker: HeldAsker
+    ) -> bool:
+        """`worker` starts the leased `jid`, marks, maybe commits, and is killed; its new
+        incarnation sweeps, claiming the lost run and asking through `asker`. Whether
+        an answer for `jid` is now held."""
+        fence = worker.held[jid].fence
+        self._start(worker, jid, fence)
+        if jid not in worker.held or worker.held[jid].phase != "running":
+            return False
+        self._call_outside(worker, jid, commit)
+        i = self.workers.index(worker)
+        self._crash(worker)
+        self.workers[i] = sweeper = self._new_worker()
+        self._fault("worker restart")
+        self._sweep(judged=True, by=sweeper, asker=asker)
+        held = any(c.job_id == jid for c in asker.calls)
+        if held:
+            self._fault("reconciler answer held back")
+        return held
+
+    def _lose_again(self, jid: str, commit: bool, roll: int) -> None:
+        """An operator requeues the parked job; a worker leases it, runs it up to its
+        outside call and is lost; a new sweeper claims it, its answer held too."""
+        job = self.real.get(jid)
+        if job is None or job.state not in self.requeue_states:
+            return
+        try:
+            self.direct.requeue(jid, attempts=2, actor="operator", reason="retry after a lost run")
+        except (IllegalTransition, TransientStoreError):
+            return
+        self._fault("operator requeue after reconciler_lost")
+        takers = [x for x in self.workers if x.active]
+        taker = takers[roll % len(takers)]
+        if not self._claim(taker, 1, ids=[jid]):
+            return
+        second = HeldAsker(self.real.get)
+        if self._lose_with_held_answer(taker, jid, commit, second):
+            self.late.append(second)
+
+    def _deliver_late(self, asker: HeldAsker, late: LateCall) -> None:
+        before = self.real.get(late.job_id)
+        self.touched.add(late.job_id)
+        self._fault("late reconciler answer")
+        asker.deliver(late)
+        if before is None or before.fence == late.fence:
+            return
+        after = self.real.get(late.job_id)
+        moved = [
+            e
+            for e in self.real.history(late.job_id)
+            if e.outcome == "applied" and e.version > before.version
+        ]
+        if after is not None and (after.version != before.version or moved):
+            self._fail(
+                f"I7 job {late.job_id}: a reconciler's answer for the claim with fence "
+                f"{late.fence} arrived after the claim moved (fence {before.fence}, "
+                f"{before.state}) and changed the job: {[e.event for e in moved]}"
+            )
+        self.stats.checks["I7 late reconcile answers change nothing"] += 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: askers whose answers are the current claim's: delivered at the next step's end
+        self.late: list[HeldAsker] = []
+
+    @rule()
+    def current_answer_arrives(self) -> None:
+        """The held answer of the current claim is recorded (late, but its claim holds
+        unless it lapsed meanwhile)."""
+        for asker in self.late:
+            while asker.calls:
+                self._deliver_late(asker, asker.calls[0])
+        self.late.clear()
+
+    def teardown(self) -> None:
+        self.late.clear()  # undelivered answers: their claims lapse, as a dead asker's
+        super().teardown()
+
+
+def fault_machine(
+    store_factory: Callable[[], Store],
+    *,
+    kinds: tuple[KindSpec, ...] = DEFAULT_KINDS,
+    stats: FaultStats | None = None,
+    name: str = "FaultSuiteMachine",
+    engine: str = "sync",
+) -> type[FaultMachine]:
+    """A fault machine over `store_factory` (called once per example); `engine`
+    "async" sends submits and operator actions through AsyncEngine (faults_async.py)."""
+    if not kinds:
+        raise ValueError("the fault suite needs at least one handler kind")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    attrs_: dict[str, Any] = {
+        "store_factory": staticmethod(store_factory),
+        "kind_specs": tuple(kinds),
+        "stats": stats if stats is not None else FaultStats(),
+        "engine_mode": engine,
+    }
+    return type(name, (LateRules,), attrs_)

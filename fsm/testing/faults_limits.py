@@ -1,0 +1,497 @@
+"""The `limits` fault model: global concurrency and rate limits under claims, finishes,
+lost leases, cancels, limit changes and racing claimers (docs/flow-control.md).
+
+Each example opens a fresh database, submits jobs of a kind limited in concurrency
+(`capped`), one limited in rate (`rated`) and one without a limit (`free`), all in
+one queue that may carry a concurrency limit of its own, then drives the production
+`Engine.claim` (plain and claim-and-start, one claimer or several racing on their
+own store handles), lets jobs finish, fail, get cancelled, lose their owner, moves
+the clock across rate windows and lowers or raises the concurrency limit.
+
+Promises, from the audit trails and the records read around each claim:
+
+- L1 never more than N jobs of a concurrency-limited kind (or queue) hold a slot
+  (leased, running, cancelling) at any instant of the audit trail: each lease finds
+  fewer than the limit in force holding one;
+- L2 never more than R leases of a rate-limited kind in any window of P seconds;
+- L3 a job a claim held back is never charged for waiting: it is unchanged (state,
+  run_after, attempt, version), no entry added to its trail;
+- L4 a limited kind never blocks the other kinds of its queue: a claim that leased
+  fewer jobs than it asked for left no due job behind whose kind and queue had room;
+- L5 limits are kept as set: a bad limit is refused by name and changes nothing,
+  every change is in the audit of limit changes (newest first, with its actor), the
+  status counts the jobs holding a slot and waiting, and a worker's own cap
+  (`ClaimRequest.caps`, `jobfsm worker --limit`) holds beside the global limits.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from ..clock import FakeClock
+from ..errors import BadInput
+from ..inputs import KindPolicy
+from ..lifecycle.limits import Limit, job_keys
+from ..lifecycle.spec import lifecycle
+from ..ports import LimitsClaims, Store
+from ..records import AuditEntry, Job, Owner
+from ..service.engine import Engine
+from ..service.limits import limit_changes, limit_rows, worker_caps, worker_limits
+from .faults_machine import suite_policy
+from .faults_models import ModelRun
+
+KINDS = ("capped", "rated", "free")
+HELD = frozenset(("leased", "running", "cancelling"))
+ACTOR, REASON = "limits-model", "fault model"
+#: a step's clock moves, as fractions of the rate period (just inside and at its end)
+ADVANCES = (0.25, 0.5, 0.9995, 1.0)
+#: a limit change is this much after the step before it and before the step after it,
+#: so the trail orders it
+TICK = 1e-6
+
+_step = st.one_of(
+    st.tuples(st.just("claim"), st.integers(1, 10), st.booleans()),
+    st.tuples(st.just("race"), st.integers(2, 4), st.integers(1, 3)),
+    st.tuples(st.just("advance"), st.sampled_from(ADVANCES)),
+    st.tuples(st.just("finish"), st.integers(0, 63)),
+    st.tuples(st.just("fail"), st.integers(0, 63)),
+    st.tuples(st.just("lose"), st.integers(0, 63)),
+    st.tuples(st.just("cancel"), st.integers(0, 63)),
+    st.tuples(st.just("relimit"), st.integers(1, 4)),
+    st.tuples(st.just("capped_claim"), st.integers(1, 3), st.integers(1, 6)),
+    st.tuples(st.just("bad"), st.integers(0, 5)),
+    st.tuples(st.just("status")),
+)
+#: bad limits a step tries (each must be refused and change nothing)
+BAD: tuple[dict[str, Any], ...] = (
+    {"concurrency": 0},
+    {"concurrency": -2},
+    {"rate": 3, "period": 0.0001},
+    {"rate": 3, "period": float("nan")},
+    {"rate": 3},
+    {},
+)
+_example = st.fixed_dictionaries(
+    {
+        "capped": st.integers(1, 8),
+        "rated": st.integers(1, 8),
+        "free": st.integers(1, 5),
+        "free_priority": st.sampled_from((-1, 0, 1, 5)),
+        "concurrency": st.integers(1, 3),
+        "rate": st.integers(1, 3),
+        "period": st.sampled_from((1.0, 2.5)),
+        "queue_limit": st.sampled_from((None, None, 3, 5)),
+        "steps": st.lists(_step, min_size=1, max_size=25),
+    }
+)
+
+#: checked first, at every size: the rate used up, then a claim just inside the end of
+#: its window (0.9995 of the period later) must lease no job of the rated kind; a window
+#: a hair short lets leases through that the drawn examples reach only by chance
+RATE_WINDOW_EDGE: dict[str, Any] = {
+    "capped": 1,
+    "rated": 4,
+    "free": 1,
+    "free_priority": 0,
+    "concurrency": 1,
+    "rate": 2,
+    "period": 1.0,
+    "queue_limit": None,
+    "steps": [("claim", 10, False), ("advance", 0.9995), ("claim", 10, False)],
+}
+
+
+def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
+    """[start, end) of each time the job held a slot (end: inf while it holds one)."""
+    out: list[tuple[float, float]] = []
+    since: float | None = None
+    for e in trail:
+        if e.outcome != "applied":
+            continue
+        was = e.from_state in HELD
+        now = e.to_state in HELD
+        if now and not was:
+            since = e.at
+        elif was and not now and since is not None:
+            out.append((since, e.at))
+            since = None
+    if since is not None:
+        out.append((since, float("inf")))
+    return out
+
+
+def lease_times(trail: Sequence[AuditEntry]) -> list[float]:
+    """When each lease of the job was granted."""
+    return [e.at for e in trail if e.outcome == "applied" and e.event == "lease"]
+
+
+def concurrency_breaches(
+    intervals: Sequence[tuple[float, float]], limit_at: Callable[[float], int | None]
+) -> list[tuple[float, int, int]]:
+    """(time, holding, limit) of each slot taken when `limit_at(time)` or more already
+    held one: L1 over the [start, end) intervals of one key (an end at t is before a
+    start at t; the starts at t are counted together, as one claim grants them)."""
+    out: list[tuple[float, int, int]] = []
+    for start, _ in intervals:
+        limit = limit_at(start)
+        if limit is None:
+            continue
+        holding = sum(1 for s, e in intervals if s <= start < e)
+        if holding > limit:
+            out.append((start, holding, limit))
+    return out
+
+
+def rate_breaches(times: Sequence[float], rate: int, period: float) -> list[tuple[float, int]]:
+    """(window start, leases) of each window of `period` s holding more than `rate`
+    leases (L2): after sorting, leases i and i+rate must be `period` or more apart."""
+    ordered = sorted(times)
+    return [
+        (ordered[i], rate + 1)
+        for i in range(len(ordered) - rate)
+        if ordered[i + rate] - ordered[i] < period
+    ]
+
+
+class LimitsModel:
+    name: ClassVar[str] = "limits"
+    about: ClassVar[str] = (
+        "global concurrency and rate limits: claims, lost leases, limit changes, racing claimers"
+    )
+    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 60, "thorough": 600}
+
+    def run(self, ctx: ModelRun) -> None:
+        @ctx.settings(self.examples[ctx.size])
+        @given(example=_example)
+        @example(example=RATE_WINDOW_EDGE)
+        def one(example: dict[str, Any]) -> None:
+            with ctx.database() as opener:
+                _Example(ctx, opener, example).run()
+
+        one()
+
+
+class _Example:
+    """One example: its engine, its jobs, the limits in force over time."""
+
+    def __init__(self, ctx: ModelRun, opener: Callable[[], Store], example: dict[str, Any]):
+        self.ctx = ctx
+        self.opener = opener
+        self.store = opener()
+        self.x = example
+        # the examples of a PostgreSQL run share its schema: each has its own queue and
+        # kinds (a kind's limit holds across queues), and clears its limits at the end
+        tag = uuid.uuid4().hex[:10]
+        self.queue = f"limits-{tag}"
+        self.kinds = {k: f"{k}-{tag}" for k in KINDS}
+        self.clock = FakeClock()
+        self.engine = self._engine(self.store)
+        self.sources = frozenset(self.engine.spec.sources("lease"))
+        self.ids: list[str] = []
+        #: key -> [(from time, concurrency)] in the order they were set
+        self.concurrency: dict[str, list[tuple[float, int]]] = {}
+        #: key -> how many changes this example made to it
+        self.changes: dict[str, int] = {}
+
+    def _engine(self, store: Store) -> Engine:
+        return Engine(
+            store,
+            clock=self.clock,
+            policy=suite_policy(),
+            kinds={k: KindPolicy(queue=self.queue) for k in self.kinds.values()},
+            spec=lifecycle(),
+        )
+
+    def _set(self, key: str, **values: Any) -> None:
+        self.clock.advance(TICK)  # strictly after the leases before it, and before those after
+        limit = self.engine.set_limit(key, **values, actor=ACTOR, reason=REASON)
+        self.changes[key] = self.changes.get(key, 0) + 1
+        if limit.concurrency is not None:
+            self.concurrency.setdefault(key, []).append((self.clock.now(), limit.concurrency))
+        self.clock.advance(TICK)
+
+    def run(self) -> None:
+        x = self.x
+        for kind, n, priority in (
+            ("capped", x["capped"], 0),
+            ("rated", x["rated"], 0),
+            ("free", x["free"], x["free_priority"]),
+        ):
+            for i in range(n):
+                job = self.engine.submit(self.kinds[kind], i, queue=self.queue, priority=priority)
+                self.ids.append(job.id)
+        try:
+            self._set(self.capped, concurrency=x["concurrency"])
+            self._set(self.rated, rate=x["rate"], period=x["period"])
+            if x["queue_limit"] is not None:
+                self._set(f"queue:{self.queue}", concurrency=x["queue_limit"])
+            for step in x["steps"]:
+                getattr(self, f"_{step[0]}")(*step[1:])
+            self._check_trails()
+            self._check_changes()
+        finally:
+            for key in (self.capped, self.rated, f"queue:{self.queue}"):
+                self.engine.clear_limit(key, actor=ACTOR, reason="end of the example")
+
+    @property
+    def capped(self) -> str:
+        return f"kind:{self.kinds['capped']}"
+
+    @property
+    def rated(self) -> str:
+        return f"kind:{self.kinds['rated']}"
+
+    # --- steps -----------------------------------------------------------------------
+
+    def _job(self, i: int) -> Job | None:
+        return self.store.get(self.ids[i % len(self.ids)])
+
+    def _held(self, i: int, states: Sequence[str]) -> Job | None:
+        """The first job from index i on (wrapping) in one of `states`."""
+        for k in range(len(self.ids)):
+            job = self._job(i + k)
+            if job is not None and job.state in states:
+                return job
+        return None
+
+    def _claim(self, limit: int, start: bool) -> None:
+        before = {jid: self.store.get(jid) for jid in self.ids}
+        begin: Callable[[Job], dict[str, Any]] | None = (lambda job: {}) if start else None
+        owner = Owner(host="limits-sim", pid=7, incarnation="limits-a")
+        got = self.engine.claim(owner, (self.queue,), limit=limit, start=begin)
+        self.ctx.stats.faults["claim under limits" + (" and start" if start else "")] += 1
+        self._check_untouched(before, {j.id for j in got}, f"claim(limit={limit})")
+        if len(got) < limit:
+            self._check_fair(got, limit)
+
+    def _race(self, claimers: int, limit: int) -> None:
+        before = {jid: self.store.get(jid) for jid in self.ids}
+        engines = [self._engine(self.opener()) for _ in range(claimers)]
+        got: list[Job] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(claimers)
+        errors: list[BaseException] = []
+
+        def claim(n: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                owner = Owner(host="limits-sim", pid=100 + n, incarnation=f"limits-r{n}")
+                jobs = engines[n].claim(owner, (self.queue,), limit=limit)
+                with lock:
+                    got.extend(jobs)
+            except BaseException as err:  # reported below, in this thread
+                errors.append(err)
+
+        threads = [threading.Thread(target=claim, args=(n,)) for n in range(claimers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        self.ctx.stats.faults[f"{claimers} claimers racing under limits"] += 1
+        ids = [j.id for j in got]
+        if len(set(ids)) != len(ids):
+            raise AssertionError(f"L1 racing claimers leased one job twice: {sorted(ids)}")
+        self._check_untouched(before, set(ids), f"{claimers} racing claims")
+
+    def _advance(self, fraction: float) -> None:
+        self.clock.advance(fraction * self.x["period"])
+
+    def _finish(self, i: int) -> None:
+        job = self._held(i, ("running", "leased"))
+        if job is None:
+            return
+        if job.state == "leased":
+            job = self.engine.start(job.id, job.fence)
+        self.engine.succeed(job.id, job.fence)
+
+    def _fail(self, i: int) -> None:
+        job = self._held(i, ("running",))
+        if job is not None:
+            self.engine.fail(job.id, job.fence, "fault model failure")
+
+    def _lose(self, i: int) -> None:
+        """The owner of a held job dies: recovery takes the job back."""
+        job = self._held(i, tuple(HELD))
+        if job is not None:
+            self.engine.expire(job.id, verdict="dead", reason="limits model: owner died")
+            self.ctx.stats.faults["lost lease under limits"] += 1
+
+    def _cancel(self, i: int) -> None:
+        job = self._held(i, ("running", "cancelling"))
+        if job is None:
+            return
+        if job.state == "running":
+            self.engine.cancel(job.id, actor=ACTOR, reason=REASON)
+        else:
+            self.engine.cancelled_ack(job.id, job.fence)
+
+    def _relimit(self, concurrency: int) -> None:
+        self._set(self.capped, concurrency=concurrency)
+        self.ctx.stats.faults["concurrency limit changed"] += 1
+
+    def _capped_claim(self, cap: int, limit: int) -> None:
+        """A worker with its own cap on the capped kind (`--limit`), holding none yet."""
+        before = {jid: self.store.get(jid) for jid in self.ids}
+        owner = Owner(host="limits-sim", pid=9, incarnation="limits-capped")
+        holding = [j for j in before.values() if j is not None and j.owner == owner]
+        caps = worker_caps(worker_limits({self.kinds["capped"]: cap}), _by_key(holding))
+        got = self.engine.claim(owner, (self.queue,), limit=limit, caps=caps)
+        self.ctx.stats.faults["claim with a worker's own cap"] += 1
+        self._check_untouched(before, {j.id for j in got}, f"claim(caps={caps})")
+        mine = sum(1 for j in got if j.kind == self.kinds["capped"])
+        if mine > caps[self.capped]:
+            raise AssertionError(
+                f"L5 a claim with a worker's cap of {caps[self.capped]} on {self.capped} "
+                f"leased {mine} of it"
+            )
+
+    def _bad(self, i: int) -> None:
+        store = self.store
+        assert isinstance(store, LimitsClaims)
+        before = (store.limits(), store.limit_changes(None, 1000))
+        values = BAD[i % len(BAD)]
+        refused: BadInput | None = None
+        try:
+            self.engine.set_limit(self.capped, **values, actor=ACTOR, reason=REASON)
+        except BadInput as err:
+            refused = err
+        if refused is None or self.capped not in str(refused):
+            raise AssertionError(
+                f"L5 a bad limit {values} of {self.capped} was not refused by name"
+            )
+        if (store.limits(), store.limit_changes(None, 1000)) != before:
+            raise AssertionError(f"L5 a refused limit {values} changed the stored limits")
+        self.ctx.stats.faults["bad limit"] += 1
+
+    def _status(self) -> None:
+        jobs = [j for j in (self.store.get(i) for i in self.ids) if j is not None]
+        for key, held, waits in limit_rows(self.engine):
+            if key not in (self.capped, self.rated, f"queue:{self.queue}"):
+                continue
+            mine = [j for j in jobs if key in job_keys(j)]
+            holding = sum(1 for j in mine if j.state in HELD)
+            waiting = sum(1 for j in mine if j.state in self.sources)
+            if (held, waits) != (holding, waiting):
+                raise AssertionError(
+                    f"L5 the status of {key} says {held} holding and {waits} waiting; "
+                    f"the store holds {holding} and {waiting}"
+                )
+        self.ctx.stats.checks["L5 a limit's status counts its jobs"] += 1
+
+    # --- checks ----------------------------------------------------------------------
+
+    def _check_changes(self) -> None:
+        for key, n in self.changes.items():
+            changes = limit_changes(self.engine.kernel, key, 1000)
+            if len(changes) != n or any(c.actor != ACTOR for c in changes):
+                raise AssertionError(
+                    f"L5 {n} changes of {key} were made; its audit holds {len(changes)}"
+                )
+            if [c.seq for c in changes] != sorted((c.seq for c in changes), reverse=True):
+                raise AssertionError(f"L5 the audit of {key} is not newest first")
+        self.ctx.stats.checks["L5 every change of a limit is audited"] += 1
+
+    def _check_untouched(self, before: dict[str, Job | None], taken: set[str], what: str) -> None:
+        for jid, job in before.items():
+            if job is None or jid in taken:
+                continue
+            after = self.store.get(jid)
+            if after != job:
+                raise AssertionError(
+                    f"L3 {what} changed job {jid} ({job.kind}, {job.state}) it did not "
+                    f"lease: attempt {job.attempt} -> {getattr(after, 'attempt', None)}, "
+                    f"run_after {job.run_after} -> {getattr(after, 'run_after', None)}"
+                )
+        self.ctx.stats.checks["L3 a job held back by a limit is unchanged"] += 1
+
+    def _room(self, key: str, limit: Limit, jobs: Sequence[Job], now: float) -> bool:
+        if limit.concurrency is not None:
+            holding = sum(1 for j in jobs if j.state in HELD and key in job_keys(j))
+            if holding >= limit.concurrency:
+                return False
+        if limit.rate is not None and limit.period is not None:
+            recent = sum(
+                1
+                for j in jobs
+                if key in job_keys(j)
+                for t in lease_times(self.store.history(j.id))
+                if t > now - limit.period
+            )
+            if recent >= limit.rate:
+                return False
+        return True
+
+    def _check_fair(self, got: Sequence[Job], asked: int) -> None:
+        now = self.clock.now()
+        jobs = [j for j in (self.store.get(i) for i in self.ids) if j is not None]
+        store = self.store
+        assert isinstance(store, LimitsClaims)
+        limits = store.limits()
+        for job in jobs:
+            if job.state not in self.sources or job.run_after > now:
+                continue
+            if job.deadline is not None and job.deadline <= now:
+                continue
+            if all(self._room(k, limits[k], jobs, now) for k in job_keys(job) if k in limits):
+                raise AssertionError(
+                    f"L4 a claim asked for {asked} and leased {len(got)}, leaving job {job.id} "
+                    f"({job.kind}) behind though its kind and queue had room: a limited kind "
+                    "blocked it"
+                )
+        self.ctx.stats.checks["L4 a limited kind never blocks another kind"] += 1
+
+    def _limit_at(self, key: str) -> Callable[[float], int | None]:
+        changes = self.concurrency.get(key, [])
+
+        def at(t: float) -> int | None:
+            found = [n for since, n in changes if since <= t]
+            return found[-1] if found else None
+
+        return at
+
+    def _check_trails(self) -> None:
+        trails = {jid: self.store.history(jid) for jid in self.ids}
+        jobs = {jid: self.store.get(jid) for jid in self.ids}
+        by_key: dict[str, list[tuple[float, float]]] = {}
+        leases: dict[str, list[float]] = {}
+        for jid, trail in trails.items():
+            job = jobs[jid]
+            if job is None:
+                continue
+            for key in job_keys(job):
+                by_key.setdefault(key, []).extend(holding_intervals(trail))
+                leases.setdefault(key, []).extend(lease_times(trail))
+            self.ctx.coverage.trail(trail)
+        for key in self.concurrency:
+            breaches = concurrency_breaches(by_key.get(key, []), self._limit_at(key))
+            if breaches:
+                t, holding, limit = breaches[0]
+                raise AssertionError(
+                    f"L1 {holding} jobs of {key} held a slot at {t} under a limit of {limit}"
+                )
+        self.ctx.stats.checks["L1 never more than N holding a slot of a limited key"] += 1
+        x = self.x
+        breaches_r = rate_breaches(leases.get(self.rated, []), x["rate"], x["period"])
+        if breaches_r:
+            t, n = breaches_r[0]
+            raise AssertionError(
+                f"L2 {n} leases of {self.rated} within {x['period']} s from {t}, "
+                f"over its rate of {x['rate']}"
+            )
+        self.ctx.stats.checks["L2 never more than R leases in a window of P"] += 1
+
+
+def _by_key(jobs: Sequence[Job]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for job in jobs:
+        for key in job_keys(job):
+            out[key] = out.get(key, 0) + 1
+    return out

@@ -1,0 +1,252 @@
+"""The `retention` fault model: passes of several workers' automatic retention
+(`fsm.service.maintenance.retention.Retention`, the production service) over one store,
+against the promises of docs/retention.md.
+
+Each example opens a fresh database and gives two or three workers each their own store
+handle (as separate worker processes hold) and a retention plan drawn per example (a
+retention per finished state, or "forever"; batches of 1 to 3 jobs, 1 to 3 batches per
+pass; a lease of 5 to 60 s). Then, on a fake clock: jobs are submitted and driven to
+succeeded, failed or cancelled (or left queued or running), the clock moves by steps of
+1 s to an hour (a holder that stops passing loses its lease by expiry), workers pass,
+and a worker stops (giving its lease up) or dies (keeping it until it expires).
+
+The oracle is computed here from the plan and the model's own record of who was given
+the lease until when, never from the store's lease table:
+
+- G1 exclusive: a pass prunes only if its worker holds the lease, and holds it only
+  if no other worker was given it past the pass's time; a lease that expired or was
+  given up is handed to the next worker that asks (expiry hands it over);
+- G2 within retention: a pass deletes only finished jobs whose age (now - finished_at)
+  is more than their state's retention; a pass that ended below its bound leaves no
+  job past its retention behind;
+- G3 bounded: a pass runs at most `max_batches` batches and deletes at most
+  `batch x max_batches` jobs; a worker that does not hold the lease deletes nothing.
+
+On a store shared by every example (PostgreSQL's run schema) each example keeps to a
+queue of its own: the plan's retention applies to that queue (`Limits.queue_retention`)
+and every other queue is kept forever, and each example starts a year after the last,
+so the leases of earlier examples have expired.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any, ClassVar
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ..clock import FakeClock
+from ..inputs import KindPolicy
+from ..lifecycle.spec import lifecycle
+from ..ports import LeasesServices, ScanRequest
+from ..records import Job, Owner
+from ..service.engine import Engine
+from ..service.maintenance.retention import Retention, RetentionPlan
+from .faults_commits import quiet
+from .faults_machine import suite_policy
+from .faults_models import ModelRun
+
+KIND = "retention.job"
+FINISHED = ("succeeded", "failed", "cancelled")
+OWNER = Owner(host="retention-sim", pid=5, incarnation="retention-incarnation-a")
+#: seconds from 2030-01-01: each example starts a year after the last
+YEAR = 365 * 86400.0
+START = 1_893_456_000.0
+
+_keep = st.one_of(st.none(), st.sampled_from((1.0, 10.0, 60.0, 600.0, 3600.0)))
+_jobs = st.tuples(
+    st.just("jobs"), st.sampled_from((*FINISHED, "queued", "running")), st.integers(1, 6)
+)
+_advance = st.tuples(
+    st.just("advance"), st.sampled_from((1.0, 5.0, 10.0, 30.0, 60.0, 600.0, 3600.0)), st.just(0)
+)
+_pass = st.tuples(st.just("pass"), st.integers(0, 2), st.just(0))
+_end = st.tuples(st.sampled_from(("stop", "die")), st.integers(0, 2), st.just(0))
+#: passes and jobs weigh most; a worker ends now and then
+_step = st.one_of(_jobs, _jobs, _advance, _advance, _pass, _pass, _pass, _end)
+_example = st.fixed_dictionaries(
+    {
+        "keep": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
+        "batch": st.integers(1, 3),
+        "max_batches": st.integers(1, 3),
+        "lease_for": st.sampled_from((5.0, 30.0, 60.0)),
+        "workers": st.integers(2, 3),
+        "steps": st.lists(_step, min_size=10, max_size=40),
+    }
+)
+
+
+class RetentionModel:
+    name: ClassVar[str] = "retention"
+    about: ClassVar[str] = "retention passes of several workers, lease expiry and hand-over, bounds"
+    examples: ClassVar[dict[str, int]] = {"quick": 15, "default": 100, "thorough": 500}
+
+    def run(self, ctx: ModelRun) -> None:
+        with ctx.database() as opener:
+            leases = isinstance(opener(), LeasesServices)
+        if not leases:
+            ctx.notes.append("retention model not run: the store does not lease services")
+            return
+        years = itertools.count()
+
+        @ctx.settings(self.examples[ctx.size])
+        @given(example=_example)
+        def one(example: dict[str, Any]) -> None:
+            with ctx.database() as opener:
+                _World(ctx, opener, example, START + next(years) * YEAR).play(example["steps"])
+
+        with quiet(("fsm.service.maintenance.retention",)):  # a line per pass, by design
+            one()
+
+
+class _World:
+    def __init__(self, ctx: ModelRun, opener: Any, example: dict[str, Any], start: float) -> None:
+        self.ctx = ctx
+        self.clock = FakeClock(start)
+        self.start = start
+        tag = uuid.uuid4().hex[:8]
+        self.queue = f"retention-{tag}"
+        kinds = {KIND: KindPolicy(queue=self.queue)}
+        self.keep: dict[str, float | None] = dict(example["keep"])
+        base = suite_policy()
+        forever = dict.fromkeys(lifecycle().terminal)  # other queues: kept forever
+        limits = attrs.evolve(
+            base.limits, retention=forever, queue_retention={self.queue: self.keep}
+        )
+        policy = attrs.evolve(base, limits=limits)
+        self.admin = Engine(opener(), clock=self.clock, policy=policy, kinds=kinds)
+        # the plan's own rule is "forever" for every state: outside its queue the model
+        # prunes nothing of the run's other examples (a shared PostgreSQL schema)
+        self.plan = RetentionPlan(
+            keep=forever,
+            every=60.0,
+            batch=example["batch"],
+            max_batches=example["max_batches"],
+            lease_for=example["lease_for"],
+        )
+        self.engines = [
+            Engine(opener(), clock=self.clock, policy=policy, kinds=kinds)
+            for _ in range(example["workers"])
+        ]
+        self.tag = tag
+        self.lives = itertools.count()
+        self.workers = [self._worker(i) for i in range(example["workers"])]
+        #: owner -> until when the model gave it the lease (a dead owner's stays)
+        self.grants: dict[str, float] = {}
+
+    def _worker(self, i: int) -> Retention:
+        """Worker `i`'s retention, under a new owner (a restarted process is a new one)."""
+        return Retention(self.engines[i], self.plan, owner=f"r-{self.tag}-{next(self.lives)}")
+
+    def _jobs(self) -> dict[str, Job]:
+        states = lifecycle().states
+        jobs = self.admin.scan(ScanRequest(states=states, queues=(self.queue,), limit=10_000))
+        return {j.id: j for j in jobs}
+
+    def _make(self, state: str, n: int) -> None:
+        e = self.admin
+        for _ in range(n):
+            job = e.submit(KIND, {"n": 1})
+            if state == "queued":
+                continue
+            if state == "cancelled":
+                e.cancel(job.id, actor="fault-model", reason="retention model")
+                continue
+            (leased,) = e.claim(OWNER, (self.queue,), 1, ids=[job.id])
+            running = e.start(job.id, leased.fence)
+            if state == "succeeded":
+                e.succeed(job.id, running.fence)
+            elif state == "failed":
+                e.fail(job.id, running.fence, "boom", permanent=True)
+        self.ctx.stats.faults[f"retention: jobs left {state}"] += n
+
+    def play(self, steps: list[tuple[str, Any, int]]) -> None:
+        stats = self.ctx.stats
+        for op, arg, n in steps:
+            if op == "jobs":
+                self._make(arg, n)
+            elif op == "advance":
+                self.clock.advance(arg)
+                stats.faults["retention: clock advances"] += 1
+            else:
+                i = arg % len(self.workers)
+                if op == "pass":
+                    self._pass(i)
+                elif op == "stop":
+                    self.workers[i].stop()
+                    self.grants.pop(self.workers[i].owner, None)
+                    self.workers[i] = self._worker(i)
+                    stats.faults["retention: a worker stops, gives its lease up, restarts"] += 1
+                else:  # killed: its lease stays until it expires; it restarts as another
+                    self.workers[i] = self._worker(i)
+                    stats.faults["retention: a worker is killed and restarts"] += 1
+        stats.examples += 1
+
+    def _pass(self, i: int) -> None:
+        stats, checks = self.ctx.stats, self.ctx.stats.checks
+        now = self.clock.now()
+        worker = self.workers[i]
+        others = [until for owner, until in self.grants.items() if owner != worker.owner]
+        taken = any(until > now for until in others)
+        before = self._jobs()
+        report = worker.run_once()
+        after = self._jobs()
+        gone = [before[k] for k in before if k not in after]
+        who = f"worker {i} at {now - self.start:g} s"
+        if worker.holding and taken:
+            raise AssertionError(
+                f"G1 two workers hold the retention lease at once: {who} took it while "
+                f"another holds it until {max(others) - self.start:g} s"
+            )
+        if not worker.holding and not taken:
+            raise AssertionError(
+                f"G1 {who} was refused a lease nobody holds (expired or given up): "
+                "expiry does not hand it over"
+            )
+        checks["G1 one holder at a time, expiry hands the lease over"] += 1
+        if worker.holding:
+            if any(owner != worker.owner for owner in self.grants):
+                stats.faults["retention: the lease handed over on expiry"] += 1
+            self.grants = {worker.owner: now + self.plan.lease_seconds}
+        else:
+            stats.faults["retention: a pass refused (another holds the lease)"] += 1
+        if not worker.holding and gone:
+            raise AssertionError(f"G3 {who} deleted {len(gone)} job(s) without the lease")
+        bound = self.plan.batch * self.plan.max_batches
+        if worker.batches > self.plan.max_batches or len(gone) > bound:
+            raise AssertionError(
+                f"G3 {who}: a pass ran {worker.batches} batch(es) and deleted {len(gone)} "
+                f"job(s); its bound is {self.plan.max_batches} batches of {self.plan.batch}"
+            )
+        if report.pruned != len(gone):
+            raise AssertionError(f"G3 {who} reported {report.pruned} pruned, {len(gone)} gone")
+        checks["G3 a pass stays within its bound"] += 1
+        if gone:
+            stats.faults["retention: a pass pruned jobs"] += 1
+        if len(gone) == bound:
+            stats.faults["retention: a pass stopped at its bound"] += 1
+        for job in gone:
+            keep = self.keep.get(job.state)
+            age = None if job.finished_at is None else now - job.finished_at
+            if job.state not in FINISHED or keep is None or age is None or not age > keep:
+                raise AssertionError(
+                    f"G2 job {job.id} ({job.state}, finished "
+                    f"{'never' if age is None else f'{age:g} s ago'}) was pruned; its "
+                    f"retention is {'forever' if keep is None else f'{keep:g} s'}"
+                )
+        if worker.holding and worker.batches < self.plan.max_batches:
+            left = [j for j in after.values() if self._due(j, now)]
+            if left:
+                j = left[0]
+                raise AssertionError(
+                    f"G2 {who}: a pass that ended below its bound left {len(left)} job(s) past "
+                    f"their retention, e.g. {j.id} ({j.state}, retention {self.keep.get(j.state)})"
+                )
+        checks["G2 only finished jobs past their retention are pruned"] += 1
+
+    def _due(self, job: Job, now: float) -> bool:
+        keep = self.keep.get(job.state)
+        return keep is not None and job.finished_at is not None and now - job.finished_at > keep
