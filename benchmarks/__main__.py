@@ -9,6 +9,12 @@ Suites (all by default; pick with --suites):
   peers       procrastinate, dramatiq and celery the same way, each swept over processes x
               concurrency (best shape reported), with equal-durability rows; and the raw
               baselines (plain sqlite3, psycopg, pika) on this machine
+  pairs       the broker path against dramatiq's best and against polling, 1 and 4 worker
+              processes, in alternated rounds (the goals on the median of the rounds'
+              ratios, every round kept); the machine CPU the broker adds per job
+  latency     submit to start, p50 / p99 / max, at 10, 100 and 1,000 jobs/s offered
+              (open loop) to idle workers: every jobfsm path and every peer at its
+              low-latency setting, and a submit inside the caller's transaction
   recovery    kill -9 (and SIGSTOP) of a worker mid-job: jobfsm beside each peer
   scale       lease latency and throughput with 0 / 100k / 1M finished rows (PostgreSQL also
               10M, then a retention prune of 9M); worker memory
@@ -43,12 +49,14 @@ from benchmarks.harness import (
     write_jsonl,
 )
 from benchmarks.report import Report, fmt, splice
-from fsm.cli._common import progress_bar
+from fsm.display.terminal import progress_bar
 
 SUITES = {
     "throughput": "benchmarks.throughput",
-    "peers": "benchmarks.peers",
-    "recovery": "benchmarks.crash",
+    "peers": "benchmarks.peers.measure",
+    "pairs": "benchmarks.pairs",
+    "latency": "benchmarks.latency",
+    "recovery": "benchmarks.crash.suite",
     "scale": "benchmarks.scale",
 }
 DOCS = REPO / "docs" / "benchmarks.md"

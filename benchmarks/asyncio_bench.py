@@ -13,7 +13,7 @@ system gets a fresh database, one worker process started and warm (one round of
 enqueue (one batch: `submit_many`, `batch_defer`) until the system's own table
 counts every job succeeded (polled every 10 ms from another connection). CPU per
 job is the worker process's user + system time over the timed part
-(/proc/<pid>/stat), divided by the jobs.
+(/proc), divided by the jobs (`runner.drain`).
 
 `--submits N`: N `AsyncEngine.submit` calls at once (`asyncio.gather`, distinct
 idempotency keys) on a fresh database, through the store's asyncio twin (psycopg's
@@ -33,26 +33,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from benchmarks._services import fresh_database
-from benchmarks.harness import REPO, version_of, wait_for
-from benchmarks.machine import process_cpu
+from benchmarks import runner
+from benchmarks.harness import REPO, version_of
 from benchmarks.peers.procrastinate_app import DSN_ENV
 from benchmarks.peers.procrastinate_async_app import SLEEP
 from benchmarks.peers.procrastinate_async_app import make_app as make_procrastinate
+from benchmarks.services import fresh_database
 from fsm import AsyncEngine, Engine, open_store
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
-START_TIMEOUT = 90.0
+START_TIMEOUT = runner.START_TIMEOUT
 
 handlers = Handlers()
 
@@ -73,110 +70,78 @@ def _count(url: str, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", *argv],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO), **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()
-    proc.wait(timeout=30)
-
-
-def _time(
-    url: str, proc: subprocess.Popen[bytes], jobs: int, done_sql: str, enqueue: Any
+def _drain(
+    workers: runner.Workers, submit: Any, done: Any, jobs: int, warm: int
 ) -> dict[str, float]:
-    def finished() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with {proc.returncode}")
-        return _count(url, done_sql) >= jobs
-
-    cpu0 = process_cpu(proc.pid)
-    began = time.perf_counter()
-    enqueue()
-    wait_for(finished, 60 + jobs * SLEEP, f"{jobs} jobs", step=0.01)
-    took = time.perf_counter() - began
-    cpu = process_cpu(proc.pid) - cpu0
-    return {"jobs_per_s": jobs / took, "seconds": took, "cpu_ms_per_job": 1000 * cpu / jobs}
+    """`runner.drain` of one worker process, warmed with one round of `warm` jobs."""
+    got = runner.drain(workers, runner.Counted(submit, done, workers, step=0.01), warm, jobs)
+    seconds = got.seconds[0]
+    return {"jobs_per_s": jobs / seconds, "seconds": seconds, "cpu_ms_per_job": got.cpu_us / 1000}
 
 
-def jobfsm_run(executor: str, jobs: int, concurrency: int, log: Path) -> dict[str, float]:
+def jobfsm_run(executor: str, jobs: int, concurrency: int, logs: Path) -> dict[str, float]:
     kind = "io.async" if executor == "asyncio" else "io.thread"
     with fresh_database() as url:
         engine = Engine(open_store(url))
         try:
-            ready = log.with_suffix(f".{executor}.ready")
-            argv = [
-                "fsm.cli", "worker", "--app", "benchmarks.asyncio_bench:handlers",
-                "--store", url, "--executor", executor, "--concurrency", str(concurrency),
-                "--poll-interval", "0.05", "--log-level", "WARNING", "--ready-file", str(ready),
-            ]  # fmt: skip
-            proc = _start(argv, {}, log)
-            try:
-                wait_for(ready.exists, START_TIMEOUT, "the jobfsm worker")
-                engine.submit_many([(kind, None, {})] * concurrency)  # warm-up round
-                done = "SELECT count(*) FROM jobs WHERE state = 'succeeded'"
-                wait_for(lambda: _count(url, done) >= concurrency, START_TIMEOUT, "warm-up")
-                return _time(
-                    url,
-                    proc,
+            with runner.Workers(logs / runner.run_name(f"jobfsm-{executor}"), grace=0) as workers:
+                ready = workers.folder / "ready"
+                workers.start(*runner.jobfsm_worker(
+                    "benchmarks.asyncio_bench:handlers", url, executor=executor,
+                    concurrency=concurrency, poll_interval=0.05, log_level="WARNING",
+                    ready_file=ready,
+                ))  # fmt: skip
+                workers.wait(ready.exists, START_TIMEOUT, "the jobfsm worker")
+                return _drain(
+                    workers,
+                    lambda n: engine.submit_many([(kind, None, {})] * n),
+                    lambda: _count(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
                     jobs,
-                    f"SELECT count(*) - {concurrency} FROM jobs WHERE state = 'succeeded'",
-                    lambda: engine.submit_many([(kind, None, {})] * jobs),
+                    concurrency,
                 )
-            finally:
-                _stop(proc)
         finally:
             engine.store.close()
 
 
-def procrastinate_run(jobs: int, concurrency: int, log: Path) -> dict[str, float]:
+def procrastinate_run(jobs: int, concurrency: int, logs: Path) -> dict[str, float]:
     app_path = "benchmarks.peers.procrastinate_async_app.app"
     with fresh_database() as url:
         app = make_procrastinate(url).open()
         try:
             app.schema_manager.apply_schema()
-            argv = ["procrastinate", f"--app={app_path}", "worker", f"--concurrency={concurrency}"]
-            proc = _start(argv, {DSN_ENV: url}, log)
-            try:
+            folder = logs / runner.run_name("procrastinate")
+            with runner.Workers(folder, {DSN_ENV: url}, grace=0) as workers:
+                workers.start("procrastinate", f"--app={app_path}", "worker",
+                              f"--concurrency={concurrency}")  # fmt: skip
                 task = app.tasks["io_async"]
-
-                def listening() -> bool:
-                    return (
-                        _count(
-                            url,
-                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND query LIKE 'LISTEN %%'",
-                        )
-                        >= 1
-                    )
-
-                wait_for(listening, START_TIMEOUT, "the procrastinate worker to LISTEN")
-                task.batch_defer(*({} for _ in range(concurrency)))
-                done = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
-                wait_for(lambda: _count(url, done) >= concurrency, START_TIMEOUT, "warm-up")
-                return _time(
-                    url,
-                    proc,
-                    jobs,
-                    f"SELECT count(*) - {concurrency} FROM procrastinate_jobs "
-                    "WHERE status = 'succeeded'",
-                    lambda: task.batch_defer(*({} for _ in range(jobs))),
+                listening = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                    "current_database() AND query LIKE 'LISTEN %%'"
                 )
-            finally:
-                _stop(proc)
+                workers.wait(lambda: _count(url, listening) >= 1, START_TIMEOUT,
+                             "the procrastinate worker to LISTEN")  # fmt: skip
+                done = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                return _drain(
+                    workers,
+                    lambda n: task.batch_defer(*({} for _ in range(n))),
+                    lambda: _count(url, done),
+                    jobs,
+                    concurrency,
+                )
         finally:
             app.close()
 
 
+#: the pool the submit figures in docs/benchmarks.md were measured with (the default is
+#: 2 since the connection budget: a burst of submits wants more)
+SUBMIT_POOL_MAX = 10
+
+
 async def _submits(url: str, path: str, n: int) -> dict[str, float]:
-    async with await AsyncEngine.open(url, path=path) as aengine:
+    sep = "&" if "?" in url else "?"
+    async with await AsyncEngine.open(
+        f"{url}{sep}pool_max={SUBMIT_POOL_MAX}", path=path
+    ) as aengine:
         await asyncio.gather(*(aengine.submit("io.async", None) for _ in range(200)))  # warm
         cpu0, began = time.process_time(), time.perf_counter()
         jobs = await asyncio.gather(
@@ -219,8 +184,8 @@ def _executor_run(name: str, n: int, slots: int) -> dict[str, float]:
     from adapters.asyncio_executor import AsyncioExecutor
     from adapters.executors import ThreadExecutor
     from adapters.memory import MemoryStore
-    from fsm.owner import Identity
     from fsm.ports import Attempt, Executor
+    from fsm.service.identity import Identity
     from fsm.worker.context import handler_path, run_attempt, run_attempt_async
 
     engine = Engine(MemoryStore())
@@ -288,9 +253,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--attempts", type=int, default=0, help="measure the executors alone (N attempts)"
     )
-    parser.add_argument("--log", type=Path, default=REPO / "benchmarks" / "results" / "asyncio.log")
+    parser.add_argument(
+        "--logs", type=Path, default=REPO / "benchmarks" / "results" / "asyncio-logs",
+        help="folder of the worker processes' logs",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    args.log.parent.mkdir(parents=True, exist_ok=True)
     if args.submits:
         submit_runs(args.submits)
         return
@@ -305,10 +272,10 @@ def main(argv: list[str] | None = None) -> None:
     rates: dict[str, float] = {}
     for system in args.systems.split(","):
         if system == "procrastinate":
-            out = procrastinate_run(args.jobs, args.concurrency, args.log)
+            out = procrastinate_run(args.jobs, args.concurrency, args.logs)
         elif system in ("jobfsm-async", "jobfsm-thread"):
             executor = "asyncio" if system == "jobfsm-async" else "thread"
-            out = jobfsm_run(executor, args.jobs, args.concurrency, args.log)
+            out = jobfsm_run(executor, args.jobs, args.concurrency, args.logs)
         else:
             raise SystemExit(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}")
         rates[system] = out["jobs_per_s"]

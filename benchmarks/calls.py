@@ -7,20 +7,29 @@ would move it little. `Timed` wraps one method of one engine instance (never the
 class, so nothing else in the process is measured) and adds up, over the calls made
 after its last `reset`, the wall-clock time, the calling thread's CPU time
 (`time.thread_time`: user + system of that thread alone), the calls and the jobs
-they returned.
+they returned. Its clocks can be given (a test drives them by hand).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 
 class Timed:
     """`Timed(engine, "claim")` replaces `engine.claim` on that instance with a timed call."""
 
-    def __init__(self, engine: Any, name: str) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        name: str,
+        *,
+        wall: Callable[[], float] = time.perf_counter,
+        cpu: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.name = name
+        self._wall, self._cpu = wall, cpu
         self._call = getattr(engine, name)
         setattr(engine, name, self)
         self.reset()
@@ -32,12 +41,12 @@ class Timed:
         self.cpu = 0.0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        began, cpu = time.perf_counter(), time.thread_time()
+        began, cpu = self._wall(), self._cpu()
         try:
             out = self._call(*args, **kwargs)
         finally:
-            self.wall += time.perf_counter() - began
-            self.cpu += time.thread_time() - cpu
+            self.wall += self._wall() - began
+            self.cpu += self._cpu() - cpu
             self.calls += 1
         self.jobs += len(out)
         return out

@@ -26,13 +26,11 @@ The handlers below are the app the workers run (`--app benchmarks.chaos:handlers
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make fsm, adapters and benchmarks importable
     sys.path.insert(0, str(REPO))
 
+from benchmarks.runner import Workers, jobfsm_worker  # noqa: E402
 from fsm import Engine, Policy, open_store  # noqa: E402
 from fsm.lifecycle.invariants import trail_problems  # noqa: E402
 from fsm.lifecycle.spec import lifecycle  # noqa: E402
@@ -179,52 +178,6 @@ def _init_effects(path: Path) -> None:
     conn.close()
 
 
-class _Pool:
-    """Worker processes, restarted in place; all of them are killed at the end."""
-
-    def __init__(self, url: str, logs: Path, concurrency: int) -> None:
-        self.url = url
-        self.logs = logs
-        self.concurrency = concurrency
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.started = 0
-
-    def spawn(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [
-            sys.executable, "-m", "fsm.cli", "worker",
-            "--app", "benchmarks.chaos:handlers",
-            "--store", self.url,
-            "--concurrency", str(self.concurrency),
-            "--poll-interval", "0.1",
-            "--lease-ttl", str(LEASE_TTL),
-            "--heartbeat", str(HEARTBEAT),
-            "--sweep-interval", str(SWEEP),
-            "--max-recoveries", str(MAX_RECOVERIES),
-            "--shutdown-grace", "5",
-            "--log-level", "WARNING",
-        ]  # fmt: skip
-        self.started += 1
-        with open(self.logs / f"worker-{self.started}.log", "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        return proc
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            if proc.poll() is None:
-                self.kill(proc)
-
-
 def _jobs(n: int, effects: Path, rng: random.Random) -> list[tuple[str, Any, dict[str, Any]]]:
     items: list[tuple[str, Any, dict[str, Any]]] = []
     for i in range(n):
@@ -276,7 +229,12 @@ def run_chaos(
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     engine = Engine(open_store(url), kinds={k: s.policy for k, s in handlers.items()})
-    pool = _Pool(url, logs, concurrency)
+    pool = Workers(logs, grace=10.0)  # SIGTERM at the end, SIGKILL after 10 s
+    argv = jobfsm_worker(
+        "benchmarks.chaos:handlers", url, concurrency=concurrency, poll_interval=0.1,
+        lease_ttl=LEASE_TTL, heartbeat=HEARTBEAT, sweep_interval=SWEEP,
+        max_recoveries=MAX_RECOVERIES, shutdown_grace=5, log_level="WARNING",
+    )  # fmt: skip
     kills = 0
     started = time.monotonic()
     try:
@@ -287,7 +245,7 @@ def run_chaos(
         wave_gap = 0.75 * chaos_seconds / WAVES
         ids = _submit(engine, waves.pop(0))
         next_wave = time.monotonic() + wave_gap
-        pool.procs = [pool.spawn() for _ in range(workers)]
+        live = [pool.start(*argv) for _ in range(workers)]
         chaos_until = started + chaos_seconds
         next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
         while time.monotonic() < chaos_until and (waves or _final_count(engine) < jobs):
@@ -296,10 +254,11 @@ def run_chaos(
                 ids += _submit(engine, waves.pop(0))
                 next_wave = time.monotonic() + wave_gap
             if time.monotonic() >= next_kill:
-                slot = rng.randrange(len(pool.procs))
-                pool.kill(pool.procs[slot])
+                slot = rng.randrange(len(live))
+                live[slot].send_signal(signal.SIGKILL)
+                live[slot].wait(timeout=10)
                 kills += 1
-                pool.procs[slot] = pool.spawn()
+                live[slot] = pool.start(*argv)
                 next_kill = time.monotonic() + rng.uniform(*KILL_EVERY)
         while waves:  # a chaos window too short for every wave: submit the rest now
             ids += _submit(engine, waves.pop(0))
@@ -308,7 +267,7 @@ def run_chaos(
             time.sleep(0.2)
         seconds = time.monotonic() - started
     finally:
-        pool.stop_all()
+        pool.stop()
     return _verdict(
         engine, url=url, workers=workers, ids=ids, effects=effects, kills=kills, seconds=seconds
     )

@@ -3,7 +3,7 @@
     python benchmarks/dashboard.py [--finished 1000000] [--samples 20]
 
 On a fresh database: `--finished` succeeded jobs (4 audit entries each, written
-straight into the tables as `benchmarks/stores.py` does, stamped a day ago), then
+straight into the tables by `benchmarks/fill.py`, stamped a day ago), then
 a live hour written through the Engine (2,000 jobs finished, some failed, 200
 queued in three queues, 20 parked in investigate, 40 leased by 4 owners). Then each
 page of the dashboard is requested `--samples` times through the ASGI app
@@ -26,11 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks._services import create_database, drop_database  # noqa: E402
-from benchmarks.stores import _pg_fill_finished  # noqa: E402
+from benchmarks.fill import finished_postgres  # noqa: E402
+from benchmarks.services import create_database, drop_database  # noqa: E402
 from fsm import Engine, Owner, open_store  # noqa: E402
 from fsm.dashboard import views  # noqa: E402
-from fsm.dashboard.ports import JobBrowser, ListRequest  # noqa: E402
+from fsm.ports import JobBrowser, ListRequest  # noqa: E402
 
 TARGET_MS = 200.0
 
@@ -93,7 +93,7 @@ def main() -> None:
         engine = Engine(store)
         t0 = time.perf_counter()
         if args.db is None:
-            _pg_fill_finished(db, "public", args.finished)
+            finished_postgres(db, "public", args.finished)
         fill = time.perf_counter() - t0
         keys = live_hour(engine)
         import psycopg
@@ -107,7 +107,12 @@ def main() -> None:
         browser = engine.store
         assert isinstance(browser, JobBrowser)
         middle = "0" + str(args.finished // 2).rjust(25, "0")
-        client = TestClient(create_app(engine, trust_local=True))
+        token = "bench-operator-token-0123456789abcdef"
+        client = TestClient(
+            create_app(engine, token=token),
+            base_url="http://127.0.0.1",
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
         def page(path: str, **params: str) -> Callable[[], Any]:
             def get() -> None:

@@ -37,11 +37,11 @@ from tempfile import TemporaryDirectory
 
 import attrs
 
-from benchmarks._services import fresh_store_url
 from benchmarks.calls import Timed
 from benchmarks.harness import Config, Measurement
-from benchmarks.throughput import BATCH, STORES, make_handlers
-from fsm import Engine, Job, Owner, open_store
+from benchmarks.noop import engine_for, make_handlers, submit
+from benchmarks.services import fresh_store_url
+from fsm import Job, Owner
 from fsm.worker.claims import start_args
 from fsm.worker.collector import tune_collector
 
@@ -81,10 +81,9 @@ def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
     queue = f"path-{uuid.uuid4().hex[:8]}"
     spec = make_handlers(queue)["noop"]
     with fresh_store_url(store, tmp) as url:
-        engine = Engine(open_store(url), kinds={"noop": spec.policy})
+        engine = engine_for(url, queue)
         try:
-            for start in range(0, jobs, BATCH):
-                engine.submit_many([("noop", None, {})] * min(BATCH, jobs - start))
+            submit(engine, jobs)
             owner = Owner("engine-path", os.getpid(), queue)
             args = start_args(spec, engine)
             claims, reports = Timed(engine, "claim"), Timed(engine, "report_many")
@@ -115,10 +114,9 @@ def drain(store: str, jobs: int, claim: int, tmp: Path) -> Drain:
     return Drain(claim_cpu, reports.per_job(jobs)[1], jobs / elapsed, claim_wall)
 
 
-def rows(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
-    """`cfg.repeats` drains of `system` (a throughput-suite store name) in claims of
-    `claim`; `why` says whose size that is."""
-    store = STORES[system]
+def rows(store: str, system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
+    """`cfg.repeats` drains of `store` in claims of `claim`, keyed as the throughput
+    suite's `system` row they bound; `why` says whose size that is."""
     drains = [drain(store, cfg.jobs, claim, cfg.tmp) for _ in range(cfg.repeats)]
     settings = {
         "store": store,

@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._services import fresh_store_url
+from benchmarks.services import fresh_store_url
 from fsm import Engine, KindPolicy, Worker, open_store
-from fsm.owner import Identity
 from fsm.policies import LeasePolicy, Policy
+from fsm.service.identity import Identity
 from fsm.worker.context import Context
 
 BATCH = 1_000  # jobs per submit_many

@@ -65,44 +65,54 @@ def machine_cpu() -> tuple[float, float]:
     return busy / CLOCK_TICKS, idle / CLOCK_TICKS
 
 
+def read_machine(workers: Callable[[], float]) -> dict[str, float]:
+    """CPU seconds so far of each part: the worker processes (`workers()`), the
+    servers, this process, and the machine's busy and idle time."""
+    busy, idle = machine_cpu()
+    return {
+        WORKERS: workers(),
+        **servers_cpu(),
+        CLIENT: process_cpu(),
+        "busy": busy,
+        "idle": idle,
+    }
+
+
 class Meter:
     """The machine's CPU over one timed window, per component, per job.
 
     `start(workers)` where `workers()` gives the worker processes' CPU seconds so far;
     `stop(jobs)` ends the window. Then `per_job` maps each component to microseconds
     per job, `busy` is the share of all cores in use, and `ceiling` the jobs/s the
-    machine could reach if every core were busy at this cost per job.
+    machine could reach if every core were busy at this cost per job. `read` takes
+    the readings (`read_machine`; a test gives its own), `cores` the cores counted.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        read: Callable[[Callable[[], float]], dict[str, float]] = read_machine,
+        cores: int = CORES,
+    ) -> None:
         self.per_job: dict[str, float] = {}
         self.busy = 0.0
         self.ceiling = 0.0
+        self._read = read
+        self._cores = cores
         self._workers: Callable[[], float] = lambda: 0.0
         self._start: dict[str, float] = {}
 
-    def _read(self) -> dict[str, float]:
-        busy, idle = machine_cpu()
-        return {
-            WORKERS: self._workers(),
-            **servers_cpu(),
-            CLIENT: process_cpu(),
-            "busy": busy,
-            "idle": idle,
-        }
-
     def start(self, workers: Callable[[], float]) -> None:
         self._workers = workers
-        self._start = self._read()
+        self._start = self._read(workers)
 
     def stop(self, jobs: int) -> None:
-        spent = {k: v - self._start[k] for k, v in self._read().items()}
+        spent = {k: v - self._start[k] for k, v in self._read(self._workers).items()}
         busy, idle = spent.pop("busy"), spent.pop("idle")
         spent[OTHER] = max(0.0, busy - sum(spent.values()))
         self.per_job = {k: v / jobs * 1e6 for k, v in spent.items()}
         self.busy = min(1.0, busy / (busy + idle)) if busy + idle > 0 else 0.0
         total = sum(self.per_job.values())
-        self.ceiling = CORES * 1e6 / total if total > 0 else 0.0
+        self.ceiling = self._cores * 1e6 / total if total > 0 else 0.0
 
     @property
     def total(self) -> float:

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks import throughput
-from benchmarks.goals import THROUGHPUT_COMPARISONS, T
+from benchmarks.goals import PAIR_BOUNDS, P
 from benchmarks.harness import Config
 from benchmarks.machine import CORES, SERVERS, Meter
 from benchmarks.peers import dramatiq_bench
@@ -39,12 +39,11 @@ DRAMATIQ = "dramatiq (no confirms)"
 
 def _goal() -> float:
     """The bound benchmarks/goals.py holds jobfsm's RabbitMQ path to against dramatiq."""
-    pair = (f"{T}.jobfsm.rabbitmq.w1.process", (f"{T}.dramatiq.w1.process",))
-    for c in THROUGHPUT_COMPARISONS:
-        if (c.ours, c.theirs) == pair:
-            assert c.target is not None
-            return c.target
-    raise LookupError("benchmarks/goals.py has no RabbitMQ / dramatiq goal")
+    key = f"{P}.w1.rabbitmq_over_dramatiq"
+    for b in PAIR_BOUNDS:
+        if b.key == key:
+            return b.bound
+    raise LookupError(f"benchmarks/goals.py has no bound on {key} (the RabbitMQ / dramatiq goal)")
 
 
 GOAL = _goal()
@@ -61,13 +60,12 @@ class Drain(NamedTuple):
 
 def systems(cfg: Config, jobfsm: tuple[int, int], dramatiq: tuple[int, int]) -> dict[str, Run]:
     """Each system's one measured drain: a Meter in, jobs/s out."""
-    log = cfg.tmp / "dramatiq.log"
     workers, threads = jobfsm
     return {
         POLLING: lambda m: throughput.process_rate("postgres", cfg, workers, threads, meter=m)[0],
         RABBIT: lambda m: throughput.process_rate("rabbitmq", cfg, workers, threads, meter=m)[0],
         DRAMATIQ: lambda m: dramatiq_bench.process_rate(
-            cfg.jobs, dramatiq[0], log, dramatiq[1], meter=m
+            cfg.jobs, dramatiq[0], cfg.tmp, dramatiq[1], meter=m
         )[0],
     }
 

@@ -77,8 +77,17 @@ def _drop_schema(pg: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def run_one(patch: Patch, store: str, *, size: str, timeout: float, pg: str) -> dict[str, Any]:
-    """Apply `patch` in a copy of the tree and run `jobfsm faults` there on `store`."""
+def run_one(
+    patch: Patch,
+    store: str,
+    *,
+    size: str,
+    timeout: float,
+    pg: str,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Apply `patch` in a copy of the tree and run `jobfsm faults` there on `store`
+    (with `extra` arguments, e.g. `("--exhaustive", "--scope", "tiny")`)."""
     with tempfile.TemporaryDirectory(prefix=f"jobfsm-mutant-{patch.name}-") as tmp:
         root = Path(tmp)
         for part in TREE:
@@ -86,7 +95,7 @@ def run_one(patch: Patch, store: str, *, size: str, timeout: float, pg: str) -> 
         apply_patch(root, patch)
         schema = f"jobfsm_mut_{uuid.uuid4().hex[:10]}"
         cmd = [sys.executable, "-m", "fsm.cli", "faults", "--store", _url(store, root, pg, schema)]
-        cmd += ["--no-shrink"]
+        cmd += ["--no-shrink", *extra]
         if store == "amqp":
             cmd += ["--delivery", AMQP_URL]
         if size != "default":
@@ -119,6 +128,7 @@ def run_one(patch: Patch, store: str, *, size: str, timeout: float, pg: str) -> 
         "failure": failure[len("FAILED: ") :][:300],
         "exit": code,
         "tail": "" if killed else (err or out)[-600:],
+        "stderr": err[-4000:],
         "why": patch.why,
     }
 

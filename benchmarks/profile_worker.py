@@ -39,11 +39,12 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from benchmarks._services import fresh_store_url
+from benchmarks.broker import delete_jobfsm_names
 from benchmarks.calls import Timed
 from benchmarks.harness import AMQP_URL
 from benchmarks.machine import process_cpu, servers_cpu
-from benchmarks.throughput import BATCH, make_handlers
+from benchmarks.noop import engine_for, make_handlers, submit
+from benchmarks.services import fresh_store_url
 from fsm import Engine, open_store
 from fsm.worker import Worker
 from fsm.worker.collector import tune_collector
@@ -105,17 +106,16 @@ class Collections:
         print(f"  {sum(self.cpu) / jobs * 1e6:8.1f}  in all")
 
 
-def submit(url: str, queue: str, delivery: str, jobs: int) -> None:
+def submitter(url: str, queue: str, delivery: str, jobs: int) -> None:
     """The submitting side, run in a child process: its CPU is not the worker's."""
-    engine = Engine(open_store(url), kinds={"noop": make_handlers(queue)["noop"].policy})
+    engine = engine_for(url, queue)
     publisher: Any = None
     if delivery == "rabbitmq":
         from adapters.rabbitmq import RabbitDelivery
 
         publisher = RabbitDelivery(AMQP_URL, engine=engine)
         engine.publisher = publisher
-    for start in range(0, jobs, BATCH):
-        engine.submit_many([("noop", None, {})] * min(BATCH, jobs - start))
+    submit(engine, jobs)
     if publisher is not None:
         if not publisher.flush(120.0):
             raise RuntimeError("wake-ups not confirmed within 120 s")
@@ -209,9 +209,7 @@ def profile(
             _print_yappi(jobs, names)
         if chosen is not None:
             chosen.close()
-            from benchmarks.throughput import _delete_broker_names
-
-            _delete_broker_names([f"jobfsm.{queue}"], keep_dead_letter=True)
+            delete_jobfsm_names([f"jobfsm.{queue}"], keep_dead_letter=True)
         engine.store.close()
 
 
@@ -249,7 +247,7 @@ def main() -> None:
     parser.add_argument("--submit", nargs=2, metavar=("URL", "QUEUE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.submit:
-        submit(args.submit[0], args.submit[1], args.delivery, args.jobs)
+        submitter(args.submit[0], args.submit[1], args.delivery, args.jobs)
         return
     profile(args.store, args.delivery, args.jobs, args.concurrency,
             use_yappi=args.yappi, tuned=args.tune_collector)  # fmt: skip

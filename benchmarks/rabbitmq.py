@@ -25,49 +25,28 @@ The machine has 2 cores and other work runs beside it: figures move between runs
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import pika  # noqa: E402
-
 from adapters.rabbitmq import RabbitDelivery  # noqa: E402
-from benchmarks._services import fresh_store_url  # noqa: E402
+from benchmarks import broker  # noqa: E402
+from benchmarks.harness import AMQP_URL, wait_for  # noqa: E402
 from benchmarks.peers.raw_pika import end_to_end  # noqa: E402
+from benchmarks.services import fresh_store_url  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
-from fsm.owner import Identity  # noqa: E402
+from fsm.service.identity import Identity  # noqa: E402
 from fsm.worker import Worker  # noqa: E402
 
-RABBIT = os.environ.get("JOBFSM_TEST_RABBIT", "amqp://guest:guest@127.0.0.1:5672/%2F")
 WAIT_LIMIT = 600.0  # seconds one pipeline may take before the benchmark gives up
-
-
-def wait_for(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not finish within {WAIT_LIMIT} s")
-        time.sleep(0.005)
-
-
-def delete_queues(names: list[str]) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
-    try:
-        channel = conn.channel()
-        for name in names:
-            channel.queue_delete(name)
-    finally:
-        conn.close()
 
 
 # --- raw pika ---------------------------------------------------------------------------
@@ -86,8 +65,8 @@ def run_dramatiq(jobs: int, threads: int) -> float:
     from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
     queue = f"bench_dramatiq_{uuid.uuid4().hex[:8]}"
-    broker = RabbitmqBroker(url=RABBIT, confirm_delivery=True)
-    dramatiq.set_broker(broker)
+    client = RabbitmqBroker(url=AMQP_URL, confirm_delivery=True)
+    dramatiq.set_broker(client)
     lock = threading.Lock()
     done = 0
 
@@ -96,35 +75,31 @@ def run_dramatiq(jobs: int, threads: int) -> float:
         with lock:
             done += 1
 
-    actor = dramatiq.actor(noop, queue_name=queue, broker=broker, actor_name=queue)
-    broker.declare_queue(queue)
-    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=100)
+    actor = dramatiq.actor(noop, queue_name=queue, broker=client, actor_name=queue)
+    client.declare_queue(queue)
+    worker = dramatiq.Worker(client, worker_threads=threads, worker_timeout=100)
     worker.start()
     try:
         started = time.perf_counter()
         for _ in range(jobs):
             actor.send()
-        wait_for(lambda: done >= jobs, "dramatiq")
+        wait_for(lambda: done >= jobs, WAIT_LIMIT, "dramatiq", step=0.005)
         elapsed = time.perf_counter() - started
     finally:
         worker.stop()
-        broker.close()
-        delete_queues([queue, f"{queue}.DQ", f"{queue}.XQ"])
+        client.close()
+        broker.delete([queue, f"{queue}.DQ", f"{queue}.XQ"])
     return jobs / elapsed
 
 
 # --- jobfsm -----------------------------------------------------------------------------
 
 
-def store_url(kind: str) -> AbstractContextManager[str]:
-    return fresh_store_url(kind)
-
-
 def run_jobfsm(jobs: int, threads: int, store: str, batch: int) -> float:
     prefix = f"bench.jobfsm.{uuid.uuid4().hex[:8]}."
-    with store_url(store) as url:
+    with fresh_store_url(store) as url:
         engine = Engine(open_store(url))
-        delivery = RabbitDelivery(RABBIT, engine=engine, prefix=prefix)
+        delivery = RabbitDelivery(AMQP_URL, engine=engine, prefix=prefix)
         engine.publisher = delivery
         worker = Worker(
             engine,
@@ -149,16 +124,13 @@ def run_jobfsm(jobs: int, threads: int, store: str, batch: int) -> float:
             else:
                 for i in range(0, jobs, batch):
                     engine.submit_many([("noop", None, {})] * min(batch, jobs - i))
-            wait_for(finished, "jobfsm")
+            wait_for(finished, WAIT_LIMIT, "jobfsm", step=0.005)
             elapsed = time.perf_counter() - started
         finally:
             worker.stop()
             runner.join(60)
             engine.store.close()
-            delete_queues([f"{prefix}default", f"{prefix}dead-letter"])
-    conn = pika.BlockingConnection(pika.URLParameters(RABBIT))
-    conn.channel().exchange_delete(f"{prefix}dead-letter")
-    conn.close()
+            broker.delete([f"{prefix}default", f"{prefix}dead-letter"], [f"{prefix}dead-letter"])
     return jobs / elapsed
 
 

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     for n in range(1, args.rounds + 1):
         rabbit, rabbit_cpu, _ = process_rate("rabbitmq", cfg, 1)
         polling, polling_cpu, _ = process_rate("postgres", cfg, 1)
-        dramatiq, _, dramatiq_cpu = dramatiq_bench.process_rate(args.jobs, 1, tmp / f"d{n}.log")
+        dramatiq, _, dramatiq_cpu = dramatiq_bench.process_rate(args.jobs, 1, tmp)
         print(
             f"round {n}: rabbitmq {rabbit:,.0f}/s {rabbit_cpu:.0f} us/job | "
             f"polling {polling:,.0f}/s {polling_cpu:.0f} us/job | "

@@ -8,12 +8,15 @@ never guessed.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchmarks.goals import (
     AUDIT_NOTE,
     BOUNDS,
+    LATENCY_BOUNDS,
+    LATENCY_COMPARISONS,
+    PAIR_BOUNDS,
     RECOVERY_P99_S,
     RECOVERY_TARGET_S,
     RECOVERY_TARGETS,
@@ -28,6 +31,9 @@ from benchmarks.machine import MACHINE_FACT
 
 __all__ = [
     "BOUNDS",
+    "LATENCY_BOUNDS",
+    "LATENCY_COMPARISONS",
+    "PAIR_BOUNDS",
     "RECOVERY_TARGETS",
     "SCALE_COMPARISONS",
     "THROUGHPUT_COMPARISONS",
@@ -74,18 +80,31 @@ class Report:
         self.rows = list(rows)
         self.by_key = {m.key: m for m in self.rows}
 
+    def best(self, keys: Sequence[str], lower: bool) -> Measurement | None:
+        """The figure of `keys` with the best median (lowest if `lower`), or None."""
+        got = [self.by_key[k] for k in keys if k in self.by_key and self.by_key[k].values]
+        if not got:
+            return None
+        return (min if lower else max)(got, key=lambda m: m.median)
+
+    def sides(self, c: Comparison) -> tuple[Measurement, Measurement] | None:
+        """(our best figure, the best of theirs), or None when a side is missing."""
+        ours = self.best((c.ours, *c.ours_among), c.lower_is_better)
+        best = self.best(c.theirs, c.lower_is_better)
+        return None if ours is None or best is None else (ours, best)
+
     def ratio(self, c: Comparison) -> tuple[float, str]:
         """(ours / best of theirs, the key of that best), or NaN when a side is missing."""
-        ours = self.by_key.get(c.ours)
-        theirs = [self.by_key[k] for k in c.theirs if k in self.by_key and self.by_key[k].values]
-        if ours is None or not ours.values or not theirs:
+        got = self.sides(c)
+        if got is None:
             return float("nan"), ""
-        pick = min if c.lower_is_better else max
-        best = pick(theirs, key=lambda m: m.median)
+        ours, best = got
         return ours.median / best.median, best.key
 
     def verdict(self, c: Comparison) -> tuple[str, str, str, bool | None]:
-        """(label, measured, bound, met) of a comparison with a target."""
+        """(label, measured, bound, met) of a comparison with a target; the measured
+        value is the ratio of medians, with the spread of the per-repeat ratios when
+        both sides were repeated alike (the same run's repeats, in order)."""
         assert c.target is not None
         value, _ = self.ratio(c)
         if math.isnan(value):
@@ -93,23 +112,45 @@ class Report:
         else:
             met = value <= c.target if c.lower_is_better else value >= c.target
         bound = f"{'<=' if c.lower_is_better else '>='} {c.target}x"
-        return (c.label, "not measured" if met is None else f"{value:.2f}x", bound, met)
+        shown = "not measured" if met is None else f"{value:.2f}x"
+        got = self.sides(c)
+        if met is not None and got is not None:
+            ours, best = got
+            if len(ours.values) == len(best.values) > 1 and all(best.values):
+                each = [a / b for a, b in zip(ours.values, best.values, strict=True)]
+                shown += f" (repeats {min(each):.2f}-{max(each):.2f}x)"
+            if ours.key != c.ours:
+                shown += f" (`{ours.key}`)"
+        return (c.label, shown, bound, met)
+
+    def bound(self, b: Bound) -> tuple[str, str, str, bool | None]:
+        """(label, measured, bound, met) of a `Bound`, with the spread of its repeats."""
+        sign = ">=" if b.higher_is_better else "<="
+        m = self.best((b.key, *b.among), lower=not b.higher_is_better)
+        if m is None:
+            return (b.label, "not measured", f"{sign} {fmt(b.bound, b.unit)}", None)
+        value = m.high if b.stat == "max" else m.median
+        shown = fmt(value, b.unit)
+        if b.stat == "max":
+            shown += f" (max of {len(m.values)})"
+        elif len(m.values) > 1:
+            shown += f" ({spread(m)} over {len(m.values)} repeats)"
+        if b.among:
+            shown += f" (`{m.key}`)"
+        floor = self.by_key.get(b.floor) if b.floor else None
+        if floor is not None and floor.values:
+            shown += f" (floor, {floor.label}: {fmt(floor.median, b.unit)})"
+        met = value >= b.bound if b.higher_is_better else value <= b.bound
+        return (b.label, shown, f"{sign} {fmt(b.bound, b.unit)}", met)
 
     def verdicts(self) -> list[tuple[str, str, str, bool | None]]:
         """(target, measured, bound, met) for every target of the issue."""
         out: list[tuple[str, str, str, bool | None]] = []
         out += [self.verdict(c) for c in THROUGHPUT_COMPARISONS if c.target is not None]
-        for b in BOUNDS:
-            m = self.by_key.get(b.key)
-            if m is None or not m.values:
-                out.append((b.label, "not measured", f"<= {fmt(b.bound, b.unit)}", None))
-                continue
-            value = m.high if b.stat == "max" else m.median
-            shown = fmt(value, b.unit) + (f" (max of {len(m.values)})" if b.stat == "max" else "")
-            floor = self.by_key.get(b.floor) if b.floor else None
-            if floor is not None and floor.values:
-                shown += f" (floor, {floor.label}: {fmt(floor.median, b.unit)})"
-            out.append((b.label, shown, f"<= {fmt(b.bound, b.unit)}", value <= b.bound))
+        out += [self.bound(b) for b in BOUNDS]
+        out += [self.bound(b) for b in LATENCY_BOUNDS]
+        out += [self.verdict(c) for c in LATENCY_COMPARISONS if c.target is not None]
+        out += [self.bound(b) for b in PAIR_BOUNDS]
         for key in RECOVERY_TARGETS:
             m = self.by_key.get(key)
             if m is None or not m.values:
@@ -171,29 +212,37 @@ class Report:
         for label, value, bound, met in self.verdicts():
             mark = "not measured" if met is None else ("yes" if met else "**no**")
             lines.append(f"| {label} | {value} | {bound} | {mark} |")
-        lines += self._throughput() + self._recovery() + self._scale()
+        lines += self._throughput() + self._pairs() + self._latency()
+        lines += self._recovery() + self._scale()
         return "\n".join(lines) + "\n"
 
     def _throughput(self) -> list[str]:
         rows = [m for m in self.rows if m.key.startswith(("throughput.", "core."))]
         if not rows:
             return []
+        lines = self._figures("Throughput, end to end (no-op jobs)", rows, THROUGHPUT_COMPARISONS)
+        lines += self._machine(rows)
+        lines += ["", AUDIT_NOTE, "", "Settings (and facts) of each figure:", ""]
+        lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
+        return lines
+
+    def _figures(
+        self, title: str, rows: list[Measurement], comparisons: Sequence[Comparison]
+    ) -> list[str]:
+        """A section's table of figures, then its ratios (medians of the same run)."""
         lines = [
             "",
-            "### Throughput, end to end (no-op jobs)",
+            f"### {title}",
             "",
             "| figure | median | min-max | unit |",
             "|---|---:|---:|---|",
         ]
         lines += [f"| {m.label} | {fmt(m.median)} | {spread(m)} | {m.unit} |" for m in rows]
         lines += ["", "| ratio (medians, same run) | value | against |", "|---|---:|---|"]
-        for c in THROUGHPUT_COMPARISONS:
+        for c in comparisons:
             value, against = self.ratio(c)
             shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
             lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
-        lines += self._machine(rows)
-        lines += ["", AUDIT_NOTE, "", "Settings (and facts) of each figure:", ""]
-        lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
         return lines
 
     @staticmethod
@@ -216,6 +265,61 @@ class Report:
             cells = [fact.get(p, "") for p in parts]
             shown = [fmt(c) if isinstance(c, int | float) else str(c) for c in cells]
             lines.append(f"| {m.label} | " + " | ".join(shown) + " |")
+        return lines
+
+    def _pairs(self) -> list[str]:
+        rows = [m for m in self.rows if m.key.startswith("pairs.")]
+        if not rows:
+            return []
+        lines = [
+            "",
+            "### The broker path against dramatiq and polling, alternated pairs",
+            "",
+            "| figure | median | min-max | each repeat, in order | unit |",
+            "|---|---:|---:|---|---|",
+        ]
+        for m in rows:
+            each = ", ".join(fmt(v) for v in m.values)
+            lines.append(f"| {m.label} | {fmt(m.median)} | {spread(m)} | {each} | {m.unit} |")
+        lines += ["", "Settings and facts of each figure:", ""]
+        lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
+        return lines
+
+    def _latency(self) -> list[str]:
+        """One row per system and offered load: p50, p99 and max (medians of the repeats)."""
+        rows = [m for m in self.rows if m.key.startswith("latency.")]
+        if not rows:
+            return []
+        table: dict[tuple[str, int], dict[str, Measurement]] = {}
+        for m in rows:
+            _, _, rest = m.key.partition(".")
+            system, rate, stat = rest.rsplit(".", 2)
+            table.setdefault((system, int(rate.removeprefix("r"))), {})[stat] = m
+        lines = [
+            "",
+            "### Latency, submit to start (ms; medians of the repeats, min-max of p99)",
+            "",
+            "| system | jobs/s offered | achieved | p50 | p99 | p99 min-max | max | setting |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for (_system, rate), stats in table.items():
+            p99 = stats.get("p99")
+            any_m = next(iter(stats.values()))
+            achieved = any_m.facts.get("achieved jobs/s") or []
+            got = fmt(sorted(achieved)[len(achieved) // 2]) if achieved else "-"
+            setting = "; ".join(f"{k}: {v}" for k, v in any_m.settings.items())
+            cells = [fmt(stats[s].median) if s in stats and stats[s].values else "-"
+                     for s in ("p50", "p99", "max")]  # fmt: skip
+            label = any_m.label.split(":")[0]
+            lines.append(
+                f"| {label} | {rate:,} | {got} | {cells[0]} | {cells[1]} "
+                f"| {spread(p99) if p99 else ''} | {cells[2]} | {setting} |"
+            )
+        lines += ["", "| ratio (medians, same run) | value | against |", "|---|---:|---|"]
+        for c in LATENCY_COMPARISONS:
+            value, against = self.ratio(c)
+            shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
+            lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
         return lines
 
     def _recovery(self) -> list[str]:
@@ -254,19 +358,7 @@ class Report:
         rows = [m for m in self.rows if m.key.startswith("scale.")]
         if not rows:
             return []
-        lines = [
-            "",
-            "### Scale",
-            "",
-            "| figure | median | min-max | unit |",
-            "|---|---:|---:|---|",
-        ]
-        lines += [f"| {m.label} | {fmt(m.median)} | {spread(m)} | {m.unit} |" for m in rows]
-        lines += ["", "| ratio (medians, same run) | value | against |", "|---|---:|---|"]
-        for c in SCALE_COMPARISONS:
-            value, against = self.ratio(c)
-            shown = "not measured" if math.isnan(value) else f"{value:.2f}x"
-            lines.append(f"| {c.label} | {shown} | {f'`{against}`' if against else ''} |")
+        lines = self._figures("Scale", rows, SCALE_COMPARISONS)
         lines += ["", "Settings and facts of each figure:", ""]
         lines += [f"- {m.label}: {_settings({**m.settings, **m.facts})}" for m in rows]
         return lines

@@ -2,7 +2,7 @@
 
 For each store (SQLite, PostgreSQL) and each N in `cfg.scale_rows`, one fresh store
 is filled with N succeeded jobs of the worker's queue (4 audit rows each, written in
-bulk by the helpers of `benchmarks/stores.py`; the fill time is printed and kept as a
+bulk by `benchmarks/fill.py`; the fill time is printed and kept as a
 fact), and then measured twice:
 
 - `scale.<store>.rows<N>.lease_p50` / `lease_p99` (ms): one `Engine.claim(limit=1)`,
@@ -45,16 +45,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks._services import fresh_store_url
+from benchmarks import fill as fills
+from benchmarks import runner
 from benchmarks.harness import Config, Measurement, Task, wait_for
-from benchmarks.stores import _pg_fill_finished, bulk_finished_sqlite, percentile
-from benchmarks.worker import Procs, engine_for
+from benchmarks.noop import APP, QUEUE_ENV, engine_for
+from benchmarks.noop import submit as submit_noop
+from benchmarks.services import fresh_store_url
+from benchmarks.stores import percentile
 from fsm import Engine, Job, open_store
-from fsm.owner import Identity
 from fsm.ports import ScanRequest
+from fsm.service.identity import Identity
 
 STORES = ("sqlite", "postgres")
-#: the queue `benchmarks.worker`'s no-op handler serves; the finished rows live there too
+#: the queue `benchmarks.noop`'s worker serves by default; the finished rows live there too
 QUEUE = "bench"
 #: worker settings, as in `benchmarks/worker.py`'s throughput runs
 CONCURRENCY = 32
@@ -111,14 +114,11 @@ def memory_tasks(cfg: Config, stores: tuple[str, ...]) -> list[Task]:
 def fill(store: str, url: str, rows: int) -> float:
     """Migrate the store and write `rows` succeeded jobs into QUEUE; seconds taken."""
     began = time.perf_counter()
-    handle = open_store(url)  # migrates
-    try:
-        if rows and store == "sqlite":
-            bulk_finished_sqlite(handle, rows, time.time(), queue=QUEUE)
-    finally:
-        handle.close()
+    open_store(url).close()  # migrates
+    if rows and store == "sqlite":
+        fills.finished_sqlite(url, rows, time.time(), queue=QUEUE)
     if rows and store == "postgres":
-        _pg_fill_finished(url, "public", rows, queue=QUEUE)
+        fills.finished_postgres(url, "public", rows, queue=QUEUE)
     seconds = time.perf_counter() - began
     if rows:
         print(
@@ -138,13 +138,21 @@ def drained(engine: Engine, states: list[str]) -> bool:
     return not engine.scan(ScanRequest(states=tuple(states), queues=(QUEUE,), limit=1))
 
 
-def submit(engine: Engine, n: int, chunk: int = 1000) -> list[str]:
-    """Submit `n` no-op jobs in chunks; their ids in order."""
-    ids: list[str] = []
-    for start in range(0, n, chunk):
-        jobs = engine.submit_many([("noop", None, {})] * min(chunk, n - start))
-        ids += [job.id for job in jobs]
-    return ids
+def submit(engine: Engine, n: int) -> list[str]:
+    """Submit `n` no-op jobs in batches; their ids in order."""
+    return [job.id for job in submit_noop(engine, n)]
+
+
+def start_worker(workers: runner.Workers, url: str) -> Any:
+    """One `jobfsm worker` of the no-op app on `url`, up and polling when this returns."""
+    ready = workers.folder / f"ready-{workers.started + 1}"
+    argv = runner.jobfsm_worker(
+        APP, url, queues=QUEUE, concurrency=CONCURRENCY, poll_interval=POLL_INTERVAL,
+        log_level="WARNING", ready_file=ready,
+    )  # fmt: skip
+    proc = workers.start(*argv)
+    workers.wait(ready.exists, 60.0, "the worker's start")
+    return proc
 
 
 def finished_rows(engine: Engine) -> int:
@@ -200,22 +208,15 @@ def drain_rate(cfg: Config, url: str, engine: Engine, jobs: int) -> float:
     """Jobs/s drained by one worker process that is polling before the jobs arrive."""
     states = unfinished(engine)
     folder = Path(tempfile.mkdtemp(prefix="scale-", dir=cfg.tmp))
-    procs = Procs(folder)
     try:
-        proc = procs.start(url, concurrency=CONCURRENCY, poll_interval=POLL_INTERVAL)
-        procs.wait_started(proc)
-        submit(engine, jobs)
-        began = time.perf_counter()
-        try:
-            wait_for(
-                lambda: drained(engine, states), DRAIN_TIMEOUT, f"{jobs} jobs drained", step=0.01
-            )
-        except TimeoutError:
-            print(proc.log.read_text()[-3000:], file=sys.stderr)
-            raise
-        return jobs / (time.perf_counter() - began)
+        with runner.Workers(folder, {QUEUE_ENV: QUEUE}, grace=0) as workers:
+            start_worker(workers, url)
+            submit(engine, jobs)
+            began = time.perf_counter()
+            done = lambda: drained(engine, states)  # noqa: E731
+            workers.wait(done, DRAIN_TIMEOUT, f"{jobs} jobs drained", step=0.01)
+            return jobs / (time.perf_counter() - began)
     finally:
-        procs.stop_all()
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -437,10 +438,9 @@ def memory(cfg: Config, store: str) -> list[Measurement]:
         fill(store, url, 0)
         engine = engine_for(url)
         folder = Path(tempfile.mkdtemp(prefix="scale-", dir=cfg.tmp))
-        procs = Procs(folder)
+        workers = runner.Workers(folder, {QUEUE_ENV: QUEUE}, grace=0)
         try:
-            proc = procs.start(url, concurrency=CONCURRENCY, poll_interval=POLL_INTERVAL)
-            procs.wait_started(proc)
+            proc = start_worker(workers, url)
             ready = rss_mib(proc.pid)
             final = {s for s in engine.spec.states if engine.spec.is_final(s)}
             # (id of the last job of a batch, jobs submitted up to and including it)
@@ -462,9 +462,10 @@ def memory(cfg: Config, store: str) -> list[Measurement]:
             while queued:
                 last_id, through = queued[0]
                 if engine.get(last_id).state not in final:
-                    if time.monotonic() > until or proc.poll() is not None:
-                        print(proc.log.read_text()[-3000:], file=sys.stderr)
-                        raise TimeoutError(f"scale: {store} worker stuck at {through - batch} jobs")
+                    workers.check()
+                    if time.monotonic() > until:
+                        what = f"scale: {store} worker stuck at {through - batch} jobs"
+                        raise TimeoutError(f"{what}\n{workers.tail()}")
                     time.sleep(0.005)
                     continue
                 queued.pop(0)
@@ -479,7 +480,7 @@ def memory(cfg: Config, store: str) -> list[Measurement]:
             if done != total:
                 raise RuntimeError(f"scale: {store} worker finished {done} of {total} jobs")
         finally:
-            procs.stop_all()
+            workers.stop()
             engine.store.close()
             shutil.rmtree(folder, ignore_errors=True)
     growth = samples[-1] - samples[0]

@@ -14,7 +14,7 @@ Every figure is printed next to a baseline measured in the same run:
   with no finished jobs (SQLite: both files in one process, leases alternated).
   Ratio loaded/empty (target <= 2).
 
-Each store is one function in STORES; `run_store` prints its rows through the
+Each store is one function in STORES; `main` prints its rows through the
 shared printer. The PostgreSQL part plugs in at `postgres_benchmarks` below.
 The machine has 2 cores and other work runs beside it: figures move between runs.
 """
@@ -28,7 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ if str(REPO) not in sys.path:
 
 import attrs  # noqa: E402
 
-from benchmarks._services import create_database, drop_database  # noqa: E402
+from benchmarks import fill  # noqa: E402
+from benchmarks.rows import audit_values, inserts, job_values, owner_text  # noqa: E402
+from benchmarks.services import create_database, drop_database  # noqa: E402
 from fsm import Engine, Job, Owner, open_store  # noqa: E402
 from fsm.records import AuditEntry, new_id  # noqa: E402
 
@@ -47,8 +50,6 @@ CHILD_TIMEOUT = 900.0
 #: busy timeout for engine and raw alike: 4 writer processes on a loaded 2-core
 #: machine can wait longer than the 5 s default for SQLite's write lock
 BUSY_MS = 60_000
-#: the finished rows of a PostgreSQL fill span this many days, oldest first
-FILL_DAYS = 70.0
 
 
 # --- the shared runner and printer ---------------------------------------------------------
@@ -80,16 +81,18 @@ def print_rows(rows: list[Row]) -> None:
         )
 
 
-def run_children(argv_for: Callable[[int], list[str]], n: int) -> list[dict[str, Any]]:
-    """Start `n` copies of this script in child mode at once; collect their JSON lines."""
+def children(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Start a child of this script (`--child ARGV`) per argv at once; collect the JSON
+    line each prints last."""
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, *argv_for(i)],
+            [sys.executable, __file__, "--child", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            cwd=REPO,
         )
-        for i in range(n)
+        for argv in argvs
     ]
     out = []
     for p in procs:
@@ -139,27 +142,30 @@ def engine_lifecycles(url: str, jobs: int, name: str) -> dict[str, Any]:
     return {"jobs": done, "start": start, "end": end}
 
 
-def raw_sqlite_lifecycles(path: str, sync: str, jobs: int, name: str) -> dict[str, Any]:
-    """The same rows and transactions with sqlite3 and hand-written SQL: no engine."""
-    import sqlite3
+#: a raw session: (the connection, run-in-one-transaction, the driver's placeholder)
+Session = tuple[Any, Callable[[Callable[[], Any]], Any], str]
 
-    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
+#: the oldest due job, one at a time; PostgreSQL skips rows another client has locked
+SQLITE_LEASE = (
+    "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
+    "AND queue IN ('default') AND run_after <= ? AND (deadline IS NULL OR deadline > ?) "
+    "ORDER BY priority, run_after, id LIMIT 1"
+)
+PG_LEASE = (
+    "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
+    "AND queue = 'default' AND run_after <= %s AND (deadline IS NULL OR deadline > %s) "
+    "ORDER BY priority, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+
+
+@contextmanager
+def sqlite_session(path: str, sync: str) -> Iterator[Session]:
+    """sqlite3 in autocommit mode; a transaction is BEGIN IMMEDIATE ... COMMIT."""
+    import sqlite3
 
     conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_MS / 1000)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
     conn.execute(f"PRAGMA synchronous = {sync}")
-    cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
-    acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
-    owner = owner_to_text(Owner("bench", os.getpid(), name))
-
-    Move = tuple[str | None, str]
-
-    def audit(job_id: str, version: int, event: str, move: Move, fence: int) -> None:
-        entry = AuditEntry(job_id, version, time.time(), event, move[0], move[1], fence, 0)
-        conn.execute(
-            f"INSERT INTO job_events ({acols}) VALUES ({amarks})",
-            [getattr(entry, c) for c in AUDIT_COLUMNS],
-        )
 
     def tx(fn: Callable[[], Any]) -> Any:
         conn.execute("BEGIN IMMEDIATE")
@@ -171,64 +177,108 @@ def raw_sqlite_lifecycles(path: str, sync: str, jobs: int, name: str) -> dict[st
             conn.execute("ROLLBACK")
             raise
 
-    def submit(i: int) -> None:
-        now = time.time()
-        job = Job(new_id(now), "bench", "default", json.dumps({"i": i}), "queued", now, now, now)
-        row = job_to_row(job)
-        conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", [row[c] for c in JOB_COLUMNS])
-        audit(job.id, 1, "submit", (None, "queued"), 0)
+    try:
+        yield conn, tx, "?"
+    finally:
+        conn.close()
 
-    def lease() -> tuple[str, int] | None:
-        now = time.time()
-        row = conn.execute(
-            "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
-            "AND queue IN ('default') AND run_after <= ? AND (deadline IS NULL OR deadline > ?) "
-            "ORDER BY priority, run_after, id LIMIT 1",
-            (now, now),
-        ).fetchone()
-        if row is None:
-            return None
-        job_id, fence, version = row
-        conn.execute(
+
+@contextmanager
+def postgres_session(url: str, schema: str) -> Iterator[Session]:
+    """psycopg, its implicit transaction committed after each step."""
+    import psycopg
+
+    conn = psycopg.connect(url)
+    conn.execute(f"SET search_path TO {schema}")
+    conn.commit()
+
+    def tx(fn: Callable[[], Any]) -> Any:
+        try:
+            value = fn()
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+        return value
+
+    try:
+        yield conn, tx, "%s"
+    finally:
+        conn.close()
+
+
+def raw_lifecycles(
+    session: AbstractContextManager[Session], lease_sql: str, jobs: int, name: str
+) -> dict[str, Any]:
+    """The engine's rows and transactions with the driver and hand-written SQL, no
+    engine: submit; lease (`lease_sql`); start and succeed, each reading the version
+    and writing the job row with compare-and-set plus its audit row."""
+    with session as (conn, tx, mark):
+        add_job, add_audit = inserts(mark)
+        owner = owner_text(Owner("bench", os.getpid(), name))
+        leased = (
             "UPDATE jobs SET state = 'leased', fence = ?, owner = ?, lease_until = ?, "
-            "version = ?, updated_at = ? WHERE id = ? AND version = ?",
-            (fence + 1, owner, now + 30, version + 1, now, job_id, version),
+            "version = ?, updated_at = ? WHERE id = ? AND version = ?"
+        ).replace("?", mark)
+        version_of = "SELECT version FROM jobs WHERE id = ?".replace("?", mark)
+        moved = (
+            "UPDATE jobs SET state = ?, version = ?, updated_at = ?, {} "
+            "WHERE id = ? AND version = ?"
         )
-        audit(job_id, version + 1, "lease", ("queued", "leased"), fence + 1)
-        return job_id, fence + 1
+        started = moved.format("attempt = attempt + 1, started_at = ?").replace("?", mark)
+        finished = moved.format(
+            "owner = NULL, lease_until = NULL, result_json = 'null', finished_at = ?"
+        ).replace("?", mark)
 
-    def step(job_id: str, event: str, move: tuple[str, str], sets: str, *values: Any) -> None:
-        version = conn.execute("SELECT version FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
-        now = time.time()
-        cur = conn.execute(
-            f"UPDATE jobs SET state = ?, version = ?, updated_at = ?, {sets} "
-            "WHERE id = ? AND version = ?",
-            (move[1], version + 1, now, *values, job_id, version),
-        )
-        assert cur.rowcount == 1
-        audit(job_id, version + 1, event, move, 1)
+        def audit(job_id: str, version: int, event: str, move: Move, fence: int) -> None:
+            entry = AuditEntry(job_id, version, time.time(), event, move[0], move[1], fence, 0)
+            conn.execute(add_audit, audit_values(entry))
 
-    def work() -> int:
-        got = tx(lease)
-        if got is None:
-            return 0
-        job_id, _ = got
-        started = "attempt = attempt + 1, started_at = ?"
-        finished = "owner = NULL, lease_until = NULL, result_json = 'null', finished_at = ?"
-        tx(lambda: step(job_id, "start", ("leased", "running"), started, time.time()))
-        tx(lambda: step(job_id, "succeed", ("running", "succeeded"), finished, time.time()))
-        return 1
+        def submit(i: int) -> None:
+            now = time.time()
+            job = Job(
+                new_id(now), "bench", "default", json.dumps({"i": i}), "queued", now, now, now
+            )
+            conn.execute(add_job, job_values(job))
+            audit(job.id, 1, "submit", (None, "queued"), 0)
 
-    done = 0
-    start = time.time()
-    for i in range(jobs):
-        tx(lambda i=i: submit(i))
-        done += work()
-    while n := work():
-        done += n
-    end = time.time()
-    conn.close()
+        def lease() -> str | None:
+            now = time.time()
+            row = conn.execute(lease_sql, (now, now)).fetchone()
+            if row is None:
+                return None
+            job_id, fence, version = row
+            conn.execute(leased, (fence + 1, owner, now + 30, version + 1, now, job_id, version))
+            audit(job_id, version + 1, "lease", ("queued", "leased"), fence + 1)
+            return str(job_id)
+
+        def step(job_id: str, event: str, move: Move, update: str, *values: Any) -> None:
+            version = conn.execute(version_of, (job_id,)).fetchone()[0]
+            now = time.time()
+            cur = conn.execute(update, (move[1], version + 1, now, *values, job_id, version))
+            assert cur.rowcount == 1
+            audit(job_id, version + 1, event, move, 1)
+
+        def work() -> int:
+            job_id = tx(lease)
+            if job_id is None:
+                return 0
+            tx(lambda: step(job_id, "start", ("leased", "running"), started, time.time()))
+            tx(lambda: step(job_id, "succeed", ("running", "succeeded"), finished, time.time()))
+            return 1
+
+        done = 0
+        start = time.time()
+        for i in range(jobs):
+            tx(lambda i=i: submit(i))
+            done += work()
+        while n := work():  # jobs other workers left behind
+            done += n
+        end = time.time()
     return {"jobs": done, "start": start, "end": end}
+
+
+Move = tuple[str | None, str]
 
 
 def lease_latencies(url: str, finished: int, queued: int, samples: int) -> dict[str, Any]:
@@ -245,7 +295,7 @@ def lease_latencies(url: str, finished: int, queued: int, samples: int) -> dict[
     if batch:
         engine.submit_many(batch)
     if finished:
-        bulk_finished_sqlite(store, finished, now)
+        fill.finished_sqlite(url, finished, now)
     me = Owner("bench", os.getpid(), "latency")
     times = []
     for _ in range(samples):
@@ -269,7 +319,7 @@ def paired_lease_latencies(
         for start in range(0, queued, 5000):
             engine.submit_many(items[start : start + 5000])
         if label == "loaded":
-            bulk_finished_sqlite(store, finished, time.time())
+            fill.finished_sqlite(url, finished, time.time())
         engines[label] = engine
     me = Owner("bench", os.getpid(), "latency")
     times: dict[str, list[float]] = {"loaded": [], "empty": []}
@@ -287,36 +337,6 @@ def paired_lease_latencies(
     }
 
 
-def bulk_finished_sqlite(store: Any, n: int, now: float, queue: str = "default") -> None:
-    """Write `n` succeeded jobs (4 audit rows each) straight into the file: setup only."""
-    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row
-
-    cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
-    acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
-    conn = store._conn()
-    chunk = 20_000
-    for base in range(0, n, chunk):
-        rows, events = [], []
-        for i in range(base, min(n, base + chunk)):
-            t = now - 86400 + i * 1e-3
-            job = Job(
-                new_id(t), "bench", queue, "{}", "succeeded", t, t, t,
-                attempt=1, fence=1, version=4, started_at=t, finished_at=t, result_json="null",
-            )  # fmt: skip
-            r = job_to_row(job)
-            rows.append([r[c] for c in JOB_COLUMNS])
-            for v, (ev, a, b) in enumerate(
-                [("submit", None, "queued"), ("lease", "queued", "leased"),
-                 ("start", "leased", "running"), ("succeed", "running", "succeeded")], start=1
-            ):  # fmt: skip
-                e = AuditEntry(job.id, v, t, ev, a, b, 1 if v > 1 else 0, 1 if v > 2 else 0)
-                events.append([getattr(e, c) for c in AUDIT_COLUMNS])
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(f"INSERT INTO jobs ({cols}) VALUES ({marks})", rows)
-        conn.executemany(f"INSERT INTO job_events ({acols}) VALUES ({amarks})", events)
-        conn.execute("COMMIT")
-
-
 # --- SQLite -------------------------------------------------------------------------------
 
 
@@ -331,9 +351,9 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
                 db = folder / f"{mode}-{sync}-{workers}.db"
                 url = f"sqlite:///{db}?synchronous={sync}&busy_timeout_ms={BUSY_MS}"
                 open_store(url).close()  # same migrated schema for both
-                argv = ["--child", f"{mode}-sqlite", url, str(db), sync, str(per)]
+                child = ["engine", url] if mode == "engine" else ["raw-sqlite", str(db), sync]
                 figures[mode] = throughput(
-                    run_children(lambda i, argv=argv: [*argv, f"w{i}"], workers)
+                    children([[*child, str(per), f"w{i}"] for i in range(workers)])
                 )
             rows.append(
                 Row(
@@ -347,9 +367,7 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
             )
     finished = 1_000_000 if args.full else 100_000
     loaded, empty = (f"sqlite:///{folder / f'latency-{x}.db'}" for x in ("loaded", "empty"))
-    (latency,) = run_children(
-        lambda i: ["--child", "latency-pair", loaded, empty, str(finished), "10000", "500"], 1
-    )
+    (latency,) = children([["latency-pair", loaded, empty, str(finished), "10000", "500"]])
     for q in ("p50", "p99"):
         rows.append(
             Row(
@@ -367,170 +385,20 @@ def sqlite_benchmarks(args: argparse.Namespace) -> list[Row]:
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
-#: where the PostgreSQL benchmarks create (and drop) their own database
 
-#: The raw psycopg baseline: the same rows and transactions as the engine (submit; lease
-#: with FOR UPDATE SKIP LOCKED; start and succeed each reading the version and writing
-#: the job row with compare-and-set plus its audit row), hand-written, no engine.
-_PG_RAW_CHILD = r"""
-import json, os, sys, time
-import psycopg
-from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
-from fsm.records import AuditEntry, Job, Owner, new_id
-
-url, schema, jobs, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-conn = psycopg.connect(url)
-conn.execute(f"SET search_path TO {schema}")
-conn.commit()
-cols, marks = ", ".join(JOB_COLUMNS), ", ".join("%s" for _ in JOB_COLUMNS)
-acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("%s" for _ in AUDIT_COLUMNS)
-owner = owner_to_text(Owner("bench", os.getpid(), name))
-
-def audit(job_id, version, event, move, fence):
-    e = AuditEntry(job_id, version, time.time(), event, move[0], move[1], fence, 0)
-    conn.execute(f"INSERT INTO job_events ({acols}) VALUES ({amarks})",
-                 [getattr(e, c) for c in AUDIT_COLUMNS])
-
-def submit(i):
-    now = time.time()
-    job = Job(new_id(now), "bench", "default", json.dumps({"i": i}), "queued", now, now, now)
-    row = job_to_row(job)
-    conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", [row[c] for c in JOB_COLUMNS])
-    audit(job.id, 1, "submit", (None, "queued"), 0)
-    conn.commit()
-
-def lease():
-    now = time.time()
-    row = conn.execute(
-        "SELECT id, fence, version FROM jobs WHERE state IN ('queued','retry_wait') "
-        "AND queue = 'default' AND run_after <= %s AND (deadline IS NULL OR deadline > %s) "
-        "ORDER BY priority, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED", (now, now)).fetchone()
-    if row is None:
-        conn.commit()
-        return None
-    job_id, fence, version = row
-    conn.execute(
-        "UPDATE jobs SET state = 'leased', fence = %s, owner = %s, lease_until = %s, "
-        "version = %s, updated_at = %s WHERE id = %s AND version = %s",
-        (fence + 1, owner, now + 30, version + 1, now, job_id, version))
-    audit(job_id, version + 1, "lease", ("queued", "leased"), fence + 1)
-    conn.commit()
-    return job_id
-
-def step(job_id, event, move, sets, *values):
-    version = conn.execute("SELECT version FROM jobs WHERE id = %s", (job_id,)).fetchone()[0]
-    now = time.time()
-    cur = conn.execute(
-        f"UPDATE jobs SET state = %s, version = %s, updated_at = %s, {sets} "
-        "WHERE id = %s AND version = %s", (move[1], version + 1, now, *values, job_id, version))
-    assert cur.rowcount == 1
-    audit(job_id, version + 1, event, move, 1)
-    conn.commit()
-
-def work():
-    job_id = lease()
-    if job_id is None:
-        return 0
-    step(job_id, "start", ("leased", "running"), "attempt = attempt + 1, started_at = %s",
-         time.time())
-    step(job_id, "succeed", ("running", "succeeded"),
-         "owner = NULL, lease_until = NULL, result_json = 'null', finished_at = %s", time.time())
-    return 1
-
-done, start = 0, time.time()
-for i in range(jobs):
-    submit(i)
-    done += work()
-while n := work():
-    done += n
-end = time.time()
-conn.close()
-print(json.dumps({"jobs": done, "start": start, "end": end}))
-"""
-
-
-def _pg_children(code_argv: Callable[[int], list[str]], n: int) -> list[dict[str, Any]]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, *code_argv(i)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        for i in range(n)
-    ]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=CHILD_TIMEOUT)
-        if p.returncode != 0:
-            raise SystemExit(f"benchmark child failed:\n{stderr[-3000:]}")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
-
-
-def _pg_fill_finished(
-    db: str, schema: str, n: int, queue: str = "default", *, days: float = FILL_DAYS
-) -> None:
-    """`n` succeeded jobs (4 audit rows each) written straight into the schema: setup only.
-
-    Written on the server by INSERT ... SELECT over generate_series, no row crosses the
-    wire. Job g (1..n) finished `days * (n - g) / n` days ago: the oldest first, in
-    insertion order, as a live queue leaves them, so a retention prune (7 days for
-    succeeded jobs by default) finds most of the table past it (9/10 at 70 days).
-    """
-    import psycopg
-
-    now = time.time()
-    span = days * 86400.0
-    # t: when job g finished; it was submitted and leased 2 s before, started 1 s before
-    spread = (
-        "SELECT g, '0' || lpad(g::text, 25, '0') AS id, "
-        "%(now)s - %(span)s * (%(n)s - g)::float8 / %(n)s AS t "
-        "FROM generate_series(1, %(n)s) AS g"
-    )
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(f"SET search_path TO {schema}")
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        params = {"now": now, "span": span, "n": n, "queue": queue}
-        conn.execute(
-            "INSERT INTO jobs (id, kind, queue, payload_json, state, created_at, updated_at, "
-            "run_after, priority, attempt, max_attempts, recoveries, max_recoveries, retry_safe, "
-            "fence, version, started_at, finished_at, correlation_id, result_json) "
-            "SELECT id, 'bench', %(queue)s, '{}', 'succeeded', t - 2, t, t - 2, 0, 1, 10, 0, 3, "
-            f"true, 1, 4, t - 1, t, g::text, 'null' FROM ({spread}) AS s",
-            params,
-        )
-        conn.execute(
-            "INSERT INTO job_events (job_id, version, at, event, from_state, to_state, fence, "
-            "attempt, outcome, data_json) "
-            "SELECT id, v, t - (ARRAY[2, 2, 1, 0])[v], "
-            "(ARRAY['submit','lease','start','succeed'])[v], "
-            "(ARRAY[NULL,'queued','leased','running'])[v], "
-            "(ARRAY['queued','leased','running','succeeded'])[v], "
-            "(ARRAY[0, 1, 1, 1])[v], (ARRAY[0, 0, 1, 1])[v], 'applied', '{}' "
-            f"FROM ({spread}) AS s CROSS JOIN LATERAL generate_series(1, 4) AS v",
-            params,
-        )
-        conn.execute("VACUUM ANALYZE jobs")
-        conn.execute("VACUUM ANALYZE job_events")
-        # flush the bulk load now, so its checkpoint I/O does not land in the timed claims
-        conn.execute("CHECKPOINT")
-
-
-def _pg_batch_submit(db: str, n: int) -> tuple[float, float, float]:
+def batch_submit(db: str, n: int) -> tuple[float, float, float]:
     """Jobs/s of Engine.submit_many(n), of store.insert of n ready decisions, and of raw
     COPY of the same job and audit rows."""
     import psycopg
 
-    from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, audit_to_row, job_to_row
+    from benchmarks.rows import AUDIT_COLUMNS, JOB_COLUMNS
 
     engine = Engine(open_store(f"{db}?schema=submit_engine"))
     engine.submit_many([("bench", {"i": i}, {}) for i in range(1000)])  # warm-up
     t0 = time.perf_counter()
     engine.submit_many([("bench", {"i": i}, {}) for i in range(n)])
     engine_rate = n / (time.perf_counter() - t0)
-    ready = [engine._submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
+    ready = [engine.kernel.submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
     t0 = time.perf_counter()
     engine.store.insert(ready)
     insert_rate = n / (time.perf_counter() - t0)
@@ -538,20 +406,18 @@ def _pg_batch_submit(db: str, n: int) -> tuple[float, float, float]:
 
     open_store(f"{db}?schema=submit_raw").close()  # the same schema, migrated
     raw = Engine(open_store("memory://"))
-    decisions = [raw._submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
+    decisions = [raw.kernel.submit_decision(time.time(), "bench", {"i": i}) for i in range(n)]
     with psycopg.connect(db) as conn:
         conn.execute("SET search_path TO submit_raw")
         t0 = time.perf_counter()
         with conn.cursor() as cur:
             with cur.copy(f"COPY jobs ({', '.join(JOB_COLUMNS)}) FROM STDIN") as copy:
                 for d in decisions:
-                    row = job_to_row(d.job)
-                    copy.write_row([row[c] for c in JOB_COLUMNS])
+                    copy.write_row(job_values(d.job))
             with cur.copy(f"COPY job_events ({', '.join(AUDIT_COLUMNS)}) FROM STDIN") as copy:
                 for d in decisions:
                     assert d.entry is not None
-                    entry = audit_to_row(d.entry)
-                    copy.write_row([entry[c] for c in AUDIT_COLUMNS])
+                    copy.write_row(audit_values(d.entry))
         conn.commit()
         raw_rate = n / (time.perf_counter() - t0)
     return engine_rate, insert_rate, raw_rate
@@ -571,12 +437,9 @@ def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
                 schema = f"{mode}_{workers}"
                 url = f"{db}?schema={schema}&pool_max=2"
                 open_store(url).close()  # same migrated schema for both
-                if mode == "engine":
-                    argv = [__file__, "--child", "engine-sqlite", url, "-", "-", str(per)]
-                else:
-                    argv = ["-c", _PG_RAW_CHILD, db, schema, str(per)]
+                child = ["engine", url] if mode == "engine" else ["raw-postgres", db, schema]
                 figures[mode] = throughput(
-                    _pg_children(lambda i, argv=argv: [*argv, f"w{i}"], workers)
+                    children([[*child, str(per), f"w{i}"] for i in range(workers)])
                 )
             rows.append(
                 Row(
@@ -588,7 +451,7 @@ def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
                     ">= 0.6",
                 )
             )
-        engine_rate, insert_rate, raw_rate = _pg_batch_submit(db, 10_000)
+        engine_rate, insert_rate, raw_rate = batch_submit(db, 10_000)
         for what, rate in (("Engine.submit_many", engine_rate), ("store.insert", insert_rate)):
             rows.append(
                 Row(
@@ -603,7 +466,7 @@ def postgres_benchmarks(args: argparse.Namespace) -> list[Row]:
         finished = 1_000_000 if args.full else 100_000
         loaded_url = f"{db}?schema=latency_loaded"
         open_store(loaded_url).close()
-        _pg_fill_finished(db, "latency_loaded", finished)
+        fill.finished_postgres(db, "latency_loaded", finished)
         loaded = lease_latencies(loaded_url, 0, 10_000, 500)
         empty = lease_latencies(f"{db}?schema=latency_empty", 0, 10_000, 500)
         for q in ("p50", "p99"):
@@ -630,16 +493,17 @@ STORES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
 
 
 def child(argv: list[str]) -> None:
+    """One child of `children`: its figures as one JSON line on stdout."""
     kind = argv[0]
-    if kind == "engine-sqlite":
-        url, _path, _sync, jobs, name = argv[1:]
+    if kind == "engine":
+        url, jobs, name = argv[1:]
         result = engine_lifecycles(url, int(jobs), name)
     elif kind == "raw-sqlite":
-        _url, path, sync, jobs, name = argv[1:]
-        result = raw_sqlite_lifecycles(path, sync, int(jobs), name)
-    elif kind == "latency":
-        url, finished, queued, samples = argv[1:]
-        result = lease_latencies(url, int(finished), int(queued), int(samples))
+        path, sync, jobs, name = argv[1:]
+        result = raw_lifecycles(sqlite_session(path, sync), SQLITE_LEASE, int(jobs), name)
+    elif kind == "raw-postgres":
+        url, schema, jobs, name = argv[1:]
+        result = raw_lifecycles(postgres_session(url, schema), PG_LEASE, int(jobs), name)
     elif kind == "latency-pair":
         loaded, empty, finished, queued, samples = argv[1:]
         result = paired_lease_latencies(loaded, empty, int(finished), int(queued), int(samples))

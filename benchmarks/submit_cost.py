@@ -29,9 +29,10 @@ import time
 import uuid
 from typing import NamedTuple
 
-from benchmarks._services import fresh_store_url
+from benchmarks.broker import delete_jobfsm_names
 from benchmarks.harness import AMQP_URL
-from benchmarks.throughput import BATCH, _delete_broker_names
+from benchmarks.noop import BATCH
+from benchmarks.services import fresh_store_url
 from fsm import Engine, open_store
 
 MODES = ("no publisher", "RabbitMQ wake-ups")
@@ -79,7 +80,7 @@ def submit(jobs: int, publish: bool) -> Cost:
         finally:
             if delivery is not None:
                 delivery.close()
-                _delete_broker_names([f"jobfsm.{queue}"], keep_dead_letter=True)
+                delete_jobfsm_names([f"jobfsm.{queue}"], keep_dead_letter=True)
             engine.store.close()
     per_job = 1e6 / jobs
     return Cost(

@@ -31,32 +31,24 @@ its default `synchronous=FULL`.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks._services import fresh_store_url
-from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, Task, repeat, wait_for
-from benchmarks.machine import Meter, machine_fact, process_cpu
+from benchmarks import broker, engine_path, runner
+from benchmarks.harness import AMQP_URL, Config, Measurement, Task, repeat
+from benchmarks.machine import Meter, machine_fact
+from benchmarks.noop import APP, BATCH, QUEUE_ENV, engine_for, submit
 from benchmarks.peers import raw_batched, sweep
-from fsm import Engine, open_store
-from fsm.worker.context import Context
-from fsm.worker.handlers import Handlers
+from benchmarks.services import fresh_store_url
 
-QUEUE_ENV = "JOBFSM_BENCH_QUEUE"
 CONCURRENCY = 32  # thread slots per worker process (the quick run's only shape)
 THREADS = (32, 64, 128, 256)  # threads per process swept for the 1- and 4-process rows
 POLL_INTERVAL = 0.05  # seconds; PostgreSQL is also woken by LISTEN/NOTIFY
-BATCH = 1_000  # jobs per submit_many
-DRAIN_LIMIT = 900.0  # seconds one drain may take before the run fails
-START_LIMIT = 60.0  # seconds a worker process may take to become ready (or to warm up)
 EQUAL_SLOTS = 4  # job slots of the equal-slot rows (1 process x 4 threads)
 AUDIT = (
     "an audit row per transition, written in its transaction: 4 per job "
@@ -76,58 +68,37 @@ LABELS = {
 }
 
 
-def make_handlers(queue: str) -> Handlers:
-    handlers = Handlers()
-
-    @handlers.handler("noop", queue=queue)
-    def noop(ctx: Context) -> None:
-        return None
-
-    return handlers
-
-
-# What `jobfsm worker --app benchmarks.throughput:handlers` runs: the queue is per run.
-handlers = make_handlers(os.environ.get(QUEUE_ENV, "bench"))
-
-
 class Setup:
-    """One system under test: a fresh store, a unique queue, optional RabbitMQ wake-ups."""
+    """One system under test: a fresh store, a unique queue, optional RabbitMQ wake-ups,
+    and its `jobfsm worker` processes (`runner.Workers`, killed at once on close)."""
 
     def __init__(self, system: str, url: str, tmp: Path) -> None:
         self.system = system
         self.url = url
-        self.tmp = tmp
         self.queue = f"bench-{uuid.uuid4().hex[:10]}"
-        self.engine = Engine(
-            open_store(url), kinds={"noop": make_handlers(self.queue)["noop"].policy}
-        )
+        self.engine = engine_for(url, self.queue)
+        self.workers = runner.Workers(tmp / self.queue, {QUEUE_ENV: self.queue}, grace=0)
         self.delivery: Any = None
         self.dead_letter_existed = True
         if system == "rabbitmq":
             from adapters.rabbitmq import RabbitDelivery
 
-            self.dead_letter_existed = _queue_exists("jobfsm.dead-letter")
+            self.dead_letter_existed = broker.queue_depth(broker.DEAD_LETTER) is not None
             self.delivery = RabbitDelivery(AMQP_URL, engine=self.engine)
             self.engine.publisher = self.delivery
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.counted = runner.Counted(self.submit_batches, self.succeeded, self.workers)
 
     def start_worker(self, concurrency: int = CONCURRENCY) -> None:
-        n = len(self.procs)
-        log = self.tmp / f"{self.queue}-w{n}.log"
-        ready = log.with_suffix(".ready")
-        cmd = [sys.executable, "-m", "fsm.cli", "worker", "--app", "benchmarks.throughput:handlers"]
-        cmd += ["--store", self.url, "--queues", self.queue, "--log-level", "WARNING"]
-        cmd += ["--concurrency", str(concurrency), "--poll-interval", str(POLL_INTERVAL)]
-        cmd += ["--ready-file", str(ready)]
+        """One more worker process, started and ready (start-up sweep done, first claim
+        answered) before this returns."""
+        ready = self.workers.folder / f"ready-{self.workers.started + 1}"
+        options: dict[str, object] = {"queues": self.queue, "log_level": "WARNING"}
+        options |= {"concurrency": concurrency, "poll_interval": POLL_INTERVAL}
+        options["ready_file"] = ready
         if self.delivery is not None:
-            cmd += ["--delivery", AMQP_URL]
-        env = dict(os.environ, PYTHONPATH=str(REPO), **{QUEUE_ENV: self.queue})
-        with log.open("wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        wait_for(lambda: ready.exists() or proc.poll() is not None, START_LIMIT, "worker start")
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            options["delivery"] = AMQP_URL
+        self.workers.start(*runner.jobfsm_worker(APP, self.url, **options))
+        self.workers.wait(ready.exists, runner.START_TIMEOUT, "worker start")
 
     def submit_one_by_one(self, n: int) -> None:
         for _ in range(n):
@@ -135,8 +106,7 @@ class Setup:
         self.flush()
 
     def submit_batches(self, n: int) -> None:
-        for start in range(0, n, BATCH):
-            self.engine.submit_many([("noop", None, {})] * min(BATCH, n - start))
+        submit(self.engine, n)
         self.flush()
 
     def flush(self) -> None:
@@ -147,46 +117,11 @@ class Setup:
         return self.engine.counts().get((self.queue, "succeeded"), 0)
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
+        self.workers.stop()
         if self.delivery is not None:
             self.delivery.close()
-            _delete_broker_names([f"jobfsm.{self.queue}"], self.dead_letter_existed)
+            broker.delete_jobfsm_names([f"jobfsm.{self.queue}"], self.dead_letter_existed)
         self.engine.store.close()
-
-
-def _queue_exists(name: str) -> bool:
-    import pika
-    import pika.exceptions
-
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        conn.channel().queue_declare(name, passive=True)
-        return True
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
-def _delete_broker_names(queues: list[str], keep_dead_letter: bool) -> None:
-    """Delete what a run declared on the broker; the dead-letter pair only if it made it."""
-    import pika
-
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        channel = conn.channel()
-        for name in queues:
-            channel.queue_delete(name)
-        if not keep_dead_letter:
-            channel.queue_delete("jobfsm.dead-letter")
-            channel.exchange_delete("jobfsm.dead-letter")
-    finally:
-        conn.close()
 
 
 @contextmanager
@@ -215,25 +150,13 @@ def process_rate(
     meter: Meter | None = None,
 ) -> tuple[float, float, list[float]]:
     """(jobs/s, worker CPU microseconds per job, the same per worker process), workers
-    warm; `meter` also splits the whole machine's CPU of the timed window."""
+    warm (`runner.drain`); `meter` also splits the whole machine's CPU of the window."""
     with setup(system, cfg.tmp) as s:
         for _ in range(workers):
             s.start_worker(concurrency)
         warm = workers * concurrency  # one job per slot, as every peer is warmed up
-        s.submit_batches(warm)
-        wait_for(lambda: s.succeeded() >= warm, START_LIMIT, f"{warm} warm-up jobs")
-        if meter is not None:
-            meter.start(lambda: sum(process_cpu(p.pid) for p in s.procs))
-        cpu = [process_cpu(p.pid) for p in s.procs]
-        began = time.perf_counter()
-        s.submit_batches(cfg.jobs)
-        target = warm + cfg.jobs
-        wait_for(lambda: s.succeeded() >= target, DRAIN_LIMIT, f"{cfg.jobs} jobs drained")
-        elapsed = time.perf_counter() - began
-        each = [process_cpu(p.pid) - before for p, before in zip(s.procs, cpu, strict=True)]
-        if meter is not None:
-            meter.stop(cfg.jobs)
-        return cfg.jobs / elapsed, sum(each) / cfg.jobs * 1e6, [u / cfg.jobs * 1e6 for u in each]
+        got = runner.drain(s.workers, s.counted, warm, cfg.jobs, meter)
+        return got.rates[0], got.cpu_us, got.cpu_us_by_process
 
 
 def _settings(
@@ -338,9 +261,7 @@ def process_task(
     if shape == "w1" and system in raw_batched.BASELINES:
         why = f"{concurrency}, the threads per process of the 1-worker row's best shape"
         rows += raw_batched.BASELINES[system](cfg, concurrency, why)
-        from benchmarks import engine_path  # it builds on this module's handlers
-
-        rows += engine_path.rows(system, cfg, concurrency, why)
+        rows += engine_path.rows(STORES[system], system, cfg, concurrency, why)
     return rows
 
 

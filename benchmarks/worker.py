@@ -21,12 +21,9 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks._services import fresh_store_url  # noqa: E402
+from benchmarks.harness import wait_for  # noqa: E402
+from benchmarks.noop import submit  # noqa: E402
+from benchmarks.runner import Workers, jobfsm_worker  # noqa: E402
+from benchmarks.services import fresh_store_url  # noqa: E402
 from fsm import Engine, open_store  # noqa: E402
-from fsm.owner import HOST_ENV, Identity  # noqa: E402
+from fsm.service.identity import HOST_ENV, Identity  # noqa: E402
 from fsm.worker.context import Context  # noqa: E402
 from fsm.worker.handlers import Handlers  # noqa: E402
 
@@ -57,61 +57,21 @@ def hold(ctx: Context) -> None:
         pass
 
 
-# --- stores ----------------------------------------------------------------------------
-
-
-def fresh_store(kind: str, tmp: Path) -> AbstractContextManager[str]:
-    return fresh_store_url(kind, tmp)
-
-
 def engine_for(url: str) -> Engine:
     return Engine(open_store(url), kinds={k: s.policy for k, s in handlers.items()})
 
 
-class Procs:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, url: str, *, host: str | None = None, ttl: float = 30.0, **opts: Any) -> Any:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        env.pop(HOST_ENV, None)
-        if host:
-            env[HOST_ENV] = host
-        log = self.tmp / f"w{len(self.procs)}.log"
-        cmd = [sys.executable, "-m", "fsm.cli", "worker", "--app", "benchmarks.worker:handlers"]
-        cmd += ["--store", url, "--queues", "bench", "--lease-ttl", str(ttl)]
-        cmd += ["--heartbeat", str(min(5.0, ttl / 3)), "--log-level", "WARNING"]
-        cmd += ["--ready-file", str(log.with_suffix(".ready"))]
-        for key, value in opts.items():
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        proc.log = log  # type: ignore[attr-defined]
-        self.procs.append(proc)
-        return proc
-
-    @staticmethod
-    def wait_started(proc: Any, timeout: float = 60.0) -> None:
-        """Until the worker has run its start-up sweep and claims."""
-        wait_for(lambda: proc.log.with_suffix(".ready").exists(), timeout)
-
-    def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            with suppress(subprocess.TimeoutExpired):
-                p.wait(10)
-        self.procs.clear()
-
-
-def wait_for(check: Callable[[], object], timeout: float, step: float = 0.01) -> None:
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        if check():
-            return
-        time.sleep(step)
-    raise TimeoutError("benchmark step timed out")
+def start(
+    workers: Workers, url: str, *, host: str | None = None, ttl: float = 30.0, **opts: Any
+) -> tuple[Any, Path]:
+    """A `jobfsm worker` of this app on `url` (its host named, or the real one): the
+    process and the file it creates once it has run its start-up sweep and claims."""
+    ready = workers.folder / f"ready-{workers.started + 1}"
+    argv = jobfsm_worker(
+        "benchmarks.worker:handlers", url, queues="bench", lease_ttl=ttl,
+        heartbeat=min(5.0, ttl / 3), log_level="WARNING", ready_file=ready, **opts,
+    )  # fmt: skip
+    return workers.start(*argv, env={HOST_ENV: host}), ready
 
 
 # --- recovery latency --------------------------------------------------------------------
@@ -121,38 +81,28 @@ def recovery(kind: str, tmp: Path, runs: int, cross_host: bool) -> list[float]:
     """Seconds from SIGKILL of the owner to the start of the re-run, per run."""
     out = []
     for _ in range(runs):
-        with fresh_store(kind, tmp) as url:
+        with fresh_store_url(kind, tmp) as url:
             engine = engine_for(url)
-            procs = Procs(tmp)
             marks = Path(tempfile.mkdtemp(dir=tmp))
             try:
-                job = engine.submit("hold", {"dir": str(marks)})
-                a = procs.start(url, host="bench-a" if cross_host else None)
-                try:
-                    wait_for(lambda m=marks: list(m.glob("1.*")), 60)
-                except TimeoutError:
-                    print((tmp / f"w{len(procs.procs) - 1}.log").read_text()[-3000:])
-                    raise
-                b = procs.start(url, host="bench-b" if cross_host else None)
-                procs.wait_started(b)  # B is up and sweeping
-                killed = time.time()
-                a.send_signal(signal.SIGKILL)
-                a.wait(10)
-                wait_for(lambda m=marks: list(m.glob("2.*")), 60)
-                out.append(next(iter(marks.glob("2.*"))).stat().st_mtime - killed)
-                assert engine.get(job.id).recoveries == 1
+                with Workers(marks / "logs", grace=0) as workers:
+                    job = engine.submit("hold", {"dir": str(marks)})
+                    a, _ = start(workers, url, host="bench-a" if cross_host else None)
+                    workers.wait(lambda m=marks: list(m.glob("1.*")), 60, "the first attempt")
+                    _, b_ready = start(workers, url, host="bench-b" if cross_host else None)
+                    workers.wait(b_ready.exists, 60, "worker B")  # B is up and sweeping
+                    killed = time.time()
+                    a.send_signal(signal.SIGKILL)
+                    a.wait(10)
+                    wait_for(lambda m=marks: list(m.glob("2.*")), 60, "the second attempt")
+                    out.append(next(iter(marks.glob("2.*"))).stat().st_mtime - killed)
+                    assert engine.get(job.id).recoveries == 1
             finally:
-                procs.stop_all()
                 engine.store.close()
     return out
 
 
 # --- throughput --------------------------------------------------------------------------
-
-
-def submit(engine: Engine, n: int) -> None:
-    for start in range(0, n, 1000):
-        engine.submit_many([("noop", None, {})] * min(1000, n - start))
 
 
 def drained(engine: Engine, n: int) -> bool:
@@ -161,7 +111,7 @@ def drained(engine: Engine, n: int) -> bool:
 
 def baseline(kind: str, tmp: Path, n: int, batch: int = 64) -> float:
     """Jobs/s: one process claims, starts and completes in batches, no worker around it."""
-    with fresh_store(kind, tmp) as url:
+    with fresh_store_url(kind, tmp) as url:
         engine = engine_for(url)
         try:
             submit(engine, n)
@@ -182,22 +132,21 @@ def baseline(kind: str, tmp: Path, n: int, batch: int = 64) -> float:
 
 def throughput(kind: str, tmp: Path, n: int, processes: int, concurrency: int) -> float:
     """Jobs/s drained by `processes` worker processes already up when the jobs arrive."""
-    with fresh_store(kind, tmp) as url:
+    with fresh_store_url(kind, tmp) as url:
         engine = engine_for(url)
-        procs = Procs(tmp)
         try:
-            started = [
-                procs.start(url, concurrency=concurrency, poll_interval=0.05)
-                for _ in range(processes)
-            ]
-            for proc in started:
-                procs.wait_started(proc)  # workers up and polling
-            submit(engine, n)
-            began = time.perf_counter()
-            wait_for(lambda: drained(engine, n), 600, step=0.05)
-            return n / (time.perf_counter() - began)
+            with Workers(Path(tempfile.mkdtemp(dir=tmp)), grace=0) as workers:
+                started = [
+                    start(workers, url, concurrency=concurrency, poll_interval=0.05)[1]
+                    for _ in range(processes)
+                ]
+                for ready in started:
+                    workers.wait(ready.exists, 60, "a worker's start")  # up and polling
+                submit(engine, n)
+                began = time.perf_counter()
+                workers.wait(lambda: drained(engine, n), 600, f"{n} jobs drained", step=0.05)
+                return n / (time.perf_counter() - began)
         finally:
-            procs.stop_all()
             engine.store.close()
 
 

@@ -8,8 +8,10 @@ zombie: as above, but the worker running the job is frozen (SIGSTOP on its proce
 group) instead; once another worker has re-run the job and committed its effect, the
 frozen one is woken (SIGCONT) and lets its handler finish and try its effect too.
 
-A system plugs in through `Session` (start a worker, say if it is ready, submit the
-job, say where an unfinished job ended up once every worker is gone).
+Worker processes run through `runner.Workers` (each in a session of its own, so a
+whole worker can be frozen). A system plugs in through `Session` (start a worker, say
+if it is ready, submit the job, say where an unfinished job ended up once every
+worker is gone).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchmarks.crash import marks
-from benchmarks.harness import REPO, Config, Measurement, wait_for
+from benchmarks.harness import Config, Measurement, wait_for
+from benchmarks.runner import Workers
 
 STARTUP_S = 90.0  # bound on worker start-up (imports on a loaded 2-core machine)
 FIRST_START_S = 30.0  # bound on the first start of a submitted job
@@ -51,49 +54,6 @@ class Sizes:
         )
 
 
-class Group:
-    """Worker processes of one run, each in its own session (so a whole worker can be frozen)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs: dict[int, Path] = {}
-
-    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        full = dict(os.environ, PYTHONPATH=str(REPO), **env)
-        log = self.folder / f"worker{len(self.procs)}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=full,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        self.logs[proc.pid] = log
-        return proc
-
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        return self.logs[proc.pid].read_text(errors="replace")
-
-    def group_of(self, pid: int) -> int:
-        """The process group (= the worker's session leader) that `pid` belongs to."""
-        return os.getpgid(pid)
-
-    def close(self) -> None:
-        """SIGCONT, then SIGKILL every worker's whole process group; reap."""
-        for proc in self.procs:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                with suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
-        for proc in self.procs:
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-        self.procs.clear()
-
-
 class Session(Protocol):
     def start_worker(self, index: int) -> subprocess.Popen[bytes]: ...
     def ready(self, proc: subprocess.Popen[bytes]) -> bool: ...
@@ -104,7 +64,7 @@ class Session(Protocol):
 
 
 #: a system: given the marks folder, the worker group and the sizes, a session for one run
-System = Callable[[Path, Group, Sizes], AbstractContextManager[Session]]
+System = Callable[[Path, Workers, Sizes], AbstractContextManager[Session]]
 
 
 @dataclass
@@ -117,24 +77,24 @@ class Run:
 
 
 def _runs(
-    system: System, sizes: Sizes, tmp: Path, one: Callable[[Path, Group, Session], Run]
+    system: System, sizes: Sizes, tmp: Path, one: Callable[[Path, Workers, Session], Run]
 ) -> list[Run]:
     out = []
     for _ in range(sizes.runs):
         folder = Path(tempfile.mkdtemp(prefix="crash-", dir=tmp))
-        group = Group(folder)
+        group = Workers(folder, grace=0)  # SIGCONT, then SIGKILL: a frozen worker dies too
         try:
             with system(folder, group, sizes) as session:
                 try:
                     out.append(one(folder, group, session))
                 finally:
-                    group.close()
+                    group.stop()
         finally:
-            group.close()
+            group.stop()
     return out
 
 
-def _start_two(group: Group, session: Session) -> list[subprocess.Popen[bytes]]:
+def _start_two(group: Workers, session: Session) -> list[subprocess.Popen[bytes]]:
     workers = [session.start_worker(i) for i in range(2)]
     try:
         wait_for(lambda: all(session.ready(w) for w in workers), STARTUP_S, "two workers ready")
@@ -155,7 +115,7 @@ def _first_start(folder: Path, session: Session, sizes: Sizes, effect: bool) -> 
     return first
 
 
-def kill_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Run:
+def kill_run(folder: Path, group: Workers, session: Session, sizes: Sizes) -> Run:
     _start_two(group, session)
     first = _first_start(folder, session, sizes, effect=False)
     killed = time.time()
@@ -174,16 +134,16 @@ def kill_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Run:
             wait_for(lambda: marks.read(folder, "done"), until, "the re-run to complete", step=0.05)
         time.sleep(0.5)  # let a second completion, if any, land before counting
     run.completions = len(marks.read(folder, "done"))
-    group.close()
+    group.stop()
     if not run.completions:
         run.fate = session.fate()
     return run
 
 
-def zombie_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Run:
+def zombie_run(folder: Path, group: Workers, session: Session, sizes: Sizes) -> Run:
     _start_two(group, session)
     first = _first_start(folder, session, sizes, effect=True)
-    frozen = group.group_of(first.pid)
+    frozen = os.getpgid(first.pid)  # the worker's whole group: its session leader's
     stopped = time.time()
     os.killpg(frozen, signal.SIGSTOP)
     run = Run()
@@ -214,7 +174,7 @@ def zombie_run(folder: Path, group: Group, session: Session, sizes: Sizes) -> Ru
     run.completions = len(marks.read(folder, "done"))
     run.effects = len(marks.read(folder, "effect"))
     run.refused = sum(1 for m in marks.read(folder, "done") if m.info.get("committed") is False)
-    group.close()
+    group.stop()
     if not run.completions:
         run.fate = session.fate()
     return run

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks._services import fresh_store_url
 from benchmarks.crash import common
 from benchmarks.crash.jobfsm_app import QUEUE, create_effects, handlers
 from benchmarks.harness import Config, Measurement, version_of
+from benchmarks.runner import Workers, jobfsm_worker
+from benchmarks.services import fresh_store_url
 from fsm import Engine, open_store
-from fsm.owner import HOST_ENV
+from fsm.service.identity import HOST_ENV
 
 DOCS = "docs/workers.md"
 DEFAULT_TTL = 30.0
@@ -26,7 +26,7 @@ class JobfsmSession:
         self,
         url: str,
         folder: Path,
-        group: common.Group,
+        group: Workers,
         *,
         cross_host: bool,
         ttl: float,
@@ -43,18 +43,12 @@ class JobfsmSession:
 
     def start_worker(self, index: int) -> subprocess.Popen[bytes]:
         env = {HOST_ENV: f"crash-host-{index}"} if self.cross_host else {}
-        argv = [
-            sys.executable,
-            "-m",
-            "fsm.cli",
-            "worker",
-            "--app",
-            "benchmarks.crash.jobfsm_app:handlers",
-        ]
-        argv += ["--store", self.url, "--queues", QUEUE, "--concurrency", "1"]
-        argv += ["--lease-ttl", str(self.ttl), "--heartbeat", str(self.heartbeat)]
-        argv += ["--log-level", "WARNING", "--ready-file", str(self.folder / f"ready{index}")]
-        proc = self.group.start(argv, env)
+        argv = jobfsm_worker(
+            "benchmarks.crash.jobfsm_app:handlers", self.url, queues=QUEUE, concurrency=1,
+            lease_ttl=self.ttl, heartbeat=self.heartbeat, log_level="WARNING",
+            ready_file=self.folder / f"ready{index}",
+        )  # fmt: skip
+        proc = self.group.start(*argv, env=env)
         proc.ready_file = self.folder / f"ready{index}"  # type: ignore[attr-defined]
         return proc
 
@@ -83,7 +77,7 @@ def system(
     heartbeat: float = DEFAULT_HEARTBEAT,
 ) -> common.System:
     @contextmanager
-    def session(folder: Path, group: common.Group, sizes: common.Sizes) -> Iterator[JobfsmSession]:
+    def session(folder: Path, group: Workers, sizes: common.Sizes) -> Iterator[JobfsmSession]:
         with fresh_store_url(kind, folder) as url:
             s = JobfsmSession(
                 url, folder, group, cross_host=cross_host, ttl=ttl, heartbeat=heartbeat
@@ -91,7 +85,7 @@ def system(
             try:
                 yield s
             finally:
-                group.close()
+                group.stop()
                 s.engine.store.close()
 
     return session

@@ -8,13 +8,15 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks._services import fresh_database
+from benchmarks import broker
 from benchmarks.crash import common
 from benchmarks.harness import AMQP_URL, REPO, Config, Measurement, version_of
+from benchmarks.runner import Workers
+from benchmarks.services import fresh_database
 
 PROCRASTINATE_DOC = (
     "https://procrastinate.readthedocs.io/en/stable/howto/production/retry_stalled_jobs.html"
@@ -29,14 +31,8 @@ RABBITMQ_HEARTBEATS = "https://www.rabbitmq.com/docs/heartbeats"
 
 
 def _procrastinate_cli(*args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "procrastinate",
-        "--app",
-        "benchmarks.crash.procrastinate_app.app",
-        *args,
-    ]
+    """`python -m procrastinate` of the crash app: a worker's arguments (`Workers.start`)."""
+    return ["procrastinate", "--app", "benchmarks.crash.procrastinate_app.app", *args]
 
 
 def _amqp_url(heartbeat: float | None) -> str:
@@ -45,49 +41,12 @@ def _amqp_url(heartbeat: float | None) -> str:
     return f"{AMQP_URL}{'&' if '?' in AMQP_URL else '?'}heartbeat={int(heartbeat)}"
 
 
-# --- RabbitMQ bookkeeping ------------------------------------------------------------
-
-
-def _queue_depth(name: str) -> int:
-    """Ready messages in `name` (0 if the queue is gone)."""
-    import pika
-
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        channel = conn.channel()
-        try:
-            return int(channel.queue_declare(name, passive=True).method.message_count)
-        except pika.exceptions.ChannelClosedByBroker:
-            return 0
-    finally:
-        with suppress(Exception):
-            conn.close()
-
-
-def _delete(queues: list[str], exchanges: list[str]) -> None:
-    import pika
-
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    try:
-        for name in queues:
-            channel = conn.channel()
-            with suppress(pika.exceptions.ChannelClosedByBroker):
-                channel.queue_delete(name)
-        for name in exchanges:
-            channel = conn.channel()
-            with suppress(pika.exceptions.ChannelClosedByBroker):
-                channel.exchange_delete(name)
-    finally:
-        with suppress(Exception):
-            conn.close()
-
-
 def _rabbit_fate(queues: list[str]) -> str:
     """Once every worker is gone (unacked deliveries requeued): a message left is stuck."""
-    return "stuck" if any(_queue_depth(q) for q in queues) else "lost"
+    return "stuck" if any(broker.queue_depth(q) for q in queues) else "lost"
 
 
-def _log_has(group: common.Group, proc: subprocess.Popen[bytes], text: str) -> bool:
+def _log_has(group: Workers, proc: subprocess.Popen[bytes], text: str) -> bool:
     return text in group.log(proc)
 
 
@@ -95,7 +54,7 @@ def _log_has(group: common.Group, proc: subprocess.Popen[bytes], text: str) -> b
 
 
 class ProcrastinateSession:
-    def __init__(self, url: str, group: common.Group, env: dict[str, str]) -> None:
+    def __init__(self, url: str, group: Workers, env: dict[str, str]) -> None:
         self.url = url
         self.group = group
         self.env = {"CRASH_PG_URL": url, **env}
@@ -104,7 +63,7 @@ class ProcrastinateSession:
         argv = _procrastinate_cli(
             "--verbose", "worker", "--name", f"crash-{index}", "--concurrency", "1"
         )
-        return self.group.start(argv, self.env)
+        return self.group.start(*argv, env=self.env)
 
     def ready(self, proc: subprocess.Popen[bytes]) -> bool:
         import psycopg
@@ -120,7 +79,7 @@ class ProcrastinateSession:
             "effect": payload["effect"],
         }
         subprocess.run(
-            _procrastinate_cli("defer", "crash_sleep", json.dumps(args)),
+            [sys.executable, "-m", *_procrastinate_cli("defer", "crash_sleep", json.dumps(args))],
             env=_env(self.env),
             cwd=REPO,
             check=True,
@@ -148,12 +107,12 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 def procrastinate_system(env: dict[str, str]) -> common.System:
     @contextmanager
     def session(
-        folder: Path, group: common.Group, sizes: common.Sizes
+        folder: Path, group: Workers, sizes: common.Sizes
     ) -> Iterator[ProcrastinateSession]:
         with fresh_database() as url:
             full = {"CRASH_PG_URL": url, **env}
             subprocess.run(
-                _procrastinate_cli("schema", "--apply"),
+                [sys.executable, "-m", *_procrastinate_cli("schema", "--apply")],
                 env=_env(full),
                 cwd=REPO,
                 check=True,
@@ -163,7 +122,7 @@ def procrastinate_system(env: dict[str, str]) -> common.System:
             try:
                 yield ProcrastinateSession(url, group, env)
             finally:
-                group.close()
+                group.stop()
 
     return session
 
@@ -228,7 +187,7 @@ def procrastinate(cfg: Config, recipe: bool) -> Measurement:
 
 
 class RabbitSession:
-    def __init__(self, group: common.Group, queue: str, env: dict[str, str], peer: str) -> None:
+    def __init__(self, group: Workers, queue: str, env: dict[str, str], peer: str) -> None:
         self.group = group
         self.queue = queue
         self.env = env
@@ -236,14 +195,14 @@ class RabbitSession:
 
     def start_worker(self, index: int) -> subprocess.Popen[bytes]:
         if self.peer == "dramatiq":
-            argv = [sys.executable, "-m", "dramatiq", "benchmarks.crash.dramatiq_app"]
+            argv = ["dramatiq", "benchmarks.crash.dramatiq_app"]
             argv += ["--processes", "1", "--threads", "1", "--queues", self.queue]
         else:
-            argv = [sys.executable, "-m", "celery", "-A", "benchmarks.crash.celery_app", "worker"]
+            argv = ["celery", "-A", "benchmarks.crash.celery_app", "worker"]
             argv += ["-Q", self.queue, "-c", "1", "--pool", "prefork", "--loglevel", "INFO"]
             argv += ["-n", f"crash{index}-{self.queue}@%h", "--without-gossip", "--without-mingle"]
             argv += ["--without-heartbeat"]
-        return self.group.start(argv, self.env)
+        return self.group.start(*argv, env=self.env)
 
     def ready(self, proc: subprocess.Popen[bytes]) -> bool:
         text = "Worker process is ready for action." if self.peer == "dramatiq" else " ready."
@@ -295,14 +254,14 @@ class RabbitSession:
 
 def rabbit_system(peer: str, env: dict[str, str]) -> common.System:
     @contextmanager
-    def session(folder: Path, group: common.Group, sizes: common.Sizes) -> Iterator[RabbitSession]:
+    def session(folder: Path, group: Workers, sizes: common.Sizes) -> Iterator[RabbitSession]:
         queue = f"crash_{peer}_{uuid.uuid4().hex[:10]}"
         s = RabbitSession(group, queue, {"CRASH_QUEUE": queue, **env}, peer)
         try:
             yield s
         finally:
-            group.close()
-            _delete(s.queues(), [queue] if peer == "celery" else [])
+            group.stop()
+            broker.delete(s.queues(), [queue] if peer == "celery" else [])
 
     return session
 

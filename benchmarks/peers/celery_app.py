@@ -6,6 +6,7 @@ RabbitMQ over amqp (py-amqp), results ignored and no result backend, remote cont
 off (no pidbox queues or exchanges to clean up), everything else at celery's
 defaults: prefetch multiplier 4, early acks (acks_late off), persistent messages,
 no publisher confirms. The benchmark builds its own client app with `make_app(queue)`.
+A second task, "stamp", stamps its start for the latency suite (`benchmarks.stamps`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from celery import Celery
 
 from benchmarks.harness import AMQP_URL
+from benchmarks.stamps import stamp
 
 QUEUE_ENV = "BENCH_CELERY_QUEUE"
 DURABLE_ENV = "BENCH_CELERY_DURABLE"  # "1": confirmed publishes, acks_late, reject_on_worker_lost
@@ -44,7 +46,7 @@ def make_app(queue: str, durable: bool = False) -> tuple[Celery, Any]:
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
     )
-
+    app.task(name="stamp")(stamp)  # the latency suite's: app.tasks["stamp"]
     return app, app.task(name="noop")(nothing)
 
 

@@ -8,7 +8,7 @@ every message, and in a process run a basic.get on the producer's channel is the
 barrier that all messages reached the queue.
 "Done" is the broker's record, ready + unacked == 0; celery acks early by default
 (before the task runs), so at that moment at most one no-op task per pool process
-may still be running. See `_common.wait_drained`.
+may still be running. See `broker.wait_drained`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import broker, runner
 from benchmarks.harness import Config, version_of
 from benchmarks.machine import Meter
-from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
 from benchmarks.peers.celery_app import DURABLE_ENV, QUEUE_ENV, make_app
 
 DOCS = "https://docs.celeryq.dev/en/stable/userguide/configuration.html"
@@ -68,9 +68,9 @@ def _barrier(producer: Any, queue: str) -> None:
 
 def enqueue_rate(jobs: int, durable: bool = False) -> float:
     """Messages/s of `apply_async` one at a time, no worker running; then the queue is deleted."""
-    queue = run_name("celery")
+    queue = runner.run_name("celery")
     app, noop = make_app(queue, durable)
-    probe = QueueProbe()
+    probe = broker.QueueProbe()
     try:
         with app.producer_or_acquire() as producer:
             noop.apply_async(producer=producer)  # warm-up: declares queue and exchange
@@ -81,8 +81,8 @@ def enqueue_rate(jobs: int, durable: bool = False) -> float:
             elapsed = time.perf_counter() - started
     finally:
         app.close()
-        probe.delete(queue, exchanges=(queue,))
         probe.close()
+        broker.delete([queue], [queue])
     return jobs / elapsed
 
 
@@ -98,44 +98,37 @@ def process_rate(
     jobs: int,
     workers: int,
     concurrency: int,
-    log: Path,
+    folder: Path,
     durable: bool = False,
     *,
     meter: Meter | None = None,
 ) -> tuple[float, float, float]:
     """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
-    worker CPU microseconds per job); `meter` also splits the whole machine's CPU from
-    the first publish until the queue's ready count is 0."""
-    queue = run_name("celery")
+    worker CPU microseconds per job), workers warm (`runner.drain`); `meter` also
+    splits the whole machine's CPU from the first publish until the queue's ready
+    count is 0."""
+    queue = runner.run_name("celery")
     app, noop = make_app(queue, durable)
     env = {QUEUE_ENV: queue, DURABLE_ENV: "1" if durable else "0"}
-    probe = QueueProbe()
+    probe = broker.QueueProbe()
     try:
-        with (
-            Workers(worker_argvs(queue, workers, concurrency), env, log) as procs,
-            app.producer_or_acquire() as producer,
-        ):
-            probe.wait_consumers(queue, workers, procs)  # one consumer per worker
-            warm = workers * concurrency  # one job per slot, as every system is warmed up
-            for _ in range(warm):  # warm-up, drained before the clock starts
-                noop.apply_async(producer=producer)
-            _barrier(producer, queue)
-            wait_drained(probe, queue, time.perf_counter(), warm, procs)
-            if meter is not None:
-                meter.start(procs.cpu_seconds)
-            cpu = procs.cpu_seconds()
-            started = time.perf_counter()
-            for _ in range(jobs):
-                noop.apply_async(producer=producer)
-            _barrier(producer, queue)
-            stop = None if meter is None else (lambda: meter.stop(jobs))
-            at_ready, at_empty = wait_drained(probe, queue, started, jobs, procs, at_ready=stop)
-            cpu = procs.cpu_seconds() - cpu
+        with runner.Workers(folder / queue, env) as procs, app.producer_or_acquire() as producer:
+            for argv in worker_argvs(queue, workers, concurrency):
+                procs.start(*argv)
+            probe.wait_consumers(queue, workers, procs.wait)  # one consumer per worker
+            system = broker.BrokerDrain(
+                queue,
+                lambda: noop.apply_async(producer=producer),
+                lambda: _barrier(producer, queue),
+                probe,
+                procs.check,
+            )
+            got = runner.drain(procs, system, workers * concurrency, jobs, meter)
     finally:
         app.close()
-        probe.delete(queue, exchanges=(queue,))
         probe.close()
-    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
+        broker.delete([queue], [queue])
+    return got.rates[0], got.rates[1], got.cpu_us
 
 
 def enqueue_runs(cfg: Config, durable: bool = False) -> list[float]:
@@ -146,7 +139,6 @@ def process_runs(
     cfg: Config, workers: int, concurrency: int, durable: bool = False
 ) -> tuple[list[float], list[float], list[float], list[Meter]]:
     """Each run's two rates and worker CPU per job, and its machine's CPU (`Meter`)."""
-    log = cfg.tmp / f"{run_name('celery')}.log"
     meters = [Meter() for _ in range(cfg.repeats)]
-    runs = [process_rate(cfg.jobs, workers, concurrency, log, durable, meter=m) for m in meters]
+    runs = [process_rate(cfg.jobs, workers, concurrency, cfg.tmp, durable, meter=m) for m in meters]
     return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs], meters

@@ -5,7 +5,7 @@ client is a RabbitmqBroker with dramatiq's defaults (no publisher confirms), so 
 enqueue clock stops when the queue holds every message, and in a process run a
 basic.get on the sending channel is the barrier that all messages reached the queue.
 "Done" is the broker's record: ready + unacked == 0 (dramatiq acks a message after
-its actor ran); see `_common.wait_drained`.
+its actor ran); see `broker.wait_drained`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import broker, runner
 from benchmarks.harness import Config, version_of
 from benchmarks.machine import Meter
-from benchmarks.peers._common import QueueProbe, Workers, run_name, wait_drained
 from benchmarks.peers.dramatiq_app import QUEUE_ENV, make
 
 DOCS = "https://dramatiq.io/reference.html#dramatiq.brokers.rabbitmq.RabbitmqBroker"
@@ -44,14 +44,14 @@ def settings(confirm: bool = False, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _barrier(broker: Any, queue: str) -> None:
+def _barrier(client: Any, queue: str) -> None:
     """Return once every message sent on the broker's channel is in `queue`.
 
     A basic.get on the sending channel: RabbitMQ's queue process handles it in order
     after the deliveries from that channel (a passive queue.declare it answers first,
     ahead of them). A message it gets is rejected back to the queue at once.
     """
-    channel = broker.channel
+    channel = client.channel
     method, _props, _body = channel.basic_get(queue, auto_ack=False)
     if method is not None:
         channel.basic_reject(method.delivery_tag, requeue=True)
@@ -59,9 +59,9 @@ def _barrier(broker: Any, queue: str) -> None:
 
 def enqueue_rate(jobs: int, confirm: bool = False) -> float:
     """Messages/s of `actor.send()` one at a time, no worker running; then the queue is deleted."""
-    queue = run_name("dramatiq")
-    broker, actor = make(queue, confirm)
-    probe = QueueProbe()
+    queue = runner.run_name("dramatiq")
+    client, actor = make(queue, confirm)
+    probe = broker.QueueProbe()
     try:
         actor.send()  # warm-up: connects and declares the queues; not timed
         started = time.perf_counter()
@@ -70,52 +70,43 @@ def enqueue_rate(jobs: int, confirm: bool = False) -> float:
         probe.wait_queued(queue, jobs + 1)
         elapsed = time.perf_counter() - started
     finally:
-        broker.close()
-        probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
+        client.close()
         probe.close()
+        broker.delete([queue, f"{queue}.DQ", f"{queue}.XQ"])
     return jobs / elapsed
 
 
 def process_rate(
     jobs: int,
     processes: int,
-    log: Path,
+    folder: Path,
     threads: int = THREADS,
     confirm: bool = False,
     *,
     meter: Meter | None = None,
 ) -> tuple[float, float, float]:
     """(rate until ready == 0, rate until rabbitmqctl shows ready + unacked == 0,
-    worker CPU microseconds per job); `meter` also splits the whole machine's CPU from
-    the first send until the queue's ready count is 0 (at most the prefetch of jobs
-    still running: no `rabbitmqctl` VM is counted)."""
-    queue = run_name("dramatiq")
-    broker, actor = make(queue, confirm)
+    worker CPU microseconds per job), workers warm (`runner.drain`); `meter` also
+    splits the whole machine's CPU from the first send until the queue's ready count
+    is 0 (at most the prefetch of jobs still running: no `rabbitmqctl` VM is counted)."""
+    queue = runner.run_name("dramatiq")
+    client, actor = make(queue, confirm)
     argv = ["dramatiq", "benchmarks.peers.dramatiq_app", "--processes", str(processes)]
     argv += ["--threads", str(threads), "--queues", queue]
-    probe = QueueProbe()
+    probe = broker.QueueProbe()
     try:
-        with Workers([argv], {QUEUE_ENV: queue}, log) as workers:
-            probe.wait_consumers(queue, processes, workers)  # one consumer per worker process
-            for _ in range(processes * threads):  # warm-up, drained before the clock starts
-                actor.send()
-            _barrier(broker, queue)
-            wait_drained(probe, queue, time.perf_counter(), processes * threads, workers)
-            if meter is not None:
-                meter.start(workers.cpu_seconds)
-            cpu = workers.cpu_seconds()
-            started = time.perf_counter()
-            for _ in range(jobs):
-                actor.send()
-            _barrier(broker, queue)
-            stop = None if meter is None else (lambda: meter.stop(jobs))
-            at_ready, at_empty = wait_drained(probe, queue, started, jobs, workers, at_ready=stop)
-            cpu = workers.cpu_seconds() - cpu
+        with runner.Workers(folder / queue, {QUEUE_ENV: queue}) as workers:
+            workers.start(*argv)
+            probe.wait_consumers(queue, processes, workers.wait)  # one per worker process
+            system = broker.BrokerDrain(
+                queue, actor.send, lambda: _barrier(client, queue), probe, workers.check
+            )
+            got = runner.drain(workers, system, processes * threads, jobs, meter)
     finally:
-        broker.close()
-        probe.delete(queue, f"{queue}.DQ", f"{queue}.XQ")
+        client.close()
         probe.close()
-    return jobs / at_ready, jobs / at_empty, cpu / jobs * 1e6
+        broker.delete([queue, f"{queue}.DQ", f"{queue}.XQ"])
+    return got.rates[0], got.rates[1], got.cpu_us
 
 
 def enqueue_runs(cfg: Config, confirm: bool = False) -> list[float]:
@@ -126,7 +117,6 @@ def process_runs(
     cfg: Config, processes: int, threads: int = THREADS, confirm: bool = False
 ) -> tuple[list[float], list[float], list[float], list[Meter]]:
     """Each run's two rates and worker CPU per job, and its machine's CPU (`Meter`)."""
-    log = cfg.tmp / f"{run_name('dramatiq')}.log"
     meters = [Meter() for _ in range(cfg.repeats)]
-    runs = [process_rate(cfg.jobs, processes, log, threads, confirm, meter=m) for m in meters]
+    runs = [process_rate(cfg.jobs, processes, cfg.tmp, threads, confirm, meter=m) for m in meters]
     return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs], meters

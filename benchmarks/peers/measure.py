@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from benchmarks._services import pg_server_settings
-from benchmarks.harness import Config, Measurement, version_of
+from benchmarks.harness import Config, Measurement, Task, version_of
 from benchmarks.machine import Meter, machine_fact
 from benchmarks.peers import (
     celery_bench,
@@ -21,6 +21,7 @@ from benchmarks.peers import (
     sweep,
 )
 from benchmarks.peers import raw_pika as pika_raw
+from benchmarks.services import pg_server_settings
 
 CPU_FACT = "worker CPU per job, us (every worker process and its forks, from /proc)"
 #: a RabbitMQ peer's runs: rates until ready == 0, until ready + unacked == 0, worker
@@ -168,11 +169,23 @@ def _broker_done(prefetch: int, jobs: int) -> str:
     )
 
 
-def _broker_facts(prefetch: int, confirmed: list[float]) -> dict[str, Any]:
-    return {
-        "unacked at ready=0, at most": prefetch,
-        "lower bound: rate until rabbitmqctl showed ready+unacked=0": confirmed,
-    }
+def _broker_row(
+    cfg: Config,
+    key: str,
+    label: str,
+    settings: dict[str, Any],
+    *,
+    facts: dict[str, Any],
+    prefetch: int,
+    measured: Runs,
+) -> Measurement:
+    """A RabbitMQ peer's process row: the rate until ready == 0, with the worker CPU, the
+    machine's CPU and the lower bound (until rabbitmqctl showed the queue empty)."""
+    values, confirmed, cpu, meters = measured
+    facts = {**facts, CPU_FACT: _rounded(cpu), **machine_fact(meters)}
+    facts["unacked at ready=0, at most"] = prefetch
+    facts["lower bound: rate until rabbitmqctl showed ready+unacked=0"] = confirmed
+    return _m(key, label, values, settings, facts=facts, note=_broker_done(prefetch, cfg.jobs))
 
 
 def dramatiq_enqueue(cfg: Config) -> list[Measurement]:
@@ -193,9 +206,6 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
     def row(key: str, what: str, shapes: list[sweep.Shape], *, confirm: bool = False,
             measured: Runs | None = None) -> Measurement:  # fmt: skip
         (p, t), _best_values, facts = sweep.best(rates, shapes)
-        values, confirmed, cpu, meters = measured or runs[(p, t)]
-        facts[CPU_FACT] = _rounded(cpu)
-        facts.update(machine_fact(meters))
         settings = dramatiq_bench.settings(
             confirm,
             **{
@@ -206,11 +216,9 @@ def dramatiq_sweep(cfg: Config) -> list[Measurement]:
                 "warm-up": "one job per slot, drained before the clock starts",
             },
         )
-        prefetch = p * t * 2
         label = f"dramatiq, {what}: {p} process(es) x {t} threads"
-        return _m(key, label, values, settings,
-                  facts={**facts, **_broker_facts(prefetch, confirmed or [])},
-                  note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+        return _broker_row(cfg, key, label, settings, facts=facts, prefetch=p * t * 2,
+                           measured=measured or runs[(p, t)])  # fmt: skip
 
     one, four = sweep.processes(grid, 1), sweep.processes(grid, 4)
     out = [  # each label names the shapes its row picked from
@@ -254,9 +262,6 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
     def row(key: str, what: str, shapes: list[sweep.Shape], *, durable: bool = False,
             measured: Runs | None = None) -> Measurement:  # fmt: skip
         (w, c), _best_values, facts = sweep.best(rates, shapes)
-        values, confirmed, cpu, meters = measured or runs[(w, c)]
-        facts[CPU_FACT] = _rounded(cpu)
-        facts.update(machine_fact(meters))
         prefetch = w * c * celery_bench.PREFETCH_MULTIPLIER
         settings = celery_bench.settings(
             durable,
@@ -267,9 +272,8 @@ def celery_sweep(cfg: Config) -> list[Measurement]:
             },
         )
         label = f"celery, {what}: {w} worker(s) x prefork concurrency {c}"
-        return _m(key, label, values, settings,
-                  facts={**facts, **_broker_facts(prefetch, confirmed or [])},
-                  note=_broker_done(prefetch, cfg.jobs))  # fmt: skip
+        return _broker_row(cfg, key, label, settings, facts=facts, prefetch=prefetch,
+                           measured=measured or runs[(w, c)])  # fmt: skip
 
     slots4 = sweep.slots(grid, 4)
     out = [  # each label names the shapes its row picked from
@@ -293,3 +297,30 @@ def celery_durable_enqueue(cfg: Config) -> list[Measurement]:
     note = "No worker running; each publish waits for the broker's publisher confirm."
     return [_m("throughput.celery.durable.enqueue", "celery apply_async, confirmed", values,
                settings, note=note)]  # fmt: skip
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+def plan(cfg: Config) -> list[Task]:
+    groups: list[tuple[str, Callable[[Config], list[Measurement]]]] = [
+        ("raw sqlite3 lifecycles", raw_sqlite),
+        ("raw psycopg lifecycles", raw_postgres),
+        ("raw pika publish and consume", raw_pika),
+        ("procrastinate enqueue", procrastinate_enqueue),
+        ("procrastinate process, processes x concurrency swept", procrastinate_sweep),
+        ("dramatiq enqueue", dramatiq_enqueue),
+        ("dramatiq enqueue, confirmed", dramatiq_confirmed_enqueue),
+        ("dramatiq process, processes x threads swept", dramatiq_sweep),
+        ("celery enqueue", celery_enqueue),
+        ("celery enqueue, confirmed", celery_durable_enqueue),
+        ("celery process, workers x concurrency swept", celery_sweep),
+    ]
+    return [Task(f"throughput peers: {label}", _bind(run, cfg)) for label, run in groups]
+
+
+Run = Callable[[Config], list[Measurement]]
+
+
+def _bind(run: Run, cfg: Config) -> Callable[[], list[Measurement]]:
+    return lambda: run(cfg)

@@ -4,7 +4,8 @@
         --app=benchmarks.peers.procrastinate_app.app worker --concurrency 1
 
 The benchmark builds its own client app with `make_app(dsn)` (the same task), so that
-every run talks to its own fresh database.
+every run talks to its own fresh database. A second task, "stamp", stamps its start
+for the latency suite (`benchmarks.stamps`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import os
 
 from procrastinate import App, PsycopgConnector
+
+from benchmarks.stamps import stamp
 
 DSN_ENV = "BENCH_PROCRASTINATE_DSN"
 
@@ -23,6 +26,7 @@ def make_app(dsn: str) -> App:
     def noop() -> None:
         return None
 
+    app.task(name="stamp")(stamp)  # the latency suite's: defer(n=...)
     return app
 
 

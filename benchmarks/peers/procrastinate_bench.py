@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg
 
-from benchmarks._services import fresh_database
-from benchmarks.harness import Config, version_of, wait_for
+from benchmarks import runner
+from benchmarks.harness import Config, version_of
 from benchmarks.machine import Meter
-from benchmarks.peers._common import START_TIMEOUT, Workers, drain_timeout, run_name
 from benchmarks.peers.procrastinate_app import DSN_ENV, make_app
+from benchmarks.services import fresh_database
 
 APP_PATH = "benchmarks.peers.procrastinate_app.app"
 DOCS = "https://procrastinate.readthedocs.io/en/stable/"
@@ -78,11 +78,11 @@ def enqueue_rate(jobs: int, batch: bool) -> float:
 
 
 def process_rate(
-    jobs: int, processes: int, concurrency: int, log: Path, *, meter: Meter | None = None
+    jobs: int, processes: int, concurrency: int, folder: Path, *, meter: Meter | None = None
 ) -> tuple[float, float]:
-    """(jobs/s from the first batch_defer until `jobs` jobs succeeded, workers warm;
-    worker CPU microseconds per job); `meter` also splits the whole machine's CPU of
-    that window."""
+    """(jobs/s from the first batch_defer until `jobs` jobs succeeded, workers warm
+    (`runner.drain`); worker CPU microseconds per job); `meter` also splits the whole
+    machine's CPU of that window."""
     argv = ["procrastinate", f"--app={APP_PATH}", "worker", f"--concurrency={concurrency}"]
     with fresh_database() as url:
         app = make_app(url).open()
@@ -90,48 +90,36 @@ def process_rate(
             app.schema_manager.apply_schema()
             task = app.tasks["noop"]
             with (
-                Workers([argv] * processes, {DSN_ENV: url}, log) as workers,
+                runner.Workers(
+                    folder / runner.run_name("procrastinate"), {DSN_ENV: url}
+                ) as workers,
                 psycopg.connect(url, autocommit=True) as probe,
             ):
+                for _ in range(processes):
+                    workers.start(*argv)
 
                 def listening() -> bool:  # each worker's listener connection has run LISTEN
-                    workers.check()
                     row = probe.execute(
                         "SELECT count(*) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
                     ).fetchone()
                     return bool(row and row[0] >= processes)
 
-                wait_for(listening, START_TIMEOUT, f"{processes} procrastinate workers to LISTEN")
-                warm = processes * concurrency
-                task.batch_defer(*({} for _ in range(warm)))
-                wait_for(
-                    lambda: _count(probe, "succeeded") >= warm,
-                    START_TIMEOUT,
-                    "procrastinate warm-up jobs",
+                what = f"{processes} procrastinate workers to LISTEN"
+                workers.wait(listening, runner.START_TIMEOUT, what)
+                system = runner.Counted(
+                    lambda n: task.batch_defer(*({} for _ in range(n))),
+                    lambda: _count(probe, "succeeded"),
+                    workers,
+                    step=0.01,
                 )
-                target = warm + jobs
-
-                def finished() -> bool:
-                    workers.check()
-                    return _count(probe, "succeeded") >= target
-
-                if meter is not None:
-                    meter.start(workers.cpu_seconds)
-                cpu = workers.cpu_seconds()
-                started = time.perf_counter()
-                task.batch_defer(*({} for _ in range(jobs)))
-                wait_for(finished, drain_timeout(jobs), f"{jobs} procrastinate jobs", step=0.01)
-                elapsed = time.perf_counter() - started
-                cpu = workers.cpu_seconds() - cpu
-                if meter is not None:
-                    meter.stop(jobs)
+                got = runner.drain(workers, system, processes * concurrency, jobs, meter)
                 failed = _count(probe, "failed")
         finally:
             app.close()
     if failed:
         raise RuntimeError(f"benchmark: {failed} procrastinate jobs failed")
-    return jobs / elapsed, cpu / jobs * 1e6
+    return got.rates[0], got.cpu_us
 
 
 def enqueue_runs(cfg: Config) -> dict[str, list[float]]:
@@ -146,7 +134,6 @@ def process_runs(
     cfg: Config, processes: int, concurrency: int
 ) -> tuple[list[float], list[float], list[Meter]]:
     """(jobs/s, worker CPU microseconds per job, the machine's CPU) of `cfg.repeats` runs."""
-    log = cfg.tmp / f"{run_name('procrastinate')}.log"
     meters = [Meter() for _ in range(cfg.repeats)]
-    runs = [process_rate(cfg.jobs, processes, concurrency, log, meter=m) for m in meters]
+    runs = [process_rate(cfg.jobs, processes, concurrency, cfg.tmp, meter=m) for m in meters]
     return [r[0] for r in runs], [r[1] for r in runs], meters

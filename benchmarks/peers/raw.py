@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks._services import fresh_database
+from benchmarks.services import fresh_database
 
 SQLITE_SCHEMA = """
 CREATE TABLE jobs (

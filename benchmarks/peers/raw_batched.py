@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS, job_to_row, owner_to_text
-from benchmarks._services import fresh_database, pg_server_settings
 from benchmarks.harness import Config, Measurement, version_of
+from benchmarks.rows import audit_values, inserts, job_values, owner_text
+from benchmarks.services import fresh_database, pg_server_settings
 from fsm import Job, Owner, open_store
 from fsm.records import AuditEntry, new_id
 
@@ -54,8 +54,7 @@ def _job_rows(n: int, queue: str) -> tuple[list[list[Any]], list[list[Any]]]:
     jobs, audits = [], []
     for _ in range(n):
         job = Job(new_id(now), "noop", queue, "null", "queued", now, now, now, retry_safe=True)
-        row = job_to_row(job)
-        jobs.append([row[c] for c in JOB_COLUMNS])
+        jobs.append(job_values(job))
         audits.append(_audit((job.id, 0, 1, 0), "submit", (None, "queued"), now))
     return jobs, audits
 
@@ -67,7 +66,7 @@ def _audit(job: Got, event: str, move: tuple[str | None, str], at: float) -> lis
     """The audit row of `job` (as it is after the change) moving `move` by `event`."""
     job_id, fence, version, attempt = job
     entry = AuditEntry(job_id, version, at, event, move[0], move[1], fence, attempt)
-    return [getattr(entry, c) for c in AUDIT_COLUMNS]
+    return audit_values(entry)
 
 
 class _Run:
@@ -130,16 +129,14 @@ def sqlite_batched(path: Path, jobs: int, claim: int = CLAIM) -> float:
     """Jobs/s through lease, start, succeed in batches of `claim` on one SQLite file."""
     open_store(f"sqlite:///{path}").close()  # jobfsm's schema, migrated
     writer, worker = _sqlite_connect(path), _sqlite_connect(path)
-    cols, marks = ", ".join(JOB_COLUMNS), ", ".join("?" for _ in JOB_COLUMNS)
-    acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("?" for _ in AUDIT_COLUMNS)
-    add_audit = f"INSERT INTO job_events ({acols}) VALUES ({amarks})"
-    owner = owner_to_text(Owner("raw", os.getpid(), "raw-batched"))
+    add_job, add_audit = inserts("?")
+    owner = owner_text(Owner("raw", os.getpid(), "raw-batched"))
 
     def insert(n: int) -> None:
         rows, audits = _job_rows(n, "default")
 
         def write() -> None:
-            writer.executemany(f"INSERT INTO jobs ({cols}) VALUES ({marks})", rows)
+            writer.executemany(add_job, rows)
             writer.executemany(add_audit, audits)
 
         _sqlite_tx(writer, write)
@@ -216,15 +213,13 @@ def postgres_batched(jobs: int, claim: int = CLAIM) -> float:
         open_store(url).close()  # jobfsm's schema, migrated
         writer = psycopg.connect(url)
         worker = psycopg.connect(url)
-        cols, marks = ", ".join(JOB_COLUMNS), ", ".join("%s" for _ in JOB_COLUMNS)
-        acols, amarks = ", ".join(AUDIT_COLUMNS), ", ".join("%s" for _ in AUDIT_COLUMNS)
-        add_audit = f"INSERT INTO job_events ({acols}) VALUES ({amarks})"
-        owner = owner_to_text(Owner("raw", os.getpid(), "raw-batched"))
+        add_job, add_audit = inserts("%s")
+        owner = owner_text(Owner("raw", os.getpid(), "raw-batched"))
 
         def insert(n: int) -> None:
             rows, audits = _job_rows(n, "default")
             with writer.cursor() as cur:
-                cur.executemany(f"INSERT INTO jobs ({cols}) VALUES ({marks})", rows)
+                cur.executemany(add_job, rows)
                 cur.executemany(add_audit, audits)
             writer.commit()
 

@@ -16,27 +16,15 @@ from typing import Any
 
 import pika
 
-from benchmarks.harness import AMQP_URL
+from benchmarks.broker import connect, delete
 
 PROPS = pika.BasicProperties(delivery_mode=2, content_type="application/json")
 CONSUME_PREFETCH = 16  # dramatiq's default for one process of 8 threads (2 per thread)
 
 
-def _connect() -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-
-
-def _delete(queue: str) -> None:
-    conn = _connect()
-    try:
-        conn.channel().queue_delete(queue)
-    finally:
-        conn.close()
-
-
 def _consume(queue: str, jobs: int, prefetch: int, ready: threading.Event | None = None) -> float:
     """Consume and ack `jobs` messages; the seconds from `basic.consume` to the last ack."""
-    conn = _connect()
+    conn = connect()
     try:
         channel = conn.channel()
         channel.basic_qos(prefetch_count=prefetch)
@@ -62,7 +50,7 @@ def _consume(queue: str, jobs: int, prefetch: int, ready: threading.Event | None
 def publish_consume(jobs: int, prefetch: int = CONSUME_PREFETCH) -> tuple[float, float]:
     """(publish msgs/s, consume msgs/s) on a fresh durable queue, deleted afterwards."""
     queue = f"bench_raw_{uuid.uuid4().hex[:10]}"
-    conn = _connect()
+    conn = connect()
     try:
         channel = conn.channel()
         channel.queue_declare(queue, durable=True)
@@ -79,14 +67,14 @@ def publish_consume(jobs: int, prefetch: int = CONSUME_PREFETCH) -> tuple[float,
     finally:
         if conn.is_open:
             conn.close()
-        _delete(queue)
+        delete([queue])
     return jobs / published, jobs / consumed
 
 
 def end_to_end(jobs: int, prefetch: int, publishers: int = 1, limit: float = 600.0) -> float:
     """Msgs/s from the first confirmed publish to the last ack, publishing and consuming at once."""
     queue = f"bench_raw_{uuid.uuid4().hex[:10]}"
-    setup = _connect()
+    setup = connect()
     setup.channel().queue_declare(queue, durable=True)
     setup.close()
     ready = threading.Event()
@@ -97,7 +85,7 @@ def end_to_end(jobs: int, prefetch: int, publishers: int = 1, limit: float = 600
         if not ready.wait(30):
             raise TimeoutError("benchmark: raw pika consumer did not start within 30 s")
         for _ in range(publishers):  # a connection per publishing thread: pika is not thread-safe
-            conn = _connect()
+            conn = connect()
             channel = conn.channel()
             channel.confirm_delivery()
             channels.append((conn, channel))
@@ -122,6 +110,6 @@ def end_to_end(jobs: int, prefetch: int, publishers: int = 1, limit: float = 600
     finally:
         for conn, _channel in channels:
             conn.close()
-        _delete(queue)  # also cancels a consumer still waiting
+        delete([queue])  # also cancels a consumer still waiting
         consumer.join(10)
     return jobs / elapsed

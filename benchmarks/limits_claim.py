@@ -1,0 +1,114 @@
+"""What a global limit costs a claim: jobs claimed, started and finished per second with
+no limit stored and with limits stored that never bind, in the same run.
+
+    python -m benchmarks.limits_claim --store postgres --jobs 4000 --claimers 4 --repeats 3
+
+Each round submits `--jobs` no-op jobs of one kind to a fresh store, then `--claimers`
+threads (each with its own store handle, as worker processes hold) claim-and-start
+batches of `--batch` and report each batch succeeded in one write (what a worker
+does), until no job is left. The modes alternate within each repeat:
+
+- `no limits`: the baseline (on PostgreSQL the claim statement still checks that no
+  limit is stored);
+- `concurrency limit`: `kind:bench` limited to far more than ever run at once, so
+  every claim counts the jobs holding a slot under the key's advisory lock;
+- `concurrency + rate`: the same and a rate far above the claims' pace, so every
+  claim also counts (and extends) the key's sliding window.
+
+It prints the median rate of each mode over the repeats and the ratio of each limited
+mode to the baseline of the same run. No limit ever holds a job back here: the figures
+are the cost of counting, not of waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from typing import Any
+
+from benchmarks.services import fresh_store_url
+from fsm import Engine, open_store
+from fsm.records import Job, Owner
+
+MODES = ("no limits", "concurrency limit", "concurrency + rate")
+#: limits far above what the run reaches: they count, they never hold a job back
+NEVER_BINDING = {"concurrency": 1_000_000, "rate": 10_000_000, "period": 1.0}
+
+
+def _no_args(job: Job) -> dict[str, Any]:
+    return {}
+
+
+def one_round(store: str, mode: str, jobs: int, claimers: int, batch: int) -> float:
+    """Jobs per second of one mode on a fresh store of kind `store`."""
+    with fresh_store_url(store) as url:
+        setup = Engine(open_store(url))
+        try:
+            setup.submit_many([("bench", i, {}) for i in range(jobs)])
+            if mode != MODES[0]:
+                limits: dict[str, Any] = {"concurrency": NEVER_BINDING["concurrency"]}
+                if mode == MODES[2]:
+                    limits |= {"rate": NEVER_BINDING["rate"], "period": NEVER_BINDING["period"]}
+                setup.set_limit("kind:bench", **limits, actor="bench", reason="cost of counting")
+            engines = [Engine(open_store(url)) for _ in range(claimers)]
+            done = [0] * claimers
+            barrier = threading.Barrier(claimers + 1)
+
+            def claim(n: int) -> None:
+                engine = engines[n]
+                owner = Owner(f"bench-{uuid.uuid4().hex[:6]}", 1000 + n, f"inc-{n}")
+                barrier.wait()
+                while True:
+                    got = engine.claim(owner, limit=batch, start=_no_args)
+                    if not got:
+                        return
+                    reports = [(j, "succeed", {"fence": j.fence, "result_json": None}) for j in got]
+                    engine.report_many(reports)
+                    done[n] += len(got)
+
+            threads = [threading.Thread(target=claim, args=(n,)) for n in range(claimers)]
+            for t in threads:
+                t.start()
+            barrier.wait()
+            started = time.perf_counter()
+            for t in threads:
+                t.join()
+            seconds = time.perf_counter() - started
+            if sum(done) != jobs:
+                raise SystemExit(f"{mode}: {sum(done)} of {jobs} jobs finished")
+            for engine in engines:
+                engine.store.close()
+        finally:
+            setup.store.close()
+    return jobs / seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.limits_claim")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="postgres")
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--claimers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    rates: dict[str, list[float]] = {m: [] for m in MODES}
+    for _ in range(args.repeats):
+        for mode in MODES:
+            rates[mode].append(one_round(args.store, mode, args.jobs, args.claimers, args.batch))
+    print(
+        f"{args.store}: {args.jobs} jobs, {args.claimers} claimers, batches of {args.batch}, "
+        f"median of {args.repeats}"
+    )
+    median = {m: statistics.median(r) for m, r in rates.items()}
+    for mode in MODES:
+        print(f"  {mode:<18} {median[mode]:>9,.0f} jobs/s")
+    base = median[MODES[0]]
+    ratios = ", ".join(f"{m} {median[m] / base:.2f}x" for m in MODES[1:])
+    print(f"ratio to no limits (same run): {ratios}")
+
+
+if __name__ == "__main__":
+    main()
