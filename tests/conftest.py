@@ -2,6 +2,15 @@
 
 In CI (CI=true) a missing service is a failure; elsewhere the test is skipped and
 says why.
+
+Tiers: every test that needs a server is marked `services` (and `postgres` or
+`rabbitmq`) at collection, from the fixtures it asks for, its markers and its
+parameters (a `[postgres]` case); `pytest -m "not services"` is the fast tier (unit,
+SQLite, memory). A test that reaches `pg_url` without the mark fails, so the tiers
+cannot drift. The suite runs on pytest-xdist workers (pyproject.toml); every test
+that touches RabbitMQ runs on one worker, one at a time (`xdist_group`), because
+some stop the broker or lower its consumer timeout, which no other test may meet.
+PostgreSQL tests each get their own database and run anywhere.
 """
 
 from __future__ import annotations
@@ -62,10 +71,45 @@ def pg_server() -> str:
     return PG_ADMIN_URL
 
 
+#: fixtures that reach a server, and the marker each implies
+SERVICE_FIXTURES = {"pg_server": "postgres", "pg_url": "postgres", "rabbit_url": "rabbitmq"}
+SERVICE_MARKS = ("postgres", "rabbitmq")
+#: parameter ids that name a PostgreSQL case of a test parametrized over stores
+PG_PARAMS = {"postgres", "postgresql", "pg"}
+
+
+def services_of(item: pytest.Item) -> set[str]:
+    """The servers `item` needs: from its fixtures, its markers, its parameter ids."""
+    needs = {mark for name, mark in SERVICE_FIXTURES.items() if name in item.fixturenames}
+    needs |= {m.name for m in item.iter_markers() if m.name in SERVICE_MARKS}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and PG_PARAMS & set(callspec.id.split("-")):
+        needs.add("postgres")
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        needs = services_of(item)
+        for name in sorted(needs):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+        if needs:
+            item.add_marker("services")
+        if "rabbitmq" in needs:
+            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+
+
 @pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
+def pg_url(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh, empty database for one test, dropped afterwards."""
     import psycopg
+
+    if request.node.get_closest_marker("services") is None:
+        pytest.fail(
+            f"{request.node.nodeid} uses PostgreSQL but is not marked `services`: ask for "
+            "pg_url as a fixture, name its parameter 'postgres', or mark it postgres"
+        )
 
     name = f"jobfsm_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server, autocommit=True) as conn:

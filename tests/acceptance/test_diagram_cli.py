@@ -34,7 +34,7 @@ def test_a_jobs_path_is_drawn_from_its_audit_trail(sqlite_url: str) -> None:
     text = ok("diagram", "--job", job["id"], "--store", sqlite_url)
 
     assert "[*] --> queued : submit (step 1)" in text
-    assert "queued --> cancelled : cancel (step 2)" in text
+    assert "queued --> cancelled : cancel (operator) (step 2)" in text  # an operator event
     _, classes, _ = parse_mermaid(text)
     assert classes["current"] == {"cancelled"}
 

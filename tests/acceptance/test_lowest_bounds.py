@@ -2,9 +2,10 @@
 lowest allowed version.
 
 A fresh virtualenv gets each runtime dependency and each extra's (postgres, rabbitmq,
-testing) pinned to its lower bound, jobfsm itself without dependencies, and then runs the
-CLI: submit, list, status, a worker run, the fault suite, and the psycopg API the LISTEN
-code needs.
+testing, web) pinned to its lower bound, jobfsm itself without dependencies, and then runs
+the CLI: submit, list, status, a worker run, the fault suite, the psycopg API the LISTEN
+code needs, and the dashboard's log-in page on the web floors (raised past the web stack's
+advisories, see pyproject.toml).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ _BOUND = re.compile(r"^([A-Za-z0-9_.-]+(?:\[[A-Za-z0-9_,-]+\])?)>=([0-9][0-9A-Za
 
 
 def lowest_pins() -> list[str]:
-    """`name[extras]==low` for the runtime dependencies and the postgres, rabbitmq and
-    testing extras (the dev and bench sets are tools, not what the code needs)."""
+    """`name[extras]==low` for the runtime dependencies and the postgres, rabbitmq,
+    testing and web extras (the dev and bench sets are tools, not what the code needs)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     specs = [*project["dependencies"], *extras["postgres"], *extras["rabbitmq"]]
-    specs += extras["testing"]
+    specs += [*extras["testing"], *extras["web"]]
     pins = []
     for spec in specs:
         m = _BOUND.match(spec.replace(" ", ""))
@@ -47,6 +48,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(4 * STEP_TIMEOUT)
 def test_jobfsm_works_with_every_dependency_at_its_lower_bound(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
@@ -96,6 +98,7 @@ def test_jobfsm_works_with_every_dependency_at_its_lower_bound(tmp_path: Path) -
     assert "ok: every invariant held" in faults
     assert "timeout" in notifies
     assert "stop_after" in notifies
+    assert _run([py, "-c", _DASHBOARD_LOGIN_PAGE], tmp_path, env).split() == ["status", "200"]
 
 
 _WAIT_SUCCEEDED = """
@@ -109,4 +112,29 @@ while not Engine(store).scan(ScanRequest(states=("succeeded",), limit=1)):
     assert time.monotonic() < until, "the job did not succeed within 60 s"
     time.sleep(0.1)
 store.close()
+"""
+
+_DASHBOARD_LOGIN_PAGE = """
+import asyncio
+from fsm import Engine
+from fsm.registry import open_store
+from fsm.dashboard import create_app, new_token
+
+app = create_app(Engine(open_store("memory://")), token=new_token())
+sent = []
+
+async def receive():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+async def send(message):
+    sent.append(message)
+
+scope = {
+    "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+    "scheme": "http", "path": "/login", "raw_path": b"/login", "query_string": b"",
+    "root_path": "", "headers": [(b"host", b"localhost")],
+    "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+}
+asyncio.run(app(scope, receive, send))
+print("status", sent[0]["status"])
 """

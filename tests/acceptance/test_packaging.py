@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: bound on each step (build, venv, install, each command)
 STEP_TIMEOUT = 180
 
+# builds a wheel and installs it in a fresh venv once (module fixture): one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
+
 
 def _run(*cmd: str | Path, cwd: Path) -> str:
     done = subprocess.run(

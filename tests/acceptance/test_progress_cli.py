@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fsm import Engine, Owner, open_store
-from fsm.progress import envelope
+from fsm.service.progress import envelope
 
 from ._cli import ok, ok_json
 

@@ -64,6 +64,7 @@ def test_the_readme_names_a_base_install_without_extras() -> None:
     assert "--no-build-isolation" not in cmd
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3 * STEP_TIMEOUT)
 def test_readme_install_in_a_fresh_venv_has_no_peers_or_dev_tools_and_runs_the_demo(
     tmp_path: Path,

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from fsm import Engine, FakeClock, KindPolicy, Owner, open_store
-from fsm.owner import current
-from fsm.pausing import PAUSE_SEEN_WITHIN
+from fsm.service.identity import current
+from fsm.service.pausing import PAUSE_SEEN_WITHIN
 
 from ._cli import ok, ok_json, run_cli
 
@@ -122,5 +122,35 @@ def test_pause_and_resume_a_queue_from_the_cli(tmp_path: Path) -> None:
         assert (
             run_cli("pause", "mail", "--actor", "", "--reason", "x", "--store", url).returncode == 2
         )
+    finally:
+        engine.store.close()
+
+
+def test_recover_names_the_lost_runs_it_leaves_to_a_worker_with_their_reconciler(
+    tmp_path: Path,
+) -> None:
+    # given a SQLite store with a lost run of a kind that has a reconciler (its lease lapsed
+    # 10 s ago) and `jobfsm recover`, which has no reconciler
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    clock = FakeClock(time.time() - 40)
+    engine = Engine(open_store(url), clock=clock)
+    try:
+        job = engine.submit("payment.charge", {})
+        (leased,) = engine.claim(Owner("elsewhere", 1, "inc"), limit=1)
+        engine.transition(job.id, "start", fence=leased.fence, kind_policy={"reconciler": True})
+        lapsed_at = engine.get(job.id).lease_until or 0.0
+        # when an operator runs one sweep
+        out = ok("recover", "--store", url)
+        report = ok_json("recover", "--store", url)
+        # then the run is left running, and the command says which, why and until when
+        assert engine.get(job.id).state == "running"
+        assert "recovered 0 job(s)" in out
+        assert "left 1 job(s) for later:" in out
+        line = next(ln for ln in out.splitlines() if job.id in ln)
+        assert "(payment.charge) until " in line
+        assert "has a reconciler this process lacks" in line
+        (deferred,) = report["deferred"]
+        assert deferred["job_id"] == job.id
+        assert deferred["until"] == lapsed_at + 60.0
     finally:
         engine.store.close()

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fsm.cli.dashboard_cmd import TOKEN_ENV
 from tests.conftest import need_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,11 +46,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def dashboard_process(store: str, *args: str, log: Path) -> Iterator[str]:
-    """`jobfsm dashboard --store STORE ARGS` on a free port; yields its base URL."""
-    port = free_port()
+def dashboard_process(
+    store: str,
+    *args: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    scheme: str = "http",
+) -> Iterator[str]:
+    """`jobfsm dashboard --store STORE ARGS` on a free port; yields its base URL.
+    `env` adds to the environment (which never holds a store URL or a token here)."""
+    port = port or free_port()
     argv = [sys.executable, "-m", "fsm.cli", "dashboard", "--store", store, "--port", str(port)]
-    env = {k: v for k, v in os.environ.items() if k != "JOBFSM_STORE"}
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("JOBFSM_STORE", TOKEN_ENV)},
+        **(env or {}),
+    }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*argv, *args],
@@ -70,7 +82,7 @@ def dashboard_process(store: str, *args: str, log: Path) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"dashboard not up in {START_TIMEOUT}s") from None
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:
@@ -81,7 +93,7 @@ def dashboard_process(store: str, *args: str, log: Path) -> Iterator[str]:
 
 
 @contextmanager
-def browser(profile: Path) -> Iterator[Any]:
+def browser(profile: Path, *extra_args: str) -> Iterator[Any]:
     """A Playwright browser context on Chromium with an empty profile directory."""
     executable = need_chromium()
     from playwright.sync_api import sync_playwright
@@ -91,7 +103,7 @@ def browser(profile: Path) -> Iterator[Any]:
         context = pw.chromium.launch_persistent_context(
             str(profile),
             executable_path=executable,
-            args=CHROMIUM_ARGS,
+            args=[*CHROMIUM_ARGS, *extra_args],
             headless=True,
             viewport={"width": 1400, "height": 900},
         )
@@ -108,4 +120,12 @@ def screenshot(page: Any, name: str, tmp: Path) -> Path:
     path = folder / f"dashboard-{name}.png"
     page.screenshot(path=str(path), full_page=True)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return path
+
+
+def token_file(folder: Path, tokens: dict[str, str]) -> Path:
+    """A token file of `NAME:TOKEN` lines, readable by its owner only."""
+    path = folder / "dashboard-tokens"
+    path.write_text("".join(f"{name}:{token}\n" for name, token in tokens.items()))
+    path.chmod(0o600)
     return path

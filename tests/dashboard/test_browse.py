@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from fsm import Engine, FakeClock, Owner, open_store
-from fsm.dashboard.ports import JobBrowser, ListRequest
 from fsm.errors import BadInput
+from fsm.ports import BoundedReads, JobBrowser, ListRequest, TrailPage, TrailRequest
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -118,3 +118,61 @@ def test_a_bad_page_request_is_refused_naming_the_field() -> None:
         ListRequest(limit=0)
     with pytest.raises(BadInput, match="cursor"):
         ListRequest(after="x' OR 1=1 --")
+
+
+def test_every_builtin_store_offers_the_bounded_reads(engine: Engine) -> None:
+    assert isinstance(engine.store, BoundedReads)
+
+
+def long_trail(engine: Engine, cycles: int) -> str:
+    """A job whose trail is 1 + 2 * cycles entries long (cancelled and requeued)."""
+    job = engine.submit("report", {})
+    for i in range(cycles):
+        engine.cancel(job.id, actor="ann", reason=f"cycle {i}")
+        engine.requeue(job.id, actor="ann", reason=f"cycle {i}", attempts=1)
+    return job.id
+
+
+def test_trail_pages_walk_the_whole_trail_newest_page_first(engine: Engine) -> None:
+    # given a job whose trail is 1 + 2 * 12 entries long
+    job_id = long_trail(engine, 12)
+    reads = engine.store
+    assert isinstance(reads, BoundedReads)
+    whole = engine.history(job_id)
+    # when it is read 10 entries at a time from the newest page
+    pages = []
+    before = None
+    for _ in range(5):
+        page = reads.trail_page(TrailRequest(job_id, before=before, limit=10))
+        pages.append(page.entries)
+        before = page.older
+        if before is None:
+            break
+    # then each page holds at most 10 entries in write order, and together they are the trail
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert [e for p in reversed(pages) for e in p] == whole
+    assert reads.trail_page(TrailRequest("NOSUCHJOB")) == TrailPage((), None)
+
+
+def test_oldest_jobs_names_the_oldest_of_each_queue_asked(engine: Engine) -> None:
+    ids = _fill(engine)
+    reads = engine.store
+    assert isinstance(reads, BoundedReads)
+    oldest = reads.oldest_jobs("queued", ("fast", "default", "nosuch"))
+    assert {q: j.id for q, j in oldest.items()} == {"fast": ids[0], "default": ids[1]}
+    assert reads.oldest_jobs("queued", ()) == {}
+    with pytest.raises(BadInput, match="at most 500 queues"):
+        reads.oldest_jobs("queued", tuple(f"q{i}" for i in range(501)))
+
+
+@pytest.mark.parametrize("cursor", ["ABC\n", "ABC\r\n", " ABC", "ABC "])
+def test_a_job_list_cursor_with_a_trailing_newline_or_space_is_refused(cursor: str) -> None:
+    with pytest.raises(BadInput, match="cursor"):
+        ListRequest(after=cursor)
+
+
+def test_a_bad_trail_request_is_refused_naming_the_field() -> None:
+    with pytest.raises(BadInput, match="trail page holds"):
+        TrailRequest("J", limit=1001)
+    with pytest.raises(BadInput, match="trail cursor"):
+        TrailRequest("J", before=0)

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fsm import Engine, open_store
-from fsm.observe import CountingMetrics, MetricsBase
+from fsm.telemetry.metrics import CountingMetrics, MetricsBase
 from fsm.telemetry.prometheus import PrometheusMetrics
 
 from .browser import ROOT, free_port

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from starlette.testclient import TestClient
 
 from fsm import Engine, open_store
-from fsm.dashboard import create_app
-from fsm.progress import envelope
+from fsm.service.progress import envelope
 
+from .clients import operator
 from .seed import OWNER_B, XSS, seed
 
 
@@ -31,7 +30,7 @@ def test_the_job_page_shows_the_latest_progress_with_its_attempt(engine: Engine)
     engine.save_progress(OWNER_B, {job.id: (job.fence, envelope(job, value, 1767225600.0))})
 
     # when
-    c = TestClient(create_app(engine), base_url="http://127.0.0.1:8700")
+    c = operator(engine)
     shown = c.get(f"/jobs/{job.id}").text
     other = c.get(f"/jobs/{ids['queued']}").text
 

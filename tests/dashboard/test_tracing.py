@@ -1,5 +1,5 @@
 """OpenTelemetry spans (fsm.telemetry.tracing) seen through the SDK's in-memory exporter:
-a request's submit and every attempt of the job it caused are one trace."""
+every attempt of a job links to the submit span of the request that caused it."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _run_attempt(engine: Engine, provider: TracerProvider, *, fail: bool) -> Non
             set_outcome(span, "succeeded")
 
 
-def test_request_submit_and_every_attempt_are_one_trace(
+def test_every_attempt_links_to_the_requests_submit_in_a_trace_of_its_own(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
@@ -53,7 +53,7 @@ def test_request_submit_and_every_attempt_are_one_trace(
     # when a worker runs it twice (a retry, then success), each attempt in a span
     _run_attempt(engine, provider, fail=True)
     _run_attempt(engine, provider, fail=False)
-    # then request -> submit -> attempts form one trace
+    # then request -> submit is one trace; each attempt links to the submit
     finished = {s.name: s for s in exporter.get_finished_spans()}
     submit = finished["jobfsm submit order.ship"]
     attempts = [s for s in exporter.get_finished_spans() if s.name == "jobfsm attempt order.ship"]
@@ -65,9 +65,13 @@ def test_request_submit_and_every_attempt_are_one_trace(
     assert submit.attributes["jobfsm.job.id"] == job.id
     assert len(attempts) == 2
     for span in attempts:
-        assert span.context.trace_id == trace_id
-        assert span.parent is not None
-        assert span.parent.span_id == submit.context.span_id
+        assert span.parent is None
+        assert span.context.trace_id != trace_id
+        (link,) = span.links
+        assert (link.context.trace_id, link.context.span_id) == (
+            trace_id,
+            submit.context.span_id,
+        )
         assert span.kind == SpanKind.CONSUMER
     assert [s.attributes["jobfsm.job.attempt"] for s in attempts] == [1, 2]
     assert attempts[0].status.status_code == StatusCode.ERROR
@@ -112,38 +116,33 @@ def test_without_an_sdk_the_api_spans_are_no_ops() -> None:
 def test_dashboard_actions_are_traced_with_the_actor(
     spans: tuple[TracerProvider, InMemorySpanExporter], sqlite_url: str
 ) -> None:
-    from starlette.testclient import TestClient
-
-    from fsm.dashboard import create_app
+    from .clients import csrf_of, operator
 
     provider, exporter = spans
     store = open_store(sqlite_url)
     try:
         engine = Engine(store)
         job = engine.submit("k")
-        app = create_app(engine, trust_local=True, tracer_provider=provider)
-        with TestClient(app, base_url="http://127.0.0.1") as c:
-            c.get("/")
-            form = {"csrf": c.cookies["jobfsm_csrf"], "action": "cancel", "actor": "ann",
-                    "reason": "not needed"}  # fmt: skip
+        with operator(engine, "dan", tracer_provider=provider) as c:
+            form = {"csrf": csrf_of(c, "/"), "action": "cancel", "reason": "not needed"}
             done = c.post(f"/jobs/{job.id}/act", data=form, follow_redirects=False)
         assert done.status_code == 303
     finally:
         store.close()
     (span,) = exporter.get_finished_spans()
     assert span.name == "jobfsm cancel"
-    assert span.attributes["jobfsm.operator.actor"] == "ann"
+    assert span.attributes["jobfsm.operator.actor"] == "dan"
     assert span.attributes["jobfsm.job.id"] == job.id
 
 
-def test_a_workers_attempts_are_spans_in_the_submitters_trace(
+def test_a_workers_attempts_are_spans_linked_to_the_submitters_trace(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     import threading
     import time
 
     from fsm import Worker
-    from fsm.owner import Identity
+    from fsm.service.identity import Identity
 
     provider, exporter = spans
     engine = Engine(open_store("memory://"))
@@ -176,12 +175,13 @@ def test_a_workers_attempts_are_spans_in_the_submitters_trace(
     finally:
         worker.stop(now=True)
         thread.join(10)
-    # then both attempts are spans in the request's trace, the failure marked as an error
+    # then both attempts are spans linked to the request's trace, the failure an error
     attempts = [s for s in exporter.get_finished_spans() if s.name == "jobfsm attempt order.ship"]
     assert engine.get(job.id).state == "succeeded"
     assert len(attempts) == 2
     trace_id = request_span.get_span_context().trace_id
-    assert {s.context.trace_id for s in attempts} == {trace_id}
+    assert {link.context.trace_id for s in attempts for link in s.links} == {trace_id}
+    assert trace_id not in {s.context.trace_id for s in attempts}
     assert sorted(s.attributes["jobfsm.attempt.outcome"] for s in attempts) == [
         "failed",
         "succeeded",
@@ -204,3 +204,43 @@ def test_operator_actions_from_any_surface_are_one_span_each(
         job.id,
         "bob",
     )
+
+
+def test_a_foreign_traceparent_is_a_link_and_never_the_parent(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    engine = Engine(open_store("memory://"))
+    # given a submitter that picks the trace of its choosing as the correlation id
+    chosen = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    engine.submit("k", correlation_id=chosen)
+    # when a worker runs the job
+    _run_attempt(engine, provider, fail=False)
+    # then the attempt is no span of that trace, only linked to it
+    (attempt,) = exporter.get_finished_spans()
+    assert attempt.parent is None
+    assert attempt.context.trace_id != int("ab" * 16, 16)
+    (link,) = attempt.links
+    assert link.context.trace_id == int("ab" * 16, 16)
+
+
+def test_a_failed_attempts_status_is_cut_and_masks_url_secrets(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    from fsm.telemetry.tracing import STATUS_CHARS
+
+    provider, exporter = spans
+    error = (
+        "OperationalError: cannot reach postgresql://app:s3cr3t-pw@db.internal/jobs"
+        "?sslpassword=k3y-pass&application_name=w " + "x" * 10_000
+    )
+    # when an attempt fails with a driver error quoting the URL it used
+    with tracer(provider).start_as_current_span("attempt") as span:
+        set_outcome(span, "failed", error)
+    # then the status holds neither secret and is bounded
+    (done,) = exporter.get_finished_spans()
+    text = done.status.description or ""
+    assert text.startswith("OperationalError: cannot reach postgresql://")
+    assert "s3cr3t" not in text
+    assert "k3y-pass" not in text
+    assert len(text) <= STATUS_CHARS

@@ -6,6 +6,7 @@ import threading
 
 from fsm import Engine, FakeClock, open_store
 from fsm.dashboard import views
+from fsm.display.format import capped
 
 from .seed import seed
 
@@ -55,7 +56,19 @@ def test_overview_figures_from_a_store_with_jobs_in_every_state() -> None:
 
 
 def test_payloads_are_cut_to_the_cap_and_say_so() -> None:
-    shown, cut = views.capped('"' + "x" * 50_000 + '"', cap=100)
+    shown, cut = capped('"' + "x" * 50_000 + '"', cap=100)
     assert len(shown) == 100
     assert cut
-    assert views.capped('{"a": 1}') == ('{\n  "a": 1\n}', False)
+    assert capped('{"a": 1}', cap=views.PAYLOAD_CAP) == ('{\n  "a": 1\n}', False)
+
+
+def test_a_job_page_shows_a_payload_over_the_cap_cut_to_it() -> None:
+    # given a job whose payload is larger than a page shows
+    engine = Engine(open_store("memory://"))
+    job = engine.submit("big", {"blob": "x" * (views.PAYLOAD_CAP * 2)})
+    # when its page is read
+    view = views.job_view(engine, job.id)
+    # then the payload is cut at the cap and says so; the empty result is not cut
+    assert len(view.payload[0]) == views.PAYLOAD_CAP
+    assert view.payload[1] is True
+    assert view.result == ("", False)

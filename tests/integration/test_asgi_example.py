@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -134,3 +135,101 @@ def test_bad_requests_are_refused_and_nothing_is_stored(service: tuple[str, str]
         assert sum(engine.counts().values()) == 0
     finally:
         engine.store.close()
+
+
+# --- hostile and careless clients (issue 32 item 6) -----------------------------------
+
+
+def _raw(base: str, data: bytes, *, source: str = "127.0.0.1") -> tuple[int, Any]:
+    """Send raw bytes from `source`, read the whole answer: (status, decoded JSON body)."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0)) as s:
+        # answered and closed before reading all we sent: what a limit does
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body) if body.startswith(b"{") else None
+
+
+def _post(body: bytes, *headers: str) -> bytes:
+    lines = ["POST /quotes HTTP/1.1", "Host: x", "Connection: close", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _stored(url: str) -> int:
+    engine = Engine(open_store(url))
+    try:
+        return sum(engine.counts().values())
+    finally:
+        engine.store.close()
+
+
+@pytest.mark.parametrize("length", ["²", "+5", "-1", "1e3", "0x10"])
+def test_a_content_length_that_is_not_a_decimal_count_is_a_400(
+    service: tuple[str, str], length: str
+) -> None:
+    base, url = service
+    status, body = _raw(base, _post(b'{"symbol": "A"}', f"Content-Length: {length}"))
+    assert status == 400, body
+    assert _stored(url) == 0
+
+
+def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(
+    service: tuple[str, str],
+) -> None:
+    base, url = service
+    # a client declares 400 MB and sends only the head: the answer comes without the body
+    status, body = _raw(base, _post(b"", "Content-Length: 400000000"))
+    assert status == 413
+    assert "body over" in body["error"]
+    assert _stored(url) == 0
+
+
+def test_a_chunked_upload_is_answered_at_the_limit_before_it_ends(
+    service: tuple[str, str],
+) -> None:
+    base, url = service
+    host, port = base.removeprefix("http://").split(":")
+    # given an upload with no length, 20 KiB sent in 1 KiB chunks and never finished
+    chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_post(chunk * 20, "Transfer-Encoding: chunked"))
+        # then the answer comes at the 16 KiB limit, without waiting for the rest
+        head = s.recv(65536)
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert _stored(url) == 0
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_a_400(service: tuple[str, str]) -> None:
+    base, url = service
+    nested = b"[" * 5000 + b"]" * 5000
+    status, body = _raw(base, _post(nested, f"Content-Length: {len(nested)}"))
+    assert status == 400, body
+    assert "nested too deep" in body["error"]
+    assert _stored(url) == 0
+
+
+@pytest.mark.parametrize("latency", [3600, -1, "nan", "x"])
+def test_a_latency_beyond_the_cap_is_refused(service: tuple[str, str], latency: Any) -> None:
+    base, url = service
+    status, body = call(base + "/quotes", {"symbol": "A", "latency": latency})
+    assert status == 400, body
+    assert "latency" in body["error"]
+    assert _stored(url) == 0
+
+
+def test_an_idempotency_key_names_a_job_of_its_own_client_only(service: tuple[str, str]) -> None:
+    base, url = service
+    # given two clients (two loopback addresses) sending the same Idempotency-Key
+    one = json.dumps({"symbol": "ONE"}).encode()
+    two = json.dumps({"symbol": "TWO"}).encode()
+    key = "Idempotency-Key: shared-7"
+    a = _raw(base, _post(one, key, f"Content-Length: {len(one)}"), source="127.0.0.1")
+    b = _raw(base, _post(two, key, f"Content-Length: {len(two)}"), source="127.0.0.2")
+    # then each gets its own job: the second client never sees the first one's result
+    assert a[1]["id"] != b[1]["id"]
+    assert b[1]["result"]["symbol"] == "TWO"
+    assert _stored(url) == 2

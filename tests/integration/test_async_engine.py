@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-import fsm.aio
-import fsm.waiting
+import fsm.service.aio
+import fsm.service.waiting
 from fsm import AsyncEngine, Engine, Owner, open_store
 from fsm.errors import BadInput, WaitTimeout
 from fsm.records import Job
@@ -98,8 +98,7 @@ def test_postgres_wait_wakes_on_notify_not_by_polling(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given: waits that would re-read only once a minute on their own
-    monkeypatch.setattr(fsm.waiting, "WAIT_RECHECK", 60.0)
-    monkeypatch.setattr(fsm.aio, "WAIT_RECHECK", 60.0)
+    monkeypatch.setattr(fsm.service.waiting, "WAIT_RECHECK", 60.0)
     engine = Engine(open_store(pg_url))
     try:
         sync_job, async_job = engine.submit("k", 1), engine.submit("k", 2)

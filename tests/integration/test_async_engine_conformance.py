@@ -128,6 +128,7 @@ def test_a_submit_through_the_async_engine_is_the_core_submit_decision(
         max_attempts=4,
         max_recoveries=engine.policy.recovery.max_recoveries,
         retry_safe=False,
+        retry_safe_pinned=False,
         deadline=None,
         timeout=None,
         idempotency_key="k-1",

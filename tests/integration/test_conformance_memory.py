@@ -11,7 +11,9 @@ from fsm.ports import Store
 from fsm.registry import open_store as open_by_url
 from fsm.testing.conformance import DroppableStoreConformance
 from fsm.testing.conformance_deps import DependencyConformance
+from fsm.testing.conformance_limits import LimitsConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
+from fsm.testing.conformance_unique import UniqueConformance
 from fsm.testing.stateful import run_comparison
 
 SENTINEL = "S3cr3t-Sentinel"
@@ -24,7 +26,11 @@ def test_the_comparison_machine_finds_two_memory_stores_in_agreement() -> None:
 
 
 class TestMemoryStoreConformance(
-    DroppableStoreConformance, ProgressStoreConformance, DependencyConformance
+    DroppableStoreConformance,
+    ProgressStoreConformance,
+    DependencyConformance,
+    LimitsConformance,
+    UniqueConformance,
 ):
     """The whole suite plus drop_schema; memory is one process: no cross-process checks."""
 

@@ -16,13 +16,21 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from adapters.postgres import _schema as pg_schema
+from adapters.postgres import migrations as pg_schema
 from adapters.sqlite import schema as sqlite_schema
 from fsm import Engine, open_store
 from fsm.records import JOB_FIELDS
 
-#: columns later migrations add (progress_json, on_failed_dependency, marks, reconciler)
-LATER_COLUMNS = ("progress_json", "on_failed_dependency", "marks", "reconciler")
+#: columns later migrations add (progress_json, on_failed_dependency, marks, reconciler,
+#: retry_safe_pinned)
+LATER_COLUMNS = (
+    "progress_json",
+    "on_failed_dependency",
+    "marks",
+    "reconciler",
+    "retry_safe_pinned",
+    "unique_key",
+)
 #: the columns of migration 1
 OLD_COLUMNS = [c for c in JOB_FIELDS if c not in LATER_COLUMNS]
 OLD_ROW = {
@@ -54,6 +62,7 @@ def _check_upgraded(url: str) -> None:
     try:
         old = engine.get(OLD_ROW["id"])
         assert (old.state, old.on_failed_dependency) == ("queued", None)
+        assert old.retry_safe_pinned is False  # a job from before the pin is not pinned
         waiting = engine.submit("k", 2, after=[old.id])
         assert waiting.state == "waiting"
         engine.cancel(old.id, actor="t", reason="upgrade test")

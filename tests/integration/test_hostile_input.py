@@ -24,8 +24,8 @@ from fsm import BadInput, Engine, KindPolicy, Worker, open_store
 from fsm.cli import cli
 from fsm.inputs import INT64_MAX
 from fsm.jsonio import MAX_DEPTH
-from fsm.owner import Identity
 from fsm.records import Job
+from fsm.service.identity import Identity
 
 QUEUE = "hostile"
 #: how many cases one property sees (the CI profile's size would take minutes here)

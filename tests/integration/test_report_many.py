@@ -11,8 +11,8 @@ import pytest
 
 from fsm import Engine, KindPolicy, LeaseLost, open_store
 from fsm.errors import TransientStoreError
-from fsm.owner import Identity
 from fsm.records import Decision, Job
+from fsm.service.identity import Identity
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -304,33 +304,33 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "core-batched-report-takes-the-stored-fence",
         "core",
-        "fsm/engine.py",
+        "fsm/service/batches.py",
         (
             (
-                "                decisions.append(decide(seen, event, now, self.policy, "
-                "spec=self.spec, **args))",
-                "                if reread:\n"
-                '                    args = {**args, "fence": seen.fence}\n'
-                "                decisions.append(decide(seen, event, now, self.policy, "
-                "spec=self.spec, **args))",
+                "            decisions.append(kernel.decide(seen, event, now, **args))",
+                "            if reread:\n"
+                '                args = {**args, "fence": seen.fence}\n'
+                "            decisions.append(kernel.decide(seen, event, now, **args))",
             ),
         ),
         ("memory",),
         "a batched report whose record moved is decided again with the stored fence",
     ),
-    # --- recovery sweep (fsm/recovery.py) and owner judgement ------------------------
+    # --- maintenance services (fsm/service/maintenance/) and owner judgement -----------
     Patch(
         "recovery-deadline-sweep-skips-leased-running",
         "recovery",
-        "fsm/recovery.py",
+        "fsm/service/maintenance/deadlines.py",
         (
             (
-                'request = ScanRequest(states=_states(engine, "deadline"), '
-                "deadline_passed_at=now, limit=limit)",
-                "states = tuple(\n"
-                '        s for s in _states(engine, "deadline") if s not in ("leased", "running")\n'
-                "    )\n"
-                "    request = ScanRequest(states=states, deadline_passed_at=now, limit=limit)",
+                'states=kernel.spec.sources("deadline"), deadline_passed_at=now, limit=limit',
+                "states=tuple(\n"
+                "                s\n"
+                '                for s in kernel.spec.sources("deadline")\n'
+                '                if s not in ("leased", "running")\n'
+                "            ),\n"
+                "            deadline_passed_at=now,\n"
+                "            limit=limit,",
             ),
         ),
         ("memory",),
@@ -339,11 +339,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "recovery-deadline-sweep-late",
         "recovery",
-        "fsm/recovery.py",
+        "fsm/service/maintenance/deadlines.py",
         (
             (
-                'deadline"), deadline_passed_at=now, limit=limit)',
-                'deadline"), deadline_passed_at=now - 60.0, limit=limit)',
+                'deadline"), deadline_passed_at=now, limit=limit',
+                'deadline"), deadline_passed_at=now - 60.0, limit=limit',
             ),
         ),
         ("memory",),
@@ -352,11 +352,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "recovery-verdict-applied-by-rereading",
         "recovery",
-        "fsm/recovery.py",
+        "fsm/service/maintenance/rescue.py",
         (
             (
-                "new = engine.expire_seen(\n            job,\n            verdict=",
-                "new = engine.expire_seen(\n            engine.get(job.id),\n            verdict=",
+                'new = decide_seen(kernel, job, "expire", **args)',
+                'new = decide_seen(kernel, kernel.store.get(job.id) or job, "expire", **args)',
             ),
         ),
         ("memory",),
@@ -366,7 +366,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "reconcile-failure-read-as-not-started",
         "recovery",
-        "fsm/reconcile.py",
+        "fsm/service/reconcile.py",
         (
             (
                 'return unknown(), clean_text(f"raised {type(err).__name__}: {err}")[:500]',
@@ -380,7 +380,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "owner-probe-failure-read-as-dead",
         "owner",
-        "fsm/owner.py",
+        "fsm/service/identity.py",
         (
             (
                 'return Verdict(Status.UNKNOWN, f"liveness probe failed: {err}")',
@@ -394,18 +394,11 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "executor-restart-delivers-late-results",
         "executors",
-        "adapters/executors.py",
+        "adapters/in_flight.py",
         (
             (
                 "live = gen is self._gen and gen.pop(token) is not None",
-                "live = gen.pop(token) is not None",
-            ),
-            (
-                "            old.records.clear()\n"
-                "            old.by_run.clear()\n"
-                "            for record in records:\n"
-                "                record.abandoned = True",
-                "            for record in records:\n                record.abandoned = True",
+                "live = gen.pop(token) is not None or record.abandoned",
             ),
         ),
         ("memory",),
@@ -468,7 +461,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "sqlite-apply-without-cas",
         "sqlite",
-        "adapters/sqlite/_sql.py",
+        "adapters/sqlite/sql.py",
         (
             (
                 'return f"UPDATE jobs SET {sets} WHERE id = ? AND version = ?"',
@@ -485,7 +478,7 @@ PATCHES: tuple[Patch, ...] = (
         (
             (
                 "                if entry is not None:\n"
-                "                    conn.execute(_AUDIT_INSERT, entry)\n"
+                "                    conn.execute(AUDIT_INSERT, entry)\n"
                 "                out.append(d.job)\n"
                 "        return out\n",
                 "                out.append(d.job)\n"
@@ -497,7 +490,7 @@ PATCHES: tuple[Patch, ...] = (
                 "        if entries:\n"
                 '            with self._write("apply audit") as conn:\n'
                 "                for entry in entries:\n"
-                "                    conn.execute(_AUDIT_INSERT, entry)\n"
+                "                    conn.execute(AUDIT_INSERT, entry)\n"
                 "        return out\n",
             ),
         ),
@@ -565,22 +558,21 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "postgres-audit-second-statement",
         "postgres",
-        "adapters/postgres/store.py",
+        "adapters/postgres/ops.py",
         (
             (
-                "        def body(conn: Conn) -> set[str]:\n"
-                "            statement, params = self._apply_statement(decisions)\n"
-                "            return {r[0] for r in conn.execute(statement, params).fetchall()}\n",
-                "        def body(conn: Conn) -> set[str]:\n"
-                "            bare = [attrs.evolve(d, entry=None) for d in decisions]\n"
-                "            statement, params = self._apply_statement(bare)\n"
-                "            done = {r[0] for r in conn.execute(statement, params).fetchall()}\n"
-                "            entries = [d.entry for d in decisions if d.entry and d.job.id in done]"
-                "\n"
-                "            if entries:\n"
-                "                conn.execute(self.sql.record, _audit_arrays(entries))\n"
-                "            return done\n",
+                "    body = ids(Run(*apply_statement(t.sql, decisions)))\n",
+                "    bare = [attrs.evolve(d, entry=None) for d in decisions]\n"
+                "    body = ids(Run(*apply_statement(t.sql, bare)))\n",
             ),
+            (
+                "    return (yield from outcomes(t, decisions, written))\n",
+                "    entries = [d.entry for d in decisions if d.entry and d.job.id in written]\n"
+                "    if entries:\n"
+                "        yield Run(t.sql.record, audit_arrays(entries), fetch=False)\n"
+                "    return (yield from outcomes(t, decisions, written))\n",
+            ),
+            ("from fsm.errors import", "import attrs\n\nfrom fsm.errors import"),
         ),
         ("postgres",),
         "apply writes the audit entries in a second statement (its own transaction)",
@@ -633,10 +625,25 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "rabbitmq-multiple-ack-below-unsettled",
         "rabbitmq",
-        "adapters/rabbitmq/consumer.py",
+        "adapters/rabbitmq/settling.py",
         (("floor = min(held, default=tags[-1] + 1)", "floor = tags[-1] + 1"),),
         AMQP,
         "a batched ack covers deliveries the worker has not settled yet",
+    ),
+    Patch(
+        "rabbitmq-outbox-failure-forgotten",
+        "rabbitmq",
+        "adapters/rabbitmq/outbox.py",
+        (
+            (
+                "                        self.failed += len(batch)\n"
+                "                        self.lost.extend(job.id for job in batch)\n",
+                "                        self.failed += len(batch)\n",
+            ),
+        ),
+        AMQP,
+        "an outbox batch whose publish failed is not kept for the repair sweep: its jobs "
+        "wait for repair_after instead of the next sweep",
     ),
     # --- dependencies (docs/dependencies.md) -------------------------------------------
     Patch(
@@ -666,6 +673,276 @@ PATCHES: tuple[Patch, ...] = (
         ),
         ("sqlite",),
         "insert checks a job's prerequisites but does not store them",
+    ),
+    # --- issue 36: the mechanisms the fault suite did not model before ------------------
+    Patch(
+        "registry-drop-by-job-id",
+        "registry",
+        "fsm/service/identity.py",
+        (
+            (
+                "            self._held.discard((job_id, fence))\n",
+                "            self._held = {k for k in self._held if k[0] != job_id}\n",
+            ),
+        ),
+        ("memory",),
+        "the held-run registry forgets a run by job id only: ending an old run forgets the "
+        "newer run of the same job, which the worker's own sweep then expires",
+    ),
+    Patch(
+        "reconcile-answer-under-current-fence",
+        "reconcile",
+        "fsm/service/maintenance/lost_runs.py",
+        (
+            (
+                "                    job.fence,\n                    answer.answer,\n",
+                "                    getattr(kernel.store.get(job.id), 'fence', job.fence),\n"
+                "                    answer.answer,\n",
+            ),
+        ),
+        ("memory",),
+        "a reconciler's answer is recorded under the job's current fence: an answer that "
+        "arrives after its claim moved wins",
+    ),
+    Patch(
+        "postgres-unknown-commit-taken-as-own",
+        "async",
+        "adapters/postgres/plan.py",
+        (
+            (
+                "        if stored.get(d.job.id) == d.job:\n",
+                "        if getattr(stored.get(d.job.id), 'version', -1) >= d.job.version:\n",
+            ),
+        ),
+        ("postgres",),
+        "after a broken connection, a write is taken as committed when the row is at or past "
+        "its version (another writer's change is read as its own)",
+    ),
+    Patch(
+        "schedules-last-tick-to-pass-time",
+        "schedules",
+        "fsm/service/maintenance/ticks.py",
+        (
+            (
+                "        tick = handled if handled is not None else record.last_tick\n",
+                "        tick = now if handled is not None else record.last_tick\n",
+            ),
+        ),
+        ("memory",),
+        "the last tick is advanced to the pass's time, not the newest tick submitted: "
+        "ticks the per-pass bound left are lost",
+    ),
+    Patch(
+        "schedules-catch-up-one-short",
+        "schedules",
+        "fsm/service/tick_times.py",
+        (
+            (
+                'keep = s.catch_up if s.missed == "catch_up" else 0',
+                'keep = s.catch_up - 1 if s.missed == "catch_up" else 0',
+            ),
+        ),
+        ("memory",),
+        "catch_up runs one missed tick fewer than the policy says",
+    ),
+    Patch(
+        "postgres-claim-by-ids-ignores-kinds",
+        "kinds",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                'f"AND ({due}) IS TRUE FOR UPDATE SKIP LOCKED) AS l LIMIT %(limit)s"',
+                "f\"AND ({due.replace('AND kind = ANY(%(kinds)s::text[]) ', '')}) IS TRUE \"\n"
+                '                    "FOR UPDATE SKIP LOCKED) AS l LIMIT %(limit)s"',
+            ),
+        ),
+        ("postgres",),
+        "a claim by ids ignores the kinds filter: a worker leases a job it has no handler for",
+    ),
+    Patch(
+        "sqlite-claim-by-ids-ignores-kinds",
+        "kinds",
+        "adapters/sqlite/store.py",
+        (
+            (
+                '    if request.kinds is not None:\n        where.append(f"kind IN',
+                "    if request.kinds is not None and request.ids is None:\n"
+                '        where.append(f"kind IN',
+            ),
+        ),
+        ("sqlite",),
+        "a claim by ids ignores the kinds filter",
+    ),
+    Patch(
+        "session-submit-outside-its-transaction",
+        "transactions",
+        "fsm/service/connections.py",
+        (
+            (
+                "        conn = conn.connection()  # the session's Connection, in its "
+                "transaction\n",
+                "        conn = conn.get_bind().connect()  # a Connection of the engine\n",
+            ),
+        ),
+        ("sqlite",),
+        "a submit on a SQLAlchemy Session joins a new connection of its engine, not the "
+        "session's transaction: the session's commit does not commit the job",
+    ),
+    Patch(
+        "memory-claim-priority-ignored",
+        "kinds",
+        "adapters/memory.py",
+        (("key=lambda j: (j.priority, j.run_after, j.id),", "key=lambda j: (j.run_after, j.id),"),),
+        ("memory",),
+        "a claim takes due jobs by age, not by priority",
+    ),
+    # --- flow control: global limits (issue 33, the limits model) -------------------
+    Patch(
+        "limits-claim-ignores-concurrency-by-one",
+        "limits",
+        "fsm/lifecycle/limits.py",
+        (("limit.concurrency - held)", "limit.concurrency - held + 1)"),),
+        ("memory", "sqlite"),
+        "a claim leases one job more than a concurrency limit allows: N+1 hold a slot",
+    ),
+    Patch(
+        "limits-rate-count-off-by-one",
+        "limits",
+        "fsm/lifecycle/limits.py",
+        (("limit.rate - recent)", "limit.rate - recent + 1)"),),
+        ("memory",),
+        "a claim grants one lease more than a rate allows within its window",
+    ),
+    Patch(
+        "limits-rate-window-short",
+        "limits",
+        "fsm/lifecycle/limits.py",
+        (("return now - limit.period", "return now - limit.period * 0.999"),),
+        ("memory",),
+        "the rate window is a little shorter than its period: a lease just before the end "
+        "of the period is not counted",
+    ),
+    Patch(
+        "limits-claim-stops-at-a-held-back-job",
+        "limits",
+        "adapters/claiming.py",
+        (("        if not held_back or len(rows) < wanted:\n            break", "        break"),),
+        ("memory",),
+        "a claim under limits stops after its first round: a limited kind at the head of "
+        "the queue blocks the other kinds behind it",
+    ),
+    # --- unique submits (issue 33 item 3, the unique model) ---------------------------
+    Patch(
+        "unique-live-scope-drops-retry-wait",
+        "unique",
+        "fsm/lifecycle/unique.py",
+        (
+            (
+                "    return tuple(s for s in lc.states if not lc.is_final(s))",
+                "    return tuple(s for s in lc.states"
+                ' if not lc.is_final(s) and s != "retry_wait")',
+            ),
+        ),
+        ("memory", "sqlite"),
+        "the live scope forgets retry_wait: a submit while its key's job waits to retry "
+        "stores a second live job",
+    ),
+    Patch(
+        "unique-window-closed-at-its-end",
+        "unique",
+        "fsm/records.py",
+        (
+            (
+                "            and job.created_at > self.since",
+                "            and job.created_at >= self.since",
+            ),
+        ),
+        ("memory",),
+        "a time window holds a job made exactly `period` ago: one per hour becomes one per "
+        "hour and a moment",
+    ),
+    # --- automatic retention (issue 33, docs/retention.md) ---------------------------
+    Patch(
+        "retention-lease-ignores-expiry",
+        "retention",
+        "adapters/memory_services.py",
+        (
+            (
+                "if held is not None and held.owner != owner and held.until > now:",
+                "if held is not None and held.owner != owner:",
+            ),
+        ),
+        ("memory",),
+        "the service lease never expires: a killed holder keeps retention from every worker",
+    ),
+    Patch(
+        "sqlite-retention-lease-ignores-holder",
+        "retention",
+        "adapters/sqlite/services.py",
+        (
+            (
+                '"WHERE service_leases.owner = excluded.owner OR service_leases.until <= ?"',
+                '"WHERE ? IS NOT NULL"',
+            ),
+        ),
+        ("sqlite",),
+        "the service lease's compare-and-set ignores its holder and expiry: two workers prune",
+    ),
+    Patch(
+        "postgres-retention-lease-ignores-expiry",
+        "retention",
+        "adapters/postgres/services.py",
+        (
+            (
+                '"WHERE held.owner = excluded.owner OR held.until <= %s RETURNING owner"',
+                '"WHERE held.owner = excluded.owner AND %s IS NOT NULL RETURNING owner"',
+            ),
+        ),
+        ("postgres",),
+        "the service lease never expires on PostgreSQL: a killed holder keeps it forever",
+    ),
+    Patch(
+        "retention-age-of-the-shortest-state",
+        "retention",
+        "fsm/service/maintenance/retention.py",
+        (
+            (
+                "            s: now - keep\n",
+                "            s: now - min(k for k in rule.values() if k is not None)\n",
+            ),
+        ),
+        ("memory",),
+        "every finished state is cut off at the shortest retention of any state",
+    ),
+    Patch(
+        "retention-pass-unbounded",
+        "retention",
+        "fsm/service/maintenance/retention.py",
+        (("            while self.batches < plan.max_batches:", "            while True:"),),
+        ("memory",),
+        "a retention pass runs batches until nothing is due, past its bound",
+    ),
+    # --- typed payloads (issue 33 item 5, docs/typed-payloads.md) ----------------------
+    Patch(
+        "payloads-int-takes-a-bool",
+        "payloads",
+        "fsm/payloads.py",
+        (
+            (
+                "int, _strict(int, lambda v: isinstance(v, int) and not isinstance(v, bool))",
+                "int, _strict(int, lambda v: isinstance(v, int))",
+            ),
+        ),
+        ("memory",),
+        "a field typed int takes true and false (a bool is an int in Python, not in JSON)",
+    ),
+    Patch(
+        "payloads-extra-keys-ignored",
+        "payloads",
+        "fsm/payloads.py",
+        (("make_converter(forbid_extra_keys=True)", "make_converter(forbid_extra_keys=False)"),),
+        ("memory",),
+        "keys that are not fields of an attrs payload type are dropped, not refused",
     ),
 )
 

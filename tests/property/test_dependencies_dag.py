@@ -26,9 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.memory import MemoryStore
-from fsm import open_store, recovery
+from fsm import open_store
 from fsm.clock import FakeClock
-from fsm.engine import Engine
 from fsm.errors import IllegalTransition
 from fsm.inputs import KindPolicy
 from fsm.lifecycle.core import decide
@@ -36,6 +35,8 @@ from fsm.lifecycle.invariants import trail_problems
 from fsm.policies import Policy, RetryPolicy
 from fsm.ports import Store, TracksDependencies
 from fsm.records import Job, Owner
+from fsm.service import maintenance as recovery
+from fsm.service.engine import Engine
 
 OUTCOMES = ("succeed", "fail", "ambiguous", "cancel")
 RULES = ("cancel", "run", "investigate")

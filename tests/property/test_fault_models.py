@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fsm.lifecycle.spec import lifecycle
-from fsm.testing.faults import FLAKY_TEXT, MODELS, SIZES, _explained, run_faults
+from fsm.testing.faults import FLAKY_TEXT, MODELS, SIZES, explained, run_faults
 from fsm.testing.faults_machine import FaultStats
 
 MODEL_NAMES = [m.name for m in MODELS]
@@ -47,7 +47,7 @@ def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> No
     # then every model ran, each promise family was checked, and coverage names every pair
     assert report.ok, report.failure
     assert set(report.models) == {"machine", *MODEL_NAMES}
-    for code in ("P1-P6", "R1", "R3", "V1", "C1", "K1", "K3", "X1", "I1"):
+    for code in ("P1-P6", "R1", "R3", "V1", "C1", "K1", "K3", "X1", "I1", "Q1", "Q3"):
         assert any(name.startswith(code) for name in report.checks), code
     assert set(report.coverage) == {f"{s}/{e}" for s, e in lifecycle().table}
     assert sum(1 for n in report.coverage.values() if n["decide"]) >= len(report.coverage) * 2 // 3
@@ -56,11 +56,33 @@ def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> No
     assert report.examples >= SIZES["quick"][0]
 
 
+@pytest.mark.parametrize("url", ["memory://", "sqlite:///scratch.db"])
+def test_the_commits_model_says_when_a_store_has_no_connection_to_break(url: str) -> None:
+    report = run_faults(url, size="quick", models=["commits"], machine=False)
+    assert report.ok
+    assert any("commits model not run" in n for n in report.notes)
+
+
+@pytest.mark.postgres
+def test_the_commits_model_breaks_connections_before_and_after_commit_on_both_paths(
+    pg_url: str,
+) -> None:
+    # when the commits model runs at its default size on PostgreSQL
+    report = run_faults(pg_url, size="default", models=["commits"], machine=False)
+    # then it broke connections before and after statements, blocking and async
+    assert report.ok, report.failure
+    broken = [f for f in report.faults if f.startswith("connection broken")]
+    assert any("after COMMIT" in f for f in broken), broken
+    assert any("(async " in f for f in broken), broken
+    assert any(f.startswith("connection broken after") and "(sync" in f for f in broken)
+    assert report.checks["U1 an answered write is what the store holds (connection broken)"]
+
+
 def test_a_flaky_report_is_explained_in_words() -> None:
     from hypothesis.errors import FlakyFailure
 
     err = FlakyFailure("Inconsistent results", [AssertionError("I1 job x: held twice")])
-    text = _explained(err)
+    text = explained(err)
     assert text.startswith(FLAKY_TEXT)
     assert "I1 job x: held twice" in text
     assert "Inconsistent results" not in text
@@ -69,10 +91,25 @@ def test_a_flaky_report_is_explained_in_words() -> None:
 def test_inconsistent_data_generation_is_explained_as_no_failure_found() -> None:
     from hypothesis.errors import FlakyStrategyDefinition
 
-    text = _explained(FlakyStrategyDefinition("Inconsistent data generation!"))
+    text = explained(FlakyStrategyDefinition("Inconsistent data generation!"))
     assert "Nothing was found broken" in text
     assert "Inconsistent data generation" not in text
 
 
 def test_fault_stats_start_empty() -> None:
     assert FaultStats().checks == {}
+
+
+def test_the_transactions_model_checks_commit_rollback_and_drop_and_says_when_it_cannot() -> None:
+    # given SQLite, whose store joins a caller's transaction (sqlite3 and SQLAlchemy)
+    report = run_faults(
+        "sqlite:///scratch.db", size="quick", models=["transactions"], machine=False
+    )
+    # then the jobs of each caller's transaction were checked against its ending
+    assert report.ok, report.failure
+    assert any(name.startswith("J1 ") for name in report.checks)
+    assert any(name.startswith("J2 ") for name in report.checks)
+    assert any("(session)" in fault for fault in report.faults)
+    # and a memory store, which joins no transaction, is named as not exercised
+    memory = run_faults("memory://", size="quick", models=["transactions"], machine=False)
+    assert any("transactions model not run" in n for n in memory.notes)

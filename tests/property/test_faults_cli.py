@@ -101,3 +101,35 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
     assert "state = FaultSuiteMachine()" in report.reproduction
     with pytest.raises(AssertionError, match=r"[ID]\d job"):
         exec(compile(report.reproduction, "repro.py", "exec"), {})
+
+
+def test_jobfsm_faults_without_the_testing_extra_names_the_extra() -> None:
+    # given an interpreter where hypothesis cannot be imported (the extra not installed)
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "from fsm.cli import main\n"
+        "sys.argv = ['jobfsm', 'faults', '--store', 'memory://', '--quick']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    # then the command says which extra to install, without a traceback
+    assert done.returncode != 0
+    assert "'testing' extra" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "ModuleNotFoundError" not in done.stderr
+
+
+def test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs() -> None:
+    # given the commits-free models that log by design (rejected stale reports, retries)
+    args = ("faults", "--store", "sqlite:///x.db", "--quick", "--model", "machine")
+    # when the command runs without and with --verbose
+    quiet, loud = jobfsm(*args), jobfsm(*args, "--verbose")
+    # then the default run prints a bar per model and no log lines; --verbose shows them
+    assert quiet.returncode == 0, quiet.stderr
+    assert loud.returncode == 0, loud.stderr
+    assert "  machine" in quiet.stderr
+    assert "WARNING" not in quiet.stderr
+    assert "Traceback" not in quiet.stderr
+    assert "WARNING" in loud.stderr, loud.stderr[-2000:]

@@ -2,7 +2,7 @@
 
 `fault_machine(..., engine="async")`: submit, submit_dependent, operator cancel,
 requeue and resolve go through `AsyncEngine(path="async")` (the loops of
-`fsm.steps` under `adrive`, over PostgreSQL's asyncio twin), and the store faults
+`fsm.service.plans` under `adrive`, over PostgreSQL's asyncio twin), and the store faults
 armed by the machine fire on the twin's calls as on the blocking store's. Every
 invariant is read back after every step, as in test_faults_postgres.py, at the size
 of that suite (a quarter of the profile's examples: 50 x 50 steps under `ci`) and
@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-from fsm import open_store, steps
-from fsm.aio import AsyncEngine
+from fsm import open_store
 from fsm.errors import BadInput, TransientStoreError, VersionConflict
+from fsm.service import plans
+from fsm.service.drivers import AsyncPerformer
 from fsm.testing import fault_machine, run_faults
 from fsm.testing.faults_async import FaultyAsyncStore
 from fsm.testing.profiles import run_machine
@@ -78,22 +79,17 @@ def test_the_async_mode_catches_a_broken_async_path(
     mode runs, then it fails: after a concurrent write injected before the twin's apply,
     the operator's compare-and-set re-reads a stale job until it gives up."""
     url = f"{pg_url}?pool_min=1&pool_max=2"
-    original = AsyncEngine._performer
+    original = AsyncPerformer.__call__
+    cache: dict[str, Any] = {}
 
-    def caching(self: AsyncEngine, store: Any, write: Any = None) -> Any:
-        perform = original(self, store, write)
-        cache: dict[str, Any] = {}
+    async def cached(self: AsyncPerformer, request: plans.Request) -> Any:
+        if not isinstance(request, plans.Read):
+            return await original(self, request)
+        if request.job_id not in cache:
+            cache[request.job_id] = await original(self, request)
+        return cache[request.job_id]
 
-        async def cached(request: steps.Request) -> Any:
-            if not isinstance(request, steps.Read):
-                return await perform(request)
-            if request.job_id not in cache:
-                cache[request.job_id] = await perform(request)
-            return cache[request.job_id]
-
-        return cached
-
-    monkeypatch.setattr(AsyncEngine, "_performer", caching)
+    monkeypatch.setattr(AsyncPerformer, "__call__", cached)
     find_only = settings(
         max_examples=200,  # stops at the first failure; the rule set moves where it falls
         stateful_step_count=50,

@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from fsm.owner import Identity
 from fsm.records import Job, Owner
+from fsm.service.identity import Identity
 from fsm.testing.hosts import SimulatedProcesses
 
 NOW = 1_000_000.0

@@ -1,56 +1,86 @@
-"""benchmarks.calls.Timed: one engine instance's calls, wall-clock against thread CPU."""
+"""benchmarks.calls.Timed: one engine instance's calls, wall-clock against thread CPU.
+
+The clocks are driven by hand: what is checked is the bookkeeping, not how long a
+call takes on this machine.
+"""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from benchmarks.calls import Timed
 
 
-class Engine:
-    """An engine stand-in whose claim waits `wait` seconds, then burns `burn` of CPU."""
+class Clocks:
+    """A wall clock and a CPU clock that move only when told."""
 
-    def __init__(self, wait: float, burn: float) -> None:
-        self.wait, self.burn = wait, burn
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+
+class Engine:
+    """An engine stand-in whose claim moves the clocks by `wait` + `burn` of wall-clock
+    time and `burn` of CPU."""
+
+    def __init__(self, clocks: Clocks, wait: float, burn: float) -> None:
+        self.clocks, self.wait, self.burn = clocks, wait, burn
 
     def claim(self, n: int) -> list[int]:
-        time.sleep(self.wait)
-        until = time.thread_time() + self.burn
-        while time.thread_time() < until:
-            pass
+        self.clocks.wall += self.wait + self.burn
+        self.clocks.cpu += self.burn
         return list(range(n))
 
 
+def timed(engine: Engine) -> Timed:
+    c = engine.clocks
+    return Timed(engine, "claim", wall=lambda: c.wall, cpu=lambda: c.cpu)
+
+
 def test_a_timed_call_splits_waiting_from_the_cpu_of_its_thread() -> None:
-    # given an engine whose claim sleeps 50 ms and then computes for 30 ms
-    engine = Engine(wait=0.05, burn=0.03)
-    timed = Timed(engine, "claim")
+    # given an engine whose claim waits 50 ms and then computes for 30 ms
+    engine = Engine(Clocks(), wait=0.05, burn=0.03)
+    claims = timed(engine)
     # when it claims 10 jobs twice
     assert engine.claim(10) == list(range(10))
     engine.claim(10)
     # then the calls, the jobs, and wall-clock against CPU are counted apart
-    assert (timed.calls, timed.jobs) == (2, 20)
-    assert timed.cpu == pytest.approx(0.06, abs=0.02)
-    assert timed.wall == pytest.approx(0.16, abs=0.05)
-    wall, cpu = timed.per_job()
-    assert wall > cpu > 0
-    assert wall == pytest.approx(timed.wall / 20 * 1e6)
-    assert "2 calls of 10.0 jobs" in timed.line()
+    assert (claims.calls, claims.jobs) == (2, 20)
+    assert claims.cpu == pytest.approx(0.06)
+    assert claims.wall == pytest.approx(0.16)
+    assert claims.per_job() == pytest.approx((8000.0, 3000.0))  # us per job
+    assert claims.line() == (
+        "Engine.claim: 2 calls of 10.0 jobs; 8000.0 us/job wall-clock, 3000.0 us/job CPU "
+        "of the calling thread, 5000.0 us/job waiting (62%)"
+    )
 
 
 def test_timing_one_engine_leaves_other_instances_and_reset_starts_over() -> None:
     # given two engines, one of them timed, with calls made before a reset
-    timed_one, other = Engine(wait=0.0, burn=0.0), Engine(wait=0.0, burn=0.0)
-    timed = Timed(timed_one, "claim")
+    clocks = Clocks()
+    timed_one, other = Engine(clocks, 0.01, 0.01), Engine(clocks, 0.01, 0.01)
+    claims = timed(timed_one)
     timed_one.claim(3)
-    timed.reset()
+    claims.reset()
     # when both claim
     timed_one.claim(5)
     other.claim(7)
     # then only the timed engine's call after the reset counts
-    assert (timed.calls, timed.jobs) == (1, 5)
+    assert (claims.calls, claims.jobs) == (1, 5)
     assert not isinstance(other.__dict__.get("claim"), Timed)
     # and per_job can divide by the jobs of a whole drain instead
-    assert timed.per_job(10)[0] == pytest.approx(timed.wall / 10 * 1e6)
+    assert claims.per_job(10) == pytest.approx((2000.0, 1000.0))
+
+
+def test_a_call_that_raises_is_timed_and_counted_without_jobs() -> None:
+    class Failing(Engine):
+        def claim(self, n: int) -> list[int]:
+            self.clocks.wall += 0.5
+            raise RuntimeError("store down")
+
+    engine = Failing(Clocks(), 0, 0)
+    claims = timed(engine)
+    with pytest.raises(RuntimeError, match="store down"):
+        engine.claim(3)
+    assert (claims.calls, claims.jobs, claims.wall) == (1, 0, 0.5)
+    assert "0 calls" not in claims.line()

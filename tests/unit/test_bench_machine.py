@@ -1,89 +1,120 @@
 """benchmarks.machine: the whole machine's CPU over a window, split per component.
 
-Real processes burn real CPU here; the figures come from /proc as in a benchmark run.
+The arithmetic is checked on scripted readings; one run on this machine's /proc
+checks that the parts are read and that the figures follow from them, never what
+share any part gets (that moves with whatever else the machine is doing).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
+from collections.abc import Callable
 
 import pytest
 
 from benchmarks.machine import (
     CLIENT,
     CORES,
+    MACHINE_FACT,
     OTHER,
     SERVERS,
     WORKERS,
     Meter,
-    machine_cpu,
+    machine_fact,
     process_cpu,
 )
 
-BURN_S = 0.6  # CPU seconds the stand-in worker burns
-TICK_S = 0.02  # two of /proc's 10 ms ticks: the reading's granularity
-
-BURNER = f"""
-import sys, time
-print("ready", flush=True)
-sys.stdin.readline()  # burns only once the meter runs: its start-up is not counted
-end = time.process_time() + {BURN_S}
-while time.process_time() < end:
-    pass
-print("done", flush=True)
-sys.stdin.read()  # stays alive (and readable in /proc) until the test closes stdin
-"""
+PG, RABBIT = SERVERS["postgres"], SERVERS["beam.smp"]
 
 
-def _burner() -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, "-c", BURNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+def scripted(*readings: dict[str, float]) -> Callable[[Callable[[], float]], dict[str, float]]:
+    """A reader that hands out `readings` in turn (CPU seconds so far of each part)."""
+    left = list(readings)
+    return lambda _workers: left.pop(0)
+
+
+def reading(*seconds: float) -> dict[str, float]:
+    """CPU seconds so far of the workers, PostgreSQL, RabbitMQ, this process, and the
+    machine's busy and idle time."""
+    return dict(zip((WORKERS, PG, RABBIT, CLIENT, "busy", "idle"), seconds, strict=True))
+
+
+def test_each_part_is_its_cpu_over_the_window_per_job_and_the_rest_is_the_unnamed_busy_time() -> (
+    None
+):
+    # given a window in which the workers spent 2 s, PostgreSQL 1 s, RabbitMQ 0.5 s,
+    # this process 0.25 s, and the cores were busy 4 s and idle 4 s in all
+    meter = Meter(
+        scripted(reading(10, 20, 30, 40, 100, 50), reading(12, 21, 30.5, 40.25, 104, 54)),
+        cores=2,
     )
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "ready"
-    return child
+    meter.start(lambda: 0.0)
+    # when it stops after 1,000 jobs
+    meter.stop(jobs=1000)
+    # then each part is microseconds per job, and the rest is what no part accounts for
+    assert meter.per_job == pytest.approx(
+        {WORKERS: 2000, PG: 1000, RABBIT: 500, CLIENT: 250, OTHER: 250}
+    )
+    assert meter.total == pytest.approx(4000)  # the busy time per job: parts add up to it
+    assert meter.busy == pytest.approx(0.5)
+    assert meter.ceiling == pytest.approx(2 * 1e6 / 4000)  # 2 cores at 4 ms per job
 
 
-def test_the_worker_and_a_bystander_land_in_their_shares_which_add_up_to_the_busy_machine() -> None:
-    worker, bystander = _burner(), _burner()  # the bystander is no named component
-    try:
-        meter = Meter()
-        busy_before, _ = machine_cpu()
-        meter.start(lambda: process_cpu(worker.pid))
-        for child in (worker, bystander):
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in (worker, bystander):
-            assert child.stdout is not None
-            assert child.stdout.readline().strip() == "done"
-        meter.stop(jobs=2)
-        busy = machine_cpu()[0] - busy_before
-    finally:
-        for child in (worker, bystander):
-            child.communicate("", timeout=30)
+def test_parts_that_overshoot_the_busy_time_leave_no_negative_rest() -> None:
+    # given readings in which the named parts add up to more than the machine's busy
+    # time (each part's /proc ticks are sampled apart)
+    meter = Meter(scripted(reading(0, 0, 0, 0, 0, 0), reading(1, 0.5, 0, 0, 1.2, 0.8)), cores=2)
+    meter.start(lambda: 0.0)
+    meter.stop(jobs=10)
+    # then the rest is zero, never negative, and the total is the parts' sum
+    assert meter.per_job[OTHER] == 0
+    assert meter.total == pytest.approx(150_000)
+    assert meter.busy == pytest.approx(0.6)
+
+
+def test_an_idle_window_has_no_ceiling_and_no_busy_share() -> None:
+    meter = Meter(scripted(reading(1, 1, 1, 1, 5, 5), reading(1, 1, 1, 1, 5, 5)), cores=2)
+    meter.start(lambda: 0.0)
+    meter.stop(jobs=1)
+    assert meter.total == 0
+    assert (meter.busy, meter.ceiling) == (0.0, 0.0)
+
+
+def test_the_workers_reading_is_the_callable_given_at_start() -> None:
+    # given a meter reading the real parts but a scripted worker count
+    seen = iter([3.0, 5.0])
+    meter = Meter()
+    meter.start(lambda: next(seen))
+    meter.stop(jobs=2)
+    # then the workers' share is that callable's difference, per job
+    assert meter.per_job[WORKERS] == pytest.approx(1e6)
+
+
+def test_a_row_keeps_the_median_of_each_part_over_its_repeats() -> None:
+    meters = []
+    for workers, busy in ((1.0, 0.4), (3.0, 0.6), (2.0, 0.9)):
+        m = Meter(scripted(reading(0, 0, 0, 0, 0, 0), reading(workers, 0, 0, 0, workers, 1)))
+        m.start(lambda: 0.0)
+        m.stop(jobs=1)
+        m.busy = busy
+        meters.append(m)
+    fact = machine_fact(meters)[MACHINE_FACT]
+    assert fact[WORKERS] == 2e6
+    assert fact["all"] == 2e6
+    assert fact["cores busy"] == "60%"
+    assert machine_fact([]) == {}
+
+
+def test_a_window_on_this_machine_reads_every_part_and_its_figures_follow_from_them() -> None:
+    # given a window over some work of this process
+    meter = Meter()
+    meter.start(process_cpu)
+    sum(i * i for i in range(200_000))
+    meter.stop(jobs=4)
+    # then every part was read, none is negative, and the derived figures follow
     parts = meter.per_job
     assert set(parts) == {WORKERS, *SERVERS.values(), CLIENT, OTHER}
-    # per job: each child's CPU over the window, halved by jobs=2
-    assert parts[WORKERS] == pytest.approx(BURN_S / 2 * 1e6, abs=TICK_S / 2 * 1e6)
-    assert parts[OTHER] == pytest.approx(BURN_S / 2 * 1e6, abs=2 * CORES * TICK_S / 2 * 1e6)
     assert all(v >= 0 for v in parts.values())
-    # the named shares and the rest together are the machine's busy time (per job)
-    assert meter.total * 2 / 1e6 == pytest.approx(busy, abs=CORES * TICK_S)
-    # two burning children kept most of the machine's cores busy through the window
-    assert meter.busy >= 0.2
-    assert meter.busy <= 1.0
-    assert meter.ceiling == pytest.approx(CORES * 1e6 / meter.total)
-
-
-def test_this_process_is_the_client_share() -> None:
-    meter = Meter()
-    meter.start(lambda: 0.0)
-    end = time.process_time() + 0.3
-    while time.process_time() < end:
-        pass
-    meter.stop(jobs=1)
-    assert meter.per_job[WORKERS] == 0
-    assert meter.per_job[CLIENT] == pytest.approx(0.3e6, abs=TICK_S * 1e6)
+    assert meter.total == pytest.approx(sum(parts.values()))
+    assert 0 <= meter.busy <= 1
+    if meter.total:
+        assert meter.ceiling == pytest.approx(CORES * 1e6 / meter.total)

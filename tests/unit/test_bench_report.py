@@ -141,10 +141,14 @@ def test_a_cpu_goal_shows_the_floor_the_same_run_measured_beside_it() -> None:
     shown, ok = got["worker CPU per no-op job, PostgreSQL polling, 1 worker"]
     # then the verdict is the worker's, with the floor's median beside it
     assert ok is False
-    assert shown == "104 us (floor, throughput.engine.postgres.batched.cpu: 72.0 us)"
+    assert shown == (
+        "104 us (100-110 over 3 repeats) (floor, throughput.engine.postgres.batched.cpu: 72.0 us)"
+    )
     # and without the floor's row, the figure alone
     alone = {label: shown for label, shown, _b, _ok in Report([cpu]).verdicts()}
-    assert alone["worker CPU per no-op job, PostgreSQL polling, 1 worker"] == "104 us"
+    assert alone["worker CPU per no-op job, PostgreSQL polling, 1 worker"] == (
+        "104 us (100-110 over 3 repeats)"
+    )
 
 
 def test_recovery_p99_is_the_nearest_rank_so_one_slow_run_of_five_fails_it() -> None:
@@ -270,8 +274,8 @@ def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
         claims.append((claim, why))
         return [m("throughput.raw.postgres.batched.process", 1.0)]
 
-    def path(system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
-        claims.append((claim, f"engine path: {why}"))
+    def path(store: str, system: str, cfg: Config, claim: int, why: str) -> list[Measurement]:
+        claims.append((claim, f"engine path of {store}: {why}"))
         return [m(f"throughput.engine.{system}.batched.cpu", 90.0, unit="us/job")]
 
     monkeypatch.setattr(throughput, "process_rate", rate)
@@ -282,7 +286,7 @@ def test_the_batched_raw_baseline_claims_as_many_as_the_winning_threads(
     # then the raw baseline and the engine path alone run beside it in claims of 128,
     # and say why
     why = "128, the threads per process of the 1-worker row's best shape"
-    assert claims == [(128, why), (128, f"engine path: {why}")]
+    assert claims == [(128, why), (128, f"engine path of postgres: {why}")]
     assert [r.key for r in rows][-2:] == [
         "throughput.raw.postgres.batched.process",
         "throughput.engine.postgres.batched.cpu",

@@ -9,7 +9,8 @@ import attrs
 import pytest
 
 from fsm.errors import BadInput, IllegalTransition, LeaseLost, OperatorError
-from fsm.lifecycle.core import ENTRY_FIELDS, _data_json, decide, replay
+from fsm.jsonio import canonical
+from fsm.lifecycle.core import ENTRY_FIELDS, decide, replay
 from fsm.lifecycle.rules import EFFECTS, GUARDS
 from fsm.lifecycle.spec import lifecycle
 from fsm.policies import Backoff, LeasePolicy, Policy, RetryPolicy
@@ -331,14 +332,15 @@ def test_evolve_job_matches_attrs_evolve() -> None:
 def test_a_decision_since_another_record_matches_attrs_evolve() -> None:
     submitted = decide(
         None, "submit", NOW, policy(), id="J", kind="k", payload_json="{}",
-        after=("a",), on_failed_dependency="cancel",
+        after=("a",), on_failed_dependency="cancel", unique="u",
     )  # fmt: skip
     other = job_in("leased")
     # every field of a Decision is set, none to its default
     assert submitted.prerequisites
     assert submitted.entry is not None
+    assert submitted.unique is not None
     fields = [f.name for f in attrs.fields(Decision)]
-    assert fields == ["job", "entry", "event", "previous", "prerequisites"], (
+    assert fields == ["job", "entry", "event", "previous", "prerequisites", "unique"], (
         "a new Decision field must be carried by Decision.since"
     )
     assert submitted.since(other) == attrs.evolve(submitted, previous=other)
@@ -405,7 +407,7 @@ def replay_start(leased: Job, data: dict[str, object]) -> Job:
     return decide(leased, "start", NOW, policy(), **data).job
 
 
-def test_start_kind_policy_never_loosens_and_keeps_the_running_attempt_within_budget() -> None:
+def test_start_kind_policy_never_loosens_a_bound_and_keeps_the_attempt_within_budget() -> None:
     leased = job_in(
         "leased", retry_safe=False, attempt=4, max_attempts=5, recoveries=2, timeout=1.0
     )
@@ -415,13 +417,44 @@ def test_start_kind_policy_never_loosens_and_keeps_the_running_attempt_within_bu
         NOW,
         policy(),
         fence=2,
-        kind_policy={"retry_safe": True, "max_attempts": 2, "max_recoveries": 0, "timeout": 9},
+        kind_policy={"retry_safe": False, "max_attempts": 2, "max_recoveries": 0, "timeout": 9},
     )
     assert d.job.retry_safe is False
     assert d.job.attempt == 5
     assert d.job.max_attempts == 5  # the attempt being started stays within its budget
     assert d.job.max_recoveries == 2  # the recoveries already counted stay within it too
     assert d.job.timeout == 1.0
+
+
+def test_start_stamps_a_retry_safe_handler_over_a_fail_closed_default() -> None:
+    # given a job stored fail-closed by a submitter that did not know its kind
+    leased = job_in("leased", retry_safe=False)
+    # when a worker whose handler is retry-safe starts it
+    d = decide(leased, "start", NOW, policy(), fence=2, kind_policy={"retry_safe": True})
+    # then the handler's policy is the job's, and its start entry says so
+    assert d.job.retry_safe is True
+    assert d.entry is not None
+    assert d.entry.data["effective_policy"]["retry_safe"] is True
+    assert "retry_safe_pinned" not in d.entry.data["effective_policy"]
+    assert replay_start(leased, d.entry.data) == d.job
+
+
+def test_start_never_loosens_a_retry_safe_false_the_submitter_pinned() -> None:
+    # given a job submitted with an explicit retry_safe=False
+    leased = job_in("leased", retry_safe=False, retry_safe_pinned=True)
+    # when a worker whose handler is retry-safe starts it
+    d = decide(leased, "start", NOW, policy(), fence=2, kind_policy={"retry_safe": True})
+    # then it stays not retry-safe, and the start entry names the pin as the reason
+    assert (d.job.retry_safe, d.job.retry_safe_pinned) == (False, True)
+    assert d.entry is not None
+    assert d.entry.data["effective_policy"]["retry_safe"] is False
+    assert d.entry.data["effective_policy"]["retry_safe_pinned"] is True
+
+
+def test_start_by_a_handler_that_is_not_retry_safe_tightens_a_job_said_safe() -> None:
+    leased = job_in("leased", retry_safe=True)
+    d = decide(leased, "start", NOW, policy(), fence=2, kind_policy={"retry_safe": False})
+    assert d.job.retry_safe is False
 
 
 def test_start_without_a_kind_policy_leaves_the_stored_one() -> None:
@@ -473,14 +506,14 @@ def test_start_refuses_a_malformed_kind_policy(kind_policy: object, named: str) 
 )
 def test_audit_data_is_the_canonical_json_of_the_checking_encoder(data: dict[str, Any]) -> None:
     expected = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    assert _data_json(data) == expected
+    assert canonical(data, lenient=True) == expected
 
 
 def test_audit_data_with_a_cycle_is_refused_by_name() -> None:
     data: dict[str, Any] = {"a": 1}
     data["self"] = data
     with pytest.raises(ValueError, match="Circular reference"):
-        _data_json(data)
+        canonical(data, lenient=True)
 
 
 def test_every_rule_resolves_the_guards_and_effects_the_spec_names() -> None:
@@ -516,5 +549,31 @@ def test_decide_builds_audit_entries_and_decisions_in_their_field_order() -> Non
         outcome="applied",
         data_json=d.entry.data_json,
         code="handler_error",
+        stage="handler",
     )
     assert (d.job.state, d.event, d.previous) == ("retry_wait", "fail", running)
+
+
+def test_every_failure_entry_records_the_stage_of_the_state_it_left() -> None:
+    # issue 37 item 11: claim, start, handler, report and recovery
+    pol = policy()
+    lost = {"verdict": "dead", "reason": "pid gone"}
+    cases = [
+        (decide(job_in("queued", deadline=NOW - 1), "deadline", NOW, pol), "claim"),
+        (decide(job_in("leased", lease_until=NOW - 1), "expire", NOW, pol, **lost), "start"),
+        (decide(job_in("running"), "fail", NOW, pol, fence=2, error="boom"), "handler"),
+        (decide(job_in("running"), "ambiguous", NOW, pol, fence=2, error="?"), "handler"),
+        (decide(job_in("running", lease_until=NOW - 1), "expire", NOW, pol, **lost), "handler"),
+        (decide(job_in("reconciling", lease_until=NOW - 1), "expire", NOW, pol), "recovery"),
+    ]
+    for d, stage in cases:
+        assert d.entry is not None
+        assert (d.entry.event, d.entry.stage) == (d.event, stage), d.entry
+    # a stale report is rejected at the report stage
+    with pytest.raises(LeaseLost) as raised:
+        decide(job_in("running"), "succeed", NOW, pol, fence=1)
+    assert raised.value.entry.stage == "report"  # type: ignore[attr-defined]
+    # and the entries of ordinary steps carry none
+    ok = decide(job_in("running"), "succeed", NOW, pol, fence=2)
+    assert ok.entry is not None
+    assert ok.entry.stage is None

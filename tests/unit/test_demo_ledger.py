@@ -65,3 +65,52 @@ def test_a_symlink_out_of_the_demo_directory_is_refused(tmp_path: Path) -> None:
     (home / LEDGER_NAME).symlink_to(outside)
     with pytest.raises(ValueError, match="not effects/ inside"):
         Ledger(home / LEDGER_NAME, demo_dir=home)
+
+
+def _demo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("JOBFSM_DEMO_DIR", raising=False)
+    home = tmp_path / "jobfsm-demo-x"
+    home.mkdir(mode=0o700)
+    return home
+
+
+def test_a_demo_directory_of_this_user_is_accepted_without_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _demo_home(tmp_path, monkeypatch)
+
+    assert Ledger(home / LEDGER_NAME).commit("J1", 1, 1, "x") == COMMITTED
+
+
+def test_a_demo_directory_another_user_made_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a jobfsm-demo* directory whose owner is not the user running the handler
+    home = _demo_home(tmp_path, monkeypatch)
+    monkeypatch.setattr("os.getuid", lambda: home.stat().st_uid + 1)
+
+    with pytest.raises(ValueError, match="of this user"):
+        Ledger(home / LEDGER_NAME)
+    assert not (home / LEDGER_NAME).exists()
+
+
+def test_a_demo_directory_others_can_write_to_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _demo_home(tmp_path, monkeypatch)
+    home.chmod(0o777)
+
+    with pytest.raises(ValueError, match="writable by no other"):
+        Ledger(home / LEDGER_NAME)
+
+
+def test_a_symlink_planted_as_the_lock_file_is_not_followed(tmp_path: Path) -> None:
+    # given a lock file name pointing at a file outside the ledger
+    ledger = Ledger(tmp_path / LEDGER_NAME, demo_dir=tmp_path)
+    target = tmp_path / "victim"
+    (tmp_path / LEDGER_NAME / "J1.lock").symlink_to(target)
+
+    # when a handler commits that job, the open refuses the symlink
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        ledger.commit("J1", 1, 1, "x")
+    assert not target.exists()

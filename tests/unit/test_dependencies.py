@@ -133,8 +133,8 @@ class _Recorder:
 def test_a_released_job_is_announced_to_the_delivery_like_a_new_one() -> None:
     from adapters.memory import MemoryStore
     from fsm.clock import FakeClock
-    from fsm.engine import Engine
     from fsm.records import Owner
+    from fsm.service.engine import Engine
 
     # given: a dependent waiting for one job, on an engine with a delivery
     delivery = _Recorder()
@@ -156,8 +156,8 @@ def test_a_released_job_is_announced_to_the_delivery_like_a_new_one() -> None:
 def test_a_job_whose_prerequisites_already_succeeded_is_announced_once() -> None:
     from adapters.memory import MemoryStore
     from fsm.clock import FakeClock
-    from fsm.engine import Engine
     from fsm.records import Owner
+    from fsm.service.engine import Engine
 
     delivery = _Recorder()
     engine = Engine(MemoryStore(), clock=FakeClock(), publisher=delivery)

@@ -9,7 +9,7 @@ import pytest
 
 from adapters.memory import MemoryStore
 from fsm import Engine, FakeClock, Owner
-from fsm.diagram import (
+from fsm.display.diagram import (
     DiagramError,
     edge_counts,
     path_steps,

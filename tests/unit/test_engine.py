@@ -25,7 +25,7 @@ from fsm import (
     UnknownKind,
 )
 from fsm.lifecycle.core import replay, same_except_heartbeats
-from fsm.recovery import sweep
+from fsm.service.maintenance import sweep
 
 from .helpers import OTHER, OWNER, sweeper_on
 
@@ -354,6 +354,7 @@ def test_a_transition_log_line_carries_the_kind_and_the_errors_first_line(
     with caplog.at_level("INFO", logger="fsm.transitions"):
         engine.fail(job_id, fence, "ValueError: bad row 7\nTraceback (most recent call last):\n...")
     (record,) = [r for r in caplog.records if "fail" in r.getMessage()]
-    assert record.getMessage().endswith("running -> retry_wait: ValueError: bad row 7")
+    # the first line, marked as cut (" …": the traceback follows in the audit entry)
+    assert record.getMessage().endswith("running -> retry_wait: ValueError: bad row 7 …")
     assert record.jobfsm["kind"] == "email"  # type: ignore[attr-defined]
-    assert record.jobfsm["error"] == "ValueError: bad row 7"  # type: ignore[attr-defined]
+    assert record.jobfsm["error"] == "ValueError: bad row 7 …"  # type: ignore[attr-defined]

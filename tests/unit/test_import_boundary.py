@@ -43,7 +43,7 @@ def test_no_module_of_fsm_imports_an_adapter_or_a_driver() -> None:
 
 def test_importing_fsm_and_its_cli_loads_no_driver() -> None:
     code = (
-        "import sys, fsm, fsm.cli, fsm.engine, fsm.registry\n"
+        "import sys, fsm, fsm.cli, fsm.service.engine, fsm.registry\n"
         f"bad = [m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r}]\n"
         "print(bad)\n"
     )

@@ -95,9 +95,10 @@ def test_spec_table_matches_the_hand_written_table() -> None:
     assert compiled == EXPECTED
 
 
-def test_operator_events_are_exactly_requeue_resolve_and_erase() -> None:
+def test_operator_events_are_exactly_cancel_requeue_resolve_and_erase() -> None:
     lc = lifecycle()
-    assert {e for e, spec in lc.events.items() if spec.operator} == {"requeue", "resolve", "erase"}
+    operators = {e for e, spec in lc.events.items() if spec.operator}
+    assert operators == {"cancel", "requeue", "resolve", "erase"}
     assert {e for e, spec in lc.events.items() if not spec.audited} == {"heartbeat"}
 
 

@@ -13,16 +13,9 @@ from fsm import BadInput, Engine, FakeClock, KindPolicy, LeaseLost, Owner, Polic
 from fsm.lifecycle.invariants import trail_problems
 from fsm.lifecycle.outside import MAX_MARKS
 from fsm.lifecycle.spec import lifecycle
-from fsm.reconcile import (
-    LostRun,
-    Reconciler,
-    done,
-    not_started,
-    still_running,
-    unknown,
-)
 from fsm.records import Job
-from fsm.recovery import sweep
+from fsm.service.maintenance import sweep
+from fsm.service.reconcile import LostRun, Reconciler, done, not_started, still_running, unknown
 
 from .helpers import sweeper_on
 
@@ -434,7 +427,7 @@ def test_without_a_final_check_a_run_over_its_budget_is_investigated_unasked() -
 
 
 def test_a_job_paths_diagram_names_its_marks_by_step() -> None:
-    from fsm.diagram import path_marks, path_steps, render_mermaid
+    from fsm.display.diagram import path_marks, path_steps, render_mermaid
 
     engine, _ = engine_with_clock()
     job = running(engine)
@@ -471,7 +464,7 @@ def test_a_sweep_without_the_kinds_reconciler_leaves_the_lost_run_to_one_that_ha
 
 
 def test_without_any_worker_that_has_the_reconciler_the_run_is_parked_after_the_grace() -> None:
-    from fsm.recovery import RECONCILE_DEFER
+    from fsm.service.maintenance.rescue import RECONCILE_DEFER
 
     engine, clock = engine_with_clock()
     job = engine.submit("pay", {"amount": 5})
@@ -491,7 +484,7 @@ def test_without_any_worker_that_has_the_reconciler_the_run_is_parked_after_the_
 def test_with_an_asker_the_sweep_does_not_wait_and_its_own_judge_keeps_the_claim() -> None:
     import threading
 
-    from fsm.reconcile import Asker
+    from fsm.service.reconcile import Asker
 
     engine, clock = engine_with_clock()
     job = marked_and_lost(engine, clock)

@@ -32,7 +32,7 @@ def test_one_read_of_the_operating_system_serves_a_block_of_ids(
         return real(n)
 
     monkeypatch.setattr(records.os, "urandom", counted)
-    entropy = records._Entropy()
+    entropy = records.Entropy()
     # when 2 blocks' worth of ids and one more take their 10 random bytes each
     per_block = ENTROPY_BLOCK // 10
     taken = [entropy.take(10) for _ in range(2 * per_block + 1)]

@@ -1,4 +1,4 @@
-"""Owner identity and liveness verdicts (fsm.owner), with real processes and a real fork."""
+"""Owner identity and liveness verdicts (fsm.service.identity): real processes, a real fork."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from fsm import owner as owner_mod
-from fsm.owner import HOST_ENV, Identity, Status, host_identity
 from fsm.records import Owner
+from fsm.service import identity as owner_mod
+from fsm.service.identity import HOST_ENV, Identity, Status, host_identity
 
 
 def _dead_pid() -> int:

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from adapters.child_progress import PROGRESS_EVERY, ChildOut
+from adapters.child_pipe import PROGRESS_EVERY, ChildOut
 from adapters.memory import MemoryStore
 from fsm import Engine, LeasePolicy, Policy, RecoveryPolicy
 from fsm.errors import PayloadError
-from fsm.owner import Identity
 from fsm.ports import Outcome, ProgressRequest
-from fsm.progress import progress_of
 from fsm.records import Job
+from fsm.service.identity import Identity
+from fsm.service.progress import progress_of
 from fsm.worker import Worker
 from fsm.worker.context import Context
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fsm.diagram import render_codes
+from fsm.display.diagram import render_codes
 from fsm.lifecycle.codes import CODE_RULES
 from fsm.lifecycle.spec import check_spec, lifecycle
 

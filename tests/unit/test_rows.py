@@ -1,10 +1,10 @@
-"""The shared record <-> row helpers of the SQL stores (adapters/_rows.py)."""
+"""The shared record <-> row helpers of the SQL stores (adapters/rows.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters._rows import (
+from adapters.rows import (
     JOB_COLUMNS,
     job_from_row,
     job_from_values,

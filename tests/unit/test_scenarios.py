@@ -31,7 +31,7 @@ from fsm import (
 )
 from fsm.lifecycle.invariants import trail_problems
 from fsm.lifecycle.spec import lifecycle
-from fsm.recovery import sweep
+from fsm.service.maintenance import sweep
 from fsm.testing.faults_store import FaultyStore
 
 from .helpers import sweeper_on, token_free

@@ -79,12 +79,13 @@ def test_a_broken_spec_names_the_file_and_the_offending_key(
 def test_a_non_operator_event_on_a_terminal_state_is_refused(tmp_path: Path) -> None:
     path = broken(
         tmp_path,
-        'from = ["queued", "retry_wait", "leased"]\nto = "cancelled"',
-        'from = ["queued", "retry_wait", "leased", "succeeded"]\nto = "cancelled"',
+        'from = ["queued", "leased", "running", "retry_wait", "cancelling"]\nto = "failed"',
+        'from = ["queued", "leased", "running", "retry_wait", "cancelling", "succeeded"]\n'
+        'to = "failed"',
     )
     _, problems = check_spec(path)
     assert any(
-        p.key == "events.cancel" and "terminal state 'succeeded'" in p.problem for p in problems
+        p.key == "events.deadline" and "terminal state 'succeeded'" in p.problem for p in problems
     )
 
 

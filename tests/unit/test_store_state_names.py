@@ -22,7 +22,7 @@ def _sources(lc: Lifecycle, event: str) -> set[str]:
 
 
 def _dest(lc: Lifecycle, event: str) -> set[str]:
-    return {r.dest for (_, ev), rules in lc.table.items() if ev == event for r in rules}
+    return set(lc.dests(event))
 
 
 def _index_states(sql: str, index: str) -> set[str]:
@@ -41,7 +41,7 @@ def test_sqlite_state_sets_are_the_specs() -> None:
 
 def test_postgres_index_predicates_and_claim_are_the_specs() -> None:
     lc = lifecycle()
-    schema = (ROOT / "adapters/postgres/_schema.py").read_text(encoding="utf-8")
+    schema = (ROOT / "adapters/postgres/migrations.py").read_text(encoding="utf-8")
     assert _index_states(schema, "jobs_due") == _sources(lc, "lease")
     assert _index_states(schema, "jobs_leased") == _sources(lc, "expire")
     queries = (ROOT / "adapters/postgres/_sql.py").read_text(encoding="utf-8")

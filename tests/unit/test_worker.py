@@ -25,13 +25,13 @@ from fsm import (
     RecoveryPolicy,
     RetryPolicy,
 )
-from fsm import recovery as recovery_module
 from fsm.errors import Ambiguous, Permanent, Retry, TransientStoreError
 from fsm.lifecycle.core import decide
-from fsm.owner import Identity
 from fsm.ports import ClaimRequest
 from fsm.records import Job, Owner, new_id
 from fsm.registry import open_store
+from fsm.service import maintenance as recovery_module
+from fsm.service.identity import Identity
 from fsm.worker import Worker
 from fsm.worker.context import Context
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fsm.cli._common import JsonFormatter, TextFormatter, clean, first_line, setup_logging
-from fsm.cli.worker_cmd import _ReadyFile, handler_queues, load_app, parse_queues
+from fsm.cli.logsetup import JsonFormatter, TextFormatter, setup_logging
+from fsm.cli.worker_cmd import ReadyFile, handler_queues, load_app, parse_queues
 from fsm.errors import BadInput
+from fsm.text import first_line, printable
 from fsm.worker.handlers import Handlers
 
 
@@ -224,12 +225,13 @@ def test_text_logs_shorten_owner_ids_and_escape_control_characters() -> None:
     assert "\\x1b[2J" in line
 
 
-def test_pika_info_chatter_is_off_unless_debug() -> None:
+def test_pika_records_are_off_unless_debug() -> None:
+    # pika's chatter and its own records (with tracebacks) of failures jobfsm reports
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, logging.getLogger("pika").level)
     try:
         setup_logging("INFO", "text")
-        assert logging.getLogger("pika").getEffectiveLevel() == logging.WARNING
+        assert logging.getLogger("pika").getEffectiveLevel() == logging.CRITICAL
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
@@ -240,11 +242,11 @@ def test_pika_info_chatter_is_off_unless_debug() -> None:
 
 
 def test_stored_text_is_escaped_for_the_terminal() -> None:
-    assert clean("ok text") == "ok text"
-    assert clean("red \x1b[31mX\x1b[0m") == "red \\x1b[31mX\\x1b[0m"
-    assert clean("a\u202eb\rc\x00") == "a\\u202eb\\rc\\x00"
-    assert clean("one\ntwo") == "one\\ntwo"
-    assert clean("one\ntwo", keep="\n") == "one\ntwo"
+    assert printable("ok text") == "ok text"
+    assert printable("red \x1b[31mX\x1b[0m") == "red \\x1b[31mX\\x1b[0m"
+    assert printable("a\u202eb\rc\x00") == "a\\u202eb\\rc\\x00"
+    assert printable("one\ntwo") == "one\\ntwo"
+    assert printable("one\ntwo", keep="\n") == "one\ntwo"
 
 
 def test_first_line_of_a_multi_line_error() -> None:
@@ -277,7 +279,7 @@ def test_the_ready_file_follows_readiness_and_goes_on_exit(tmp_path: Path) -> No
     path = tmp_path / "ready"
     path.write_text("left by a killed worker\n")
     fake = _FakeWorker()
-    marker = _ReadyFile(fake, path)  # type: ignore[arg-type]
+    marker = ReadyFile(fake, path)  # type: ignore[arg-type]
     marker.start()
     try:
         assert _wait(lambda: not path.exists())  # stale file removed at start
@@ -298,7 +300,7 @@ def test_the_ready_file_does_not_follow_a_symlink(tmp_path: Path) -> None:
     target.write_text("keep me\n")
     path = tmp_path / "ready"
     fake = _FakeWorker()
-    marker = _ReadyFile(fake, path)  # type: ignore[arg-type]
+    marker = ReadyFile(fake, path)  # type: ignore[arg-type]
     marker.start()
     path.symlink_to(target)  # planted after the start-up clean-up
     fake.ready = True
@@ -348,7 +350,7 @@ def _fields(event: str) -> dict[str, object]:
 def test_tables_never_hide_or_cut_ids_when_the_terminal_is_too_narrow(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from fsm.cli._common import PIPE_WIDTH, print_table
+    from fsm.display.terminal import PIPE_WIDTH, print_table
 
     kind = "k" * PIPE_WIDTH  # wider than the table may be
     print_table([["01M8SKCZ86BSTN5XVNR163RQRZ", kind, "err " * 80]], ["id", "kind", "error"])

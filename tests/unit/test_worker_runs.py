@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsm.owner import Identity
+from fsm.service.identity import Identity
 from fsm.worker.runs import Run, Runs
 
 from .helpers import job_in

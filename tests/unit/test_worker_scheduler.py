@@ -1,5 +1,6 @@
 """The worker's scheduler thread on a fake clock (memory store): it stores the schedules
-declared in code and submits their ticks; `scheduler=False` runs none."""
+declared in code (audited) and submits their ticks; `scheduler=False` submits none but
+tells the store its kinds; a stopping worker gives up its lead."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from fsm import Engine
 from fsm.clock import FakeClock
 from fsm.errors import BadInput
 from fsm.ports import ScanRequest
-from fsm.schedules import tick_key
-from fsm.scheduling import Schedules
+from fsm.service.schedules import Schedules, tick_key
 from fsm.worker import Context, Handlers, Worker
+from fsm.worker.scheduler import MAX_SCHEDULE_INTERVAL
 
 ALL = ("queued", "leased", "running", "succeeded", "failed", "retry_wait")
 
@@ -61,24 +62,54 @@ def test_the_scheduler_stores_code_schedules_and_submits_each_tick_on_a_fake_clo
         assert view.record.origin == "code"
         assert view.record.last_tick == 1_700_000_030.0
         assert view.next_tick == 1_700_000_040.0
+        assert view.handled is True
+        (declared,) = Schedules(engine).changes("beat")
+        assert (declared.action, declared.actor) == ("added", f"code:{worker.identity.owner}")
     finally:
         worker.stop()
         thread.join(timeout=10)
 
 
-def test_a_worker_without_its_scheduler_stores_and_submits_nothing() -> None:
+def test_a_worker_without_its_scheduler_submits_nothing_but_tells_its_kinds() -> None:
     clock = FakeClock(start=1_700_000_000.0)
-    engine = Engine(MemoryStore(), clock=clock)
+    store = MemoryStore()
+    engine = Engine(store, clock=clock)
     worker = Worker(engine, _handlers(), install_signals=False, scheduler=False)
     thread = _run(worker)
     try:
         clock.advance(35.0)
-        time.sleep(0.3)
+        until = time.monotonic() + 10
+        while not store.schedulers() and time.monotonic() < until:
+            time.sleep(0.01)
         assert Schedules(engine).list() == []
         assert _keys(engine) == []
+        (beat,) = store.schedulers()
+        assert (beat.kinds, beat.lead_until) == (("beat",), None)
     finally:
         worker.stop()
         thread.join(timeout=10)
+
+
+def test_a_stopping_worker_gives_up_its_lead() -> None:
+    store = MemoryStore()
+    engine = Engine(store, clock=FakeClock(start=1_700_000_000.0))
+    worker = Worker(engine, _handlers(), install_signals=False, schedule_interval=0.01)
+    thread = _run(worker)
+    until = time.monotonic() + 10
+    while not any(b.lead_until for b in store.schedulers()) and time.monotonic() < until:
+        time.sleep(0.01)
+    assert any(b.lead_until for b in store.schedulers())
+    worker.stop()
+    thread.join(timeout=10)
+    assert [b.lead_until for b in store.schedulers()] == [None]
+
+
+@pytest.mark.parametrize("interval", [0.0, -1.0, MAX_SCHEDULE_INTERVAL + 0.5])
+def test_a_schedule_interval_outside_its_bounds_is_refused(interval: float) -> None:
+    with pytest.raises(ValueError, match="schedule_interval must be"):
+        Worker(
+            Engine(MemoryStore()), _handlers(), install_signals=False, schedule_interval=interval
+        )
 
 
 def test_periodic_needs_a_kind_and_refuses_a_bad_schedule_before_anything_runs() -> None:

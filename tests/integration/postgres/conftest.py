@@ -4,17 +4,25 @@ proxy that really breaks connections at a chosen statement (no mocks)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import struct
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+
+from adapters.postgres import open_store
+from tests.conftest import need_program
 
 _SSL_OR_GSS = (80877103, 80877104)
 
@@ -135,8 +143,10 @@ class FaultProxy:
         _close(client, server)
 
     def _cut(self, client: socket.socket, server: socket.socket) -> None:
-        _close(client, server)
+        # fired before the cut: the client sees the broken connection as soon as the
+        # sockets close, and may assert `fired` before this thread runs another line
         self.fired.set()
+        _close(client, server)
 
     def close(self) -> None:
         self._closed = True
@@ -218,3 +228,59 @@ def pg_module_url(pg_server: str) -> Iterator[str]:
 def pg_schema_url(pg_module_url: str) -> str:
     """A store URL with a schema of its own (created on first open) in the module's database."""
     return f"{pg_module_url}?schema=t_{uuid.uuid4().hex[:12]}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def pgbouncer(pg_url: str) -> Iterator[Callable[[bool], str]]:
+    """Start a real PgBouncer in transaction pooling mode in front of the test database;
+    returns the store URL through it. `round_robin`: hand server sessions out in turn."""
+    need_program("pgbouncer", "apt-get install pgbouncer")
+    parts = urlsplit(pg_url)
+    db = parts.path.lstrip("/")
+    procs: list[subprocess.Popen[bytes]] = []
+    work = Path(tempfile.mkdtemp(prefix="jobfsm-pgbouncer-"))
+    os.chmod(work, 0o755)  # pgbouncer refuses to run as root: it runs as nobody then
+
+    def start(round_robin: bool) -> str:
+        port = _free_port()
+        config = work / f"{port}.ini"
+        config.write_text(
+            f"[databases]\n{db} = host={parts.hostname} port={parts.port} dbname={db} "
+            f"user={parts.username or 'postgres'}\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
+            "unix_socket_dir =\nauth_type = any\npool_mode = transaction\n"
+            f"server_round_robin = {int(round_robin)}\ndefault_pool_size = 4\n"
+        )
+        os.chmod(config, 0o644)
+        command = ["pgbouncer", "-q", str(config)]
+        if os.geteuid() == 0:
+            command[1:1] = ["-u", "nobody"]
+        procs.append(subprocess.Popen(command, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "pgbouncer did not start"
+                time.sleep(0.05)
+        return f"postgresql://postgres@127.0.0.1:{port}/{db}?migrate=false&pool_min=0"
+
+    try:
+        open_store(pg_url).close()  # migrate directly, not through the proxy
+        yield start
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)

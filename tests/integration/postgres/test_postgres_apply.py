@@ -9,10 +9,10 @@ import pytest
 
 from adapters.postgres import open_store
 from fsm.clock import FakeClock
-from fsm.engine import Engine
 from fsm.errors import BadInput, VersionConflict
 from fsm.lifecycle.core import decide
 from fsm.records import Decision, Job, Owner
+from fsm.service.engine import Engine
 
 pytestmark = pytest.mark.postgres
 

@@ -83,27 +83,33 @@ def test_the_async_path_runs_on_the_async_pool_and_adds_no_thread(pg_url: str) -
             await asyncio.gather(*(aengine.get(j.id) for j in jobs))
             after = threading.active_count()
             counted = sum((await aengine.counts()).values())
-            return before, after, counted, bool(aengine._pool._threads)
+            return before, after, counted, _engine_threads()
 
-    before, after, counted, pool_threads = run(go)
+    before, after, counted, engine_threads = run(go)
     # then: every job is stored, and no thread was started for a store call
     assert counted == 200
     assert after == before
-    assert not pool_threads
+    assert engine_threads == []
+
+
+def _engine_threads() -> list[str]:
+    """The threads of AsyncEngines' pools (named `jobfsm-aio_<n>`)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("jobfsm-aio")]
 
 
 def test_the_thread_path_does_use_threads(pg_url: str) -> None:
-    # the same measure on path="threads" sees the threads (so the test above can fail)
-    async def go() -> tuple[int, int]:
+    # the same measures on path="threads" see the threads (so the test above can fail)
+    async def go() -> tuple[int, int, list[str]]:
         async with await AsyncEngine.open(pg_url, path="threads", max_threads=4) as aengine:
             assert not aengine.uses_async_store
             assert aengine.async_store is None
             before = threading.active_count()
             await asyncio.gather(*(aengine.submit("k", i) for i in range(50)))
-            return before, threading.active_count()
+            return before, threading.active_count(), _engine_threads()
 
-    before, after = run(go)
+    before, after, engine_threads = run(go)
     assert after > before
+    assert engine_threads
 
 
 def test_two_hundred_concurrent_submits_with_one_key_make_one_job(pg_url: str) -> None:

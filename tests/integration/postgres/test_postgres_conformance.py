@@ -11,7 +11,9 @@ from fsm.testing.conformance import (
     UrlStore,
 )
 from fsm.testing.conformance_deps import DependencyConformance
+from fsm.testing.conformance_limits import LimitsConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
+from fsm.testing.conformance_unique import UniqueConformance
 
 pytestmark = pytest.mark.postgres
 
@@ -23,6 +25,8 @@ class TestPostgresConformance(
     DroppableStoreConformance,
     ProgressStoreConformance,
     DependencyConformance,
+    LimitsConformance,
+    UniqueConformance,
 ):
     @pytest.fixture(autouse=True)
     def _schema(self, pg_schema_url: str) -> None:

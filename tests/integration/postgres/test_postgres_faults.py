@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import psycopg
 import pytest
 
-from adapters.postgres import open_store
+from adapters.postgres import open_store, plan
 from adapters.postgres.store import COPY_MIN
 from fsm.clock import FakeClock
-from fsm.engine import Engine
 from fsm.errors import TransientStoreError
 from fsm.records import Job, Owner
+from fsm.service.engine import Engine
 
 pytestmark = pytest.mark.postgres
 
@@ -58,6 +59,57 @@ def test_a_write_committed_before_the_connection_broke_is_reported_applied(
         assert engine.get(job.id) == started
         assert _events(admin, job.id) == ["submit", "lease", "start"]
     finally:
+        engine.store.close()
+
+
+def test_a_write_the_server_commits_after_the_break_is_reported_applied_not_lost(
+    pg_proxy: tuple[Any, str], pg_url: str, admin: Any
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    locker = psycopg.connect(pg_url)
+    try:
+        job = _leased(engine)
+        # given another session holds the job's row, so the server runs the start's
+        # one-statement write only once that session ends, well after the break
+        locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+        threading.Timer(1.0, locker.rollback).start()
+        proxy.arm(APPLY, "deliver_then_drop", settle=0.2)
+        # when the worker starts the job and its connection breaks while the write waits
+        started = engine.start(job.id, job.fence)
+        # then the store waited for the write's server process to end before re-reading:
+        # the start committed, and is reported as it is stored (never "not applied")
+        assert proxy.fired.is_set()
+        assert started.state == "running"
+        assert engine.get(job.id) == started
+        assert _events(admin, job.id) == ["submit", "lease", "start"]
+    finally:
+        locker.close()
+        engine.store.close()
+
+
+def test_a_write_whose_server_process_outlives_the_wait_is_reported_unknown(
+    pg_proxy: tuple[Any, str], pg_url: str, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy, url = pg_proxy
+    engine = _engine(url)
+    locker = psycopg.connect(pg_url)
+    monkeypatch.setattr(plan, "ENDED_POLLS", 3)  # a bound of 3 x 20 ms, not 5 s
+    try:
+        job = _leased(engine)
+        # given the start's write waits for a row lock held longer than the store waits
+        locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+        proxy.arm(APPLY, "deliver_then_drop", settle=0.2)
+        # then the store says it cannot know (it never claims "not applied")
+        with pytest.raises(TransientStoreError, match="still running"):
+            engine.start(job.id, job.fence)
+        # and rightly: once the lock is gone, the write it could not see commits
+        locker.rollback()
+        assert admin.wait_for(
+            "SELECT count(*) FROM job_events WHERE job_id = %s AND event = 'start'", job.id
+        )
+    finally:
+        locker.close()
         engine.store.close()
 
 

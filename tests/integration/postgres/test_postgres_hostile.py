@@ -5,15 +5,9 @@ proxy in front of the liveness session, schema removal, the capacity count's pla
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,13 +15,12 @@ import psycopg
 import pytest
 
 from adapters.postgres import open_store, parse
-from adapters.postgres._schema import LIVENESS_CLASS
 from adapters.postgres._sql import state_list
 from adapters.postgres._url import MAX_SCHEMA_LENGTH
+from adapters.postgres.migrations import LIVENESS_CLASS
 from fsm import Engine, Owner
 from fsm.errors import BadInput, BadStoreURL, JobFSMError, StoreError
 from fsm.registry import open_store as open_by_url
-from tests.conftest import need_program
 
 pytestmark = pytest.mark.postgres
 
@@ -217,62 +210,6 @@ def test_drop_schema_of_public_or_a_shared_schema_removes_only_jobfsm_tables(
 
 
 # --- a transaction-pooling proxy in front of the liveness session ---------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def pgbouncer(pg_url: str) -> Iterator[Callable[[bool], str]]:
-    """Start a real PgBouncer in transaction pooling mode in front of the test database;
-    returns the store URL through it. `round_robin`: hand server sessions out in turn."""
-    need_program("pgbouncer", "apt-get install pgbouncer")
-    parts = urlsplit(pg_url)
-    db = parts.path.lstrip("/")
-    procs: list[subprocess.Popen[bytes]] = []
-    work = Path(tempfile.mkdtemp(prefix="jobfsm-pgbouncer-"))
-    os.chmod(work, 0o755)  # pgbouncer refuses to run as root: it runs as nobody then
-
-    def start(round_robin: bool) -> str:
-        port = _free_port()
-        config = work / f"{port}.ini"
-        config.write_text(
-            f"[databases]\n{db} = host={parts.hostname} port={parts.port} dbname={db} "
-            f"user={parts.username or 'postgres'}\n"
-            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
-            "unix_socket_dir =\nauth_type = any\npool_mode = transaction\n"
-            f"server_round_robin = {int(round_robin)}\ndefault_pool_size = 4\n"
-        )
-        os.chmod(config, 0o644)
-        command = ["pgbouncer", "-q", str(config)]
-        if os.geteuid() == 0:
-            command[1:1] = ["-u", "nobody"]
-        procs.append(subprocess.Popen(command, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "pgbouncer did not start"
-                time.sleep(0.05)
-        return f"postgresql://postgres@127.0.0.1:{port}/{db}?migrate=false&pool_min=0"
-
-    try:
-        open_store(pg_url).close()  # migrate directly, not through the proxy
-        yield start
-    finally:
-        for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _busy_servers(url: str, n: int) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from adapters.postgres import open_store
-from adapters.postgres._schema import LIVENESS_CLASS
 from adapters.postgres.liveness import CHECK_INTERVAL, TCP_USER_TIMEOUT_MS, lock_key
+from adapters.postgres.migrations import LIVENESS_CLASS
 from fsm.records import Owner
 
 pytestmark = pytest.mark.postgres

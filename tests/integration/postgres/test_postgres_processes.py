@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from adapters.postgres import open_store
-from fsm.engine import Engine
+from fsm.service.engine import Engine
 
 pytestmark = pytest.mark.postgres
 
@@ -21,7 +21,7 @@ BATCH = 25
 
 WORKER = """
 import json, os, sys
-from fsm.engine import Engine
+from fsm.service.engine import Engine
 from fsm.records import Owner
 from adapters.postgres import open_store
 engine = Engine(open_store(sys.argv[1]))

@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from adapters.postgres import open_store
-from benchmarks.stores import _pg_fill_finished
-from fsm.engine import Engine
+from benchmarks.fill import finished_postgres
 from fsm.ports import PruneRequest
+from fsm.service.engine import Engine
 
 pytestmark = pytest.mark.postgres
 
@@ -57,7 +57,7 @@ def _reset_stats(url: str, inserted: int) -> None:
 
 def test_a_prune_in_batches_reads_the_prune_index_once_not_once_per_batch(pg_url: str) -> None:
     open_store(pg_url).close()  # migrate
-    _pg_fill_finished(pg_url, "public", JOBS, days=70.0)
+    finished_postgres(pg_url, "public", JOBS, days=70.0)
     _reset_stats(pg_url, JOBS)
     engine = Engine(open_store(pg_url))
     try:
@@ -77,7 +77,7 @@ def test_the_same_request_goes_on_after_its_last_deleted_job(pg_url: str) -> Non
     """What a batch passed over (here: locked by another transaction) waits for the
     next request, not for the next batch of the same one."""
     open_store(pg_url).close()
-    _pg_fill_finished(pg_url, "public", 4, days=70.0)  # 52, 35, 17 days old, and just now
+    finished_postgres(pg_url, "public", 4, days=70.0)  # 52, 35, 17 days old, and just now
     store = open_store(pg_url)
     try:
         with psycopg.connect(pg_url) as holder:

@@ -15,12 +15,12 @@ import pytest
 from adapters.postgres import LATEST, open_store
 from adapters.postgres.store import COPY_MIN
 from fsm.clock import FakeClock
-from fsm.engine import Engine
 from fsm.errors import BadInput, BadStoreURL, SchemaError, StoreError, TransientStoreError
 from fsm.lifecycle.core import decide
 from fsm.ports import ClaimRequest
 from fsm.records import Decision, Job, Owner
 from fsm.registry import open_store as registry_open
+from fsm.service.engine import Engine
 
 pytestmark = pytest.mark.postgres
 
@@ -221,7 +221,7 @@ def test_claim_and_the_sweep_use_their_partial_indexes(pg_url: str, admin: Any) 
         engine.submit_many([("k", i, {}) for i in range(200)])
         admin.run("ANALYZE jobs")
         admin.run("SET enable_seqscan = off")
-        claim_sql = store.sql.claim((("queued", "retry_wait"), False, True, False, False))
+        claim_sql = store.sql.claim((("queued", "retry_wait"), False, True, False, False, False))
         params = {
             "queues": ["default"],
             "queue": "default",
@@ -288,7 +288,7 @@ def test_a_large_batch_inserted_again_returns_the_stored_jobs_without_duplicates
     store: Any = engine.store
     try:
         # given a batch large enough for COPY, inserted once
-        decisions = [engine._submit_decision(clock.now(), "k", i) for i in range(COPY_MIN)]
+        decisions = [engine.kernel.submit_decision(clock.now(), "k", i) for i in range(COPY_MIN)]
         assert store.insert(decisions) == [d.job for d in decisions]
         # when the same batch is inserted again (a retry after an unknown outcome)
         again = store.insert(decisions)
@@ -385,7 +385,7 @@ def test_the_store_survives_a_server_side_connection_purge(pg_url: str, admin: A
 
 
 def test_psycopg_is_imported_by_the_adapter_only() -> None:
-    code = "import fsm, fsm.engine, fsm.registry, sys; print('psycopg' in sys.modules)"
+    code = "import fsm, fsm.service.engine, fsm.registry, sys; print('psycopg' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )

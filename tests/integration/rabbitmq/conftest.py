@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .helpers import memory_engine, prefix
+from .helpers import memory_engine, prefix, relay
 
-__all__ = ["memory_engine", "prefix"]
+__all__ = ["memory_engine", "prefix", "relay"]

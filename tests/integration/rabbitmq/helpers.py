@@ -1,12 +1,12 @@
-"""RabbitMQ test helpers: unique broker names per test (deleted afterwards), broker faults that
-always restore the broker, and a small worker loop built on the Engine."""
+"""RabbitMQ test helpers: unique broker names per test (deleted afterwards), broker faults on
+this test's own connections only (through a relay the test owns: the broker is shared),
+and a small worker loop built on the Engine."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +21,7 @@ import pytest
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitDelivery
+from adapters.rabbitmq.relay import Relay
 from fsm import Engine, LeaseLost, Owner
 from fsm.records import Decision, Job
 
@@ -34,49 +35,31 @@ def rabbitmqctl(*args: str, timeout: float = RABBITMQCTL_TIMEOUT) -> str:
     return done.stdout
 
 
-def wait_for_port(host: str = "127.0.0.1", port: int = 5672, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"RabbitMQ did not answer on {host}:{port} within {timeout} s")
-
-
-@contextlib.contextmanager
-def broker_app_stopped() -> Iterator[Callable[[], None]]:
-    """Stop the RabbitMQ application; yield a `start` function; ALWAYS restart it."""
-    started = False
-
-    def start() -> None:
-        nonlocal started
-        if not started:
-            rabbitmqctl("start_app")
-            rabbitmqctl("await_startup")
-            wait_for_port()
-            started = True
-
-    try:
-        rabbitmqctl("stop_app")  # inside the try: a stop that fails half-way is undone too
-        yield start
-    finally:
-        start()
-        _collect_connections_lost_in_the_outage()
+@pytest.fixture
+def relay(rabbit_url: str) -> Iterator[Relay]:
+    """A relay to the broker owned by the test: clients given `relay.url` are the only ones
+    its `force_close()`, `cut()` and `outage()` touch (never the broker's other clients)."""
+    with Relay(rabbit_url) as owned:
+        yield owned
+    _collect_connections_lost_in_the_outage()
 
 
 def _collect_connections_lost_in_the_outage() -> None:
-    """Reclaim, here, the pika connections that died while the broker was down.
+    """Reclaim, here, the pika connections that died while the relay refused them.
 
-    A connection attempt cut off while the broker stops or boots is only freed by the
-    garbage collector, which closes its sockets with a ResourceWarning wherever it
-    happens to run: once (1 CI run in 3) inside an unrelated SQLite test, which
-    failed. Collected here, inside the test that stopped the broker, it is expected.
+    A connection attempt cut off during an outage is only freed by the garbage
+    collector, which closes its sockets with a ResourceWarning wherever it happens to
+    run: once (1 CI run in 3) inside an unrelated SQLite test, which failed. Collected
+    here, inside the test that made the outage, it is expected.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+#: the broker's documented defaults (milliseconds), restored after a test lowers them
+CONSUMER_TIMEOUT_DEFAULT = "1800000"
+CHANNEL_TICK_DEFAULT = "60000"
 
 
 def _rabbit_env() -> tuple[str, str]:
@@ -103,13 +86,15 @@ def _set_rabbit_env(timeout_ms: str, tick_ms: str) -> None:
 @contextlib.contextmanager
 def consumer_timeout(ms: int, tick_ms: int = 500) -> Iterator[None]:
     """Lower the broker's consumer timeout (and the channel tick that checks it) for
-    channels opened inside the block; restore both in a finally."""
-    old_timeout, old_tick = _rabbit_env()
+    channels opened inside the block; restore the documented defaults in a finally
+    (checked), also when a failed run before this one left them lowered."""
     try:
         _set_rabbit_env(str(ms), str(tick_ms))
         yield
     finally:
-        _set_rabbit_env(old_timeout, old_tick)
+        _set_rabbit_env(CONSUMER_TIMEOUT_DEFAULT, CHANNEL_TICK_DEFAULT)
+        restored = _rabbit_env()
+        assert restored == (CONSUMER_TIMEOUT_DEFAULT, CHANNEL_TICK_DEFAULT), restored
 
 
 #: queue names tests use under their prefix; the prefix fixture deletes them all
@@ -121,7 +106,6 @@ def prefix(rabbit_url: str) -> Iterator[str]:
     """A unique broker name prefix; its queues and dead-letter exchange are deleted after."""
     name = f"jobfsm.t{uuid.uuid4().hex[:10]}."
     yield name
-    wait_for_port()
     conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
     try:
         channel = conn.channel()

@@ -20,8 +20,8 @@ import pytest
 from adapters.rabbitmq import RabbitDelivery
 from adapters.rabbitmq.messages import MAX_IDS, PoisonMessage, decode, encode_many
 from fsm import Engine, open_store
-from fsm.owner import Identity
 from fsm.records import Job
+from fsm.service.identity import Identity
 from fsm.worker import Worker
 
 from .helpers import FencedEffects, ready_count, wait_until

@@ -52,6 +52,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (("--rabbitmq-prefetch", "0"), "Invalid value for '--rabbitmq-prefetch'"),
         (("--rabbitmq-prefetch", "70000"), "Invalid value for '--rabbitmq-prefetch'"),
         (("--rabbitmq-queue-type", "stream"), "Invalid value for '--rabbitmq-queue-type'"),
+        (("--rabbitmq-heartbeat", "0"), "Invalid value for '--rabbitmq-heartbeat'"),
+        (("--rabbitmq-heartbeat", "70000"), "Invalid value for '--rabbitmq-heartbeat'"),
     ],
 )
 def test_a_bad_rabbitmq_option_is_a_usage_error_naming_it(
@@ -106,6 +108,8 @@ def test_rabbitmq_options_reach_the_broker(rabbit_url: str, tmp_path: Path) -> N
             "2",
             "--rabbitmq-recovery-interval",
             "5",
+            "--rabbitmq-heartbeat",
+            "7",
         ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -119,6 +123,23 @@ def test_rabbitmq_options_reach_the_broker(rabbit_url: str, tmp_path: Path) -> N
             return any(line.split() == [f"jobfsm.{queue}", "3"] for line in out.splitlines())
 
         wait_until(consumer_prefetch, 30, "the worker's consumer with prefetch 3")
+
+        # and its connection has the heartbeat timeout 7 s
+        def table(*args: str) -> list[list[str]]:
+            return [line.split() for line in rabbitmqctl(*args, "--quiet").splitlines()[1:]]
+
+        channels = {
+            pid
+            for name, pid in table("list_consumers", "queue_name", "channel_pid")
+            if name == f"jobfsm.{queue}"
+        }
+        connections = {
+            conn for pid, conn in table("list_channels", "pid", "connection") if pid in channels
+        }
+        timeouts = {
+            t for pid, t in table("list_connections", "pid", "timeout") if pid in connections
+        }
+        assert timeouts == {"7"}
     finally:
         worker.send_signal(signal.SIGTERM)
         try:

@@ -14,7 +14,7 @@ from adapters.memory import MemoryStore
 from adapters.rabbitmq import REASON_HEADER, PublishFailed, RabbitDelivery
 from adapters.rabbitmq.messages import decode
 from fsm import Engine, Owner
-from fsm.recovery import sweep
+from fsm.service.maintenance import sweep
 
 from .helpers import DriverLoop, drain_queue, raw_channel, ready_count, wait_until
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from adapters.rabbitmq import RabbitDelivery
 from fsm import Engine, open_store
-from fsm.owner import Identity
+from fsm.service.identity import Identity
 from fsm.worker import Worker
 
 from .helpers import wait_until

@@ -5,6 +5,7 @@ an adapter that acks before the lease, or acks below unsettled deliveries, is ca
 from __future__ import annotations
 
 import uuid
+from collections import Counter, deque
 from collections.abc import Iterator
 
 import pytest
@@ -13,14 +14,19 @@ from hypothesis import strategies as st
 
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitDelivery
-from adapters.rabbitmq.consumer import Consumer, Token
+from adapters.rabbitmq.consumer import Consumer
+from adapters.rabbitmq.liveness import REPAIR_AFTER
 from adapters.rabbitmq.parts import Part, Parts
-from adapters.rabbitmq.testing import FAULTS, AmqpFaultModel
+from adapters.rabbitmq.relay import Relay
+from adapters.rabbitmq.settling import Token
+from adapters.rabbitmq.testing import FAULTS, MODEL_OPTIONS, AmqpFaultModel
 from fsm import Engine
 
 from .helpers import TEST_QUEUES, delete_broker_names
 
-OPTIONS = {"repair_interval": 0.5, "repair_after": 1.0, "recovery_interval": 0.5}
+#: the options `jobfsm faults --delivery` runs the model with (repair_after past the
+#: liveness bound, so that a wake-up the outbox forgot is found late)
+OPTIONS = MODEL_OPTIONS
 
 
 @pytest.fixture
@@ -36,8 +42,9 @@ def _model(rabbit_url: str, made: list[str], seed: int = 0) -> AmqpFaultModel:
     prefix = f"jobfsm.f{uuid.uuid4().hex[:10]}."
     made.append(prefix)
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **OPTIONS)
-    return AmqpFaultModel(engine, delivery, seed=seed)
+    relay = Relay(rabbit_url)  # closed by the model's run()
+    delivery = RabbitDelivery(relay.url, engine=engine, prefix=prefix, **OPTIONS)
+    return AmqpFaultModel(engine, delivery, relay=relay, seed=seed)
 
 
 @settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -138,3 +145,52 @@ def test_the_model_catches_a_multi_job_message_acked_before_its_last_job_is_sett
     report = _model(rabbit_url, fresh).run(faults)
     # then the early acks are reported
     assert any("before its lease was settled" in v for v in report.violations)
+
+
+def test_wake_ups_whose_publish_failed_are_republished_within_the_liveness_bound(
+    rabbit_url: str, fresh: list[str]
+) -> None:
+    # when the broker is down while jobs are committed (their publish fails, and the
+    # repair sweeps that run meanwhile fail too), twice
+    faults = ["submit", "publish_outage", "submit", "publish_outage", "pause"]
+    report = _model(rabbit_url, fresh).run(faults)
+    # then every promise held: each job leased within the bound of the broker's return
+    report.check()
+    assert report.publish_failed >= 6
+    assert 0 < report.slowest_lease <= report.liveness_bound < REPAIR_AFTER
+
+
+def test_the_model_catches_an_outbox_that_forgets_a_failed_publish(
+    rabbit_url: str, fresh: list[str]
+) -> None:
+    # given an outbox that does not keep the ids of a batch whose publish failed
+    model = _model(rabbit_url, fresh)
+    model.delivery.outbox.lost = deque(maxlen=0)  # the repair sweep keeps the real one
+    # when the broker is down while jobs are committed
+    report = model.run(["submit", "publish_outage", "pause"])
+    # then their leases come late, found by the repair sweep only after repair_after (A4)
+    assert report.publish_failed >= 3
+    assert any("was leased" in v and "bound 8 s" in v for v in report.violations), report.violations
+
+
+def test_the_model_catches_a_refused_reconnect_that_costs_no_attempt(
+    rabbit_url: str, fresh: list[str]
+) -> None:
+    # given a consumer whose attempt after a reconnect closed before any byte is not
+    # counted (its stats are what counts its recovery attempts)
+    class Free(Counter[str]):
+        seen = 0
+
+        def __setitem__(self, key: str, value: int) -> None:
+            refused = self["failure:incompatible-protocol"]
+            if key == "recovery_attempts" and refused > self.seen:
+                self.seen = refused  # the attempt after a refused handshake is free
+                return
+            super().__setitem__(key, value)
+
+    model = _model(rabbit_url, fresh)
+    model.delivery.consumer.stats = Free()
+    # when a balancer refuses a reconnect
+    report = model.run(["submit", "backend_down", "submit"])
+    # then the model reports the recovery's attempts out of step with its failures (A5)
+    assert any("recovery took" in v for v in report.violations), report.violations

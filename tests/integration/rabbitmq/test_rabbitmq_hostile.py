@@ -241,9 +241,9 @@ def test_the_unknown_job_check_keeps_only_job_ids_not_message_bodies(
         # when it is polled (waiting for its check)
         got: list = []
         wait_until(lambda: got.extend(delivery.poll(4, 0.2)) or got, 10, "the wake-up")
-        waiting = list(delivery._unverified.values())
+        waiting = delivery.held_for_check()
         delivery.settle(got[0])
-        queued = list(delivery._to_verify)
+        queued = delivery.held_for_check()
         wait_until(lambda: delivery.unknown_jobs == 1, 10, "the unknown-job dead letter")
         dead = drain_queue(rabbit_url, f"{prefix}dead-letter")
     finally:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import RabbitDelivery
+from adapters.rabbitmq.errors import PublishFailed
 from adapters.rabbitmq.messages import decode
+from adapters.rabbitmq.relay import Relay
 from fsm import Engine, Job
 
 from .helpers import drain_queue, raw_channel
@@ -132,16 +136,42 @@ def test_idle_senders_keep_their_connections_alive_past_the_heartbeat(
     try:
         delivery.publish([first])
         assert delivery.flush(10.0)
-        connections = [p._conn for p in delivery.outbox._publishers]
-        assert any(c is not None for c in connections)
+        publishers = delivery.outbox.publishers
+        assert sum(p.connections for p in publishers) == 1
         # when they stay idle for four heartbeats (the broker closes a connection that
         # misses two)
         time.sleep(4.0)
         delivery.publish([second])
         assert delivery.flush(10.0)
-        # then the wake-up went out on the same connections: none was lost and reopened
-        assert [p._conn for p in delivery.outbox._publishers] == connections
-        assert all(c is None or c.is_open for c in connections)
+        # then no connection was lost (each sender opened at most one, still open): the
+        # second wake-up went out on the first one or on the other sender's first
+        assert [p.connections for p in publishers] in ([1, 0], [0, 1], [1, 1])
+        assert all(p.connected for p in publishers if p.connections)
     finally:
         delivery.close()
     assert sorted(_published_ids(rabbit_url, f"{prefix}default")) == sorted([first.id, second.id])
+
+
+def test_a_repair_sweep_that_fails_keeps_the_known_lost_wake_ups_for_the_next(
+    rabbit_url: str, prefix: str, relay: Relay
+) -> None:
+    # given committed jobs whose wake-ups the outbox failed to publish (their ids kept)
+    engine = Engine(MemoryStore())
+    jobs = engine.submit_many([("noop", {"i": i}, {}) for i in range(3)])
+    delivery = RabbitDelivery(relay.url, engine=engine, prefix=prefix, repair_after=600.0)
+    assert delivery.repairer is not None
+    delivery.outbox.lost.extend(j.id for j in jobs)
+    try:
+        # when a repair sweep runs while the broker is down
+        with relay.outage():
+            with pytest.raises(PublishFailed):
+                delivery.repair(["default"])
+            # then the ids are still known lost, first in line
+            assert list(delivery.outbox.lost) == [j.id for j in jobs]
+        # and the next sweep, with the broker back, republishes them at once (not after
+        # repair_after, 600 s here)
+        assert delivery.repair(["default"]) == 3
+    finally:
+        delivery.close()
+    assert sorted(_published_ids(rabbit_url, f"{prefix}default")) == sorted(j.id for j in jobs)
+    assert not delivery.outbox.lost

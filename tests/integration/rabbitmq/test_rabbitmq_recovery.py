@@ -1,5 +1,9 @@
 """Failure detection and recovery against the real broker: forced closures, consumer
-timeouts, a stopped broker, missing queues, bad credentials, stale delivery tags."""
+timeouts, a broker outage, missing queues, bad credentials, stale delivery tags.
+
+The broker is shared: closures and outages are made by a relay the test owns, on the
+test's own connections (`relay.force_close()` sends what an operator's close sends;
+`relay.outage()` refuses connections as a stopped broker does)."""
 
 from __future__ import annotations
 
@@ -14,15 +18,14 @@ import pytest
 from adapters.memory import MemoryStore
 from adapters.rabbitmq import DeliveryFailed, RabbitConfig, RabbitDelivery
 from adapters.rabbitmq.consumer import Consumer, recovery_delay
+from adapters.rabbitmq.relay import Relay
 from fsm import Engine
 from fsm.errors import BadInput
-from fsm.observe import MetricsBase
+from fsm.telemetry.metrics import MetricsBase
 
 from .helpers import (
     DriverLoop,
-    broker_app_stopped,
     consumer_timeout,
-    rabbitmqctl,
     raw_channel,
     ready_count,
     wait_until,
@@ -85,17 +88,17 @@ def test_held_acks_past_the_consumer_timeout_are_classified_as_ack_timeout_with_
 
 
 def test_broker_stopped_longer_than_the_budget_fails_within_attempts_times_interval(
-    rabbit_url: str, prefix: str, memory_engine: Engine
+    relay: Relay, prefix: str, memory_engine: Engine
 ) -> None:
     # given a consuming delivery with 2 recovery attempts 1 s apart
     delivery = RabbitDelivery(
-        rabbit_url, prefix=prefix, recovery_attempts=2, recovery_interval=1.0, idle_check=0.05
+        relay.url, prefix=prefix, recovery_attempts=2, recovery_interval=1.0, idle_check=0.05
     )
     delivery.start(["default"])
     delivery.poll(4, 0.1)
     wait_until(lambda: delivery.ready, 10, "readiness")
     try:
-        with broker_app_stopped():
+        with relay.outage():
             # when the broker stays down
             stopped = time.monotonic()
             failed_after = wait_until(lambda: delivery.consumer.failure is not None, 30, "failure")
@@ -112,12 +115,12 @@ def test_broker_stopped_longer_than_the_budget_fails_within_attempts_times_inter
 
 
 def test_broker_restarted_within_the_budget_resumes_consumption_and_readiness(
-    rabbit_url: str, prefix: str
+    relay: Relay, prefix: str
 ) -> None:
     # given a consuming delivery with 30 attempts 1 s apart
     engine = Engine(MemoryStore())
     delivery = RabbitDelivery(
-        rabbit_url, engine=engine, prefix=prefix, recovery_attempts=30, recovery_interval=1.0
+        relay.url, engine=engine, prefix=prefix, recovery_attempts=30, recovery_interval=1.0
     )
     engine.publisher = delivery
     delivery.start(["default"])
@@ -125,7 +128,7 @@ def test_broker_restarted_within_the_budget_resumes_consumption_and_readiness(
     wait_until(lambda: delivery.ready, 10, "readiness")
     try:
         # when the broker stops and comes back
-        with broker_app_stopped() as start_again:
+        with relay.outage() as start_again:
             wait_until(lambda: not delivery.ready, 30, "readiness to drop")
             start_again()
         wait_until(lambda: delivery.ready, 60, "readiness to return")
@@ -179,12 +182,12 @@ def test_bad_password_fails_at_once_with_a_clear_error(rabbit_url: str, prefix: 
 
 
 def test_stale_delivery_tag_from_before_a_reconnect_is_never_acked_on_the_new_channel(
-    rabbit_url: str, prefix: str
+    rabbit_url: str, relay: Relay, prefix: str
 ) -> None:
     # given two wake-ups on channel generation 1, one job per message (wakeup_ids=1:
     # tags are what this is about); the first settled, the second (tag 2) not
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, wakeup_ids=1, **FAST)
+    delivery = RabbitDelivery(relay.url, engine=engine, prefix=prefix, wakeup_ids=1, **FAST)
     engine.publisher = delivery
     delivery.start(["default"])
     try:
@@ -197,8 +200,8 @@ def test_stale_delivery_tag_from_before_a_reconnect_is_never_acked_on_the_new_ch
         # (acks go out in batches on the connection's thread: wait until it went)
         wait_until(lambda: delivery.consumer.stats["acked"] > acked, 10, "the first ack")
         time.sleep(0.2)
-        # when the connection is forced closed and the consumer reconnects
-        rabbitmqctl("close_all_connections", "test")
+        # when the broker force-closes the connection and the consumer reconnects
+        assert relay.force_close() >= 1
         wait_until(lambda: delivery.ready and delivery.consumer.generation == 2, 30, "recovery")
         redelivered: list = []
         wait_until(
@@ -334,17 +337,17 @@ def test_recovery_attempts_zero_disables_recovery(prefix: str) -> None:
 
 
 def test_recovery_budget_is_reset_once_every_subscription_is_restored(
-    rabbit_url: str, prefix: str
+    relay: Relay, prefix: str
 ) -> None:
     # given a budget of a single recovery attempt
-    delivery = RabbitDelivery(rabbit_url, prefix=prefix, recovery_attempts=1, **FAST)
+    delivery = RabbitDelivery(relay.url, prefix=prefix, recovery_attempts=1, **FAST)
     delivery.start(["default"])
     delivery.poll(4, 0.1)
     wait_until(lambda: delivery.ready, 10, "readiness")
     try:
-        # when the connection is forced closed three times, each after a full recovery
+        # when the broker force-closes the connection three times, each after a full recovery
         for generation in (2, 3, 4):
-            rabbitmqctl("close_all_connections", "test")
+            assert relay.force_close() >= 1
             wait_until(
                 lambda g=generation: delivery.ready and delivery.consumer.generation == g,
                 30,
@@ -353,6 +356,7 @@ def test_recovery_budget_is_reset_once_every_subscription_is_restored(
         # then each loss found a fresh budget: still healthy
         delivery.check()
         assert delivery.consumer.stats["recoveries"] == 3
+        assert delivery.consumer.stats["failure:closed-320"] == 3
     finally:
         delivery.close()
 
@@ -471,18 +475,18 @@ def test_recovery_waits_grow_from_about_one_second_to_the_interval_with_jitter()
 
 
 def test_consumption_resumes_within_seconds_of_the_broker_returning(
-    rabbit_url: str, prefix: str
+    relay: Relay, prefix: str
 ) -> None:
     # given a consuming delivery with the default recovery budget (5 x 60 s)
     engine = Engine(MemoryStore())
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix)
+    delivery = RabbitDelivery(relay.url, engine=engine, prefix=prefix)
     engine.publisher = delivery
     delivery.start(["default"])
     delivery.poll(4, 0.1)
     wait_until(lambda: delivery.ready, 10, "readiness")
     try:
         # when the broker stops for 10 s and comes back
-        with broker_app_stopped() as start_again:
+        with relay.outage() as start_again:
             stopped = time.monotonic()
             wait_until(lambda: not delivery.ready, 30, "readiness to drop")
             time.sleep(max(0.0, 10.0 - (time.monotonic() - stopped)))
@@ -490,7 +494,7 @@ def test_consumption_resumes_within_seconds_of_the_broker_returning(
             back = time.monotonic()
         resumed_after = wait_until(lambda: delivery.ready, 60, "readiness to return")
         print(
-            f"broker down {back - stopped:.1f} s (stop_app to start_app + await_startup); "
+            f"broker down {back - stopped:.1f} s (the relay's outage); "
             f"consumer ready {resumed_after:.1f} s after the broker was back"
         )
         # then the consumer is back within a few seconds, not after the full interval
@@ -508,7 +512,7 @@ def test_consumption_resumes_within_seconds_of_the_broker_returning(
 
 
 def test_a_reconnect_is_counted_as_a_delivery_recovery_in_the_engines_metrics(
-    rabbit_url: str, prefix: str
+    relay: Relay, prefix: str
 ) -> None:
     # given a delivery whose engine counts delivery recoveries
     class Recoveries(MetricsBase):
@@ -520,12 +524,12 @@ def test_a_reconnect_is_counted_as_a_delivery_recovery_in_the_engines_metrics(
 
     metrics = Recoveries()
     engine = Engine(MemoryStore(), metrics=metrics)
-    delivery = RabbitDelivery(rabbit_url, engine=engine, prefix=prefix, **FAST)
+    delivery = RabbitDelivery(relay.url, engine=engine, prefix=prefix, **FAST)
     delivery.start(["default"])
     try:
         wait_until(lambda: delivery.poll(1, 0.1) == [] and delivery.ready, 10, "connected")
-        # when the broker closes its connections and the consumer reconnects
-        rabbitmqctl("close_all_connections", "test")
+        # when the broker closes the delivery's connections and the consumer reconnects
+        assert relay.force_close() >= 1
         wait_until(
             lambda: delivery.poll(1, 0.1) == [] and delivery.consumer.generation == 2,
             30,

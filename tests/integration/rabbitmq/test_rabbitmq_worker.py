@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 from adapters.rabbitmq import DeliveryFailed, RabbitDelivery
+from adapters.rabbitmq.relay import Relay
 from fsm import Engine, open_store
-from fsm.owner import Identity
+from fsm.service.identity import Identity
 from fsm.worker import Worker
 
-from .helpers import FencedEffects, rabbitmqctl, raw_channel, wait_until
+from .helpers import FencedEffects, raw_channel, wait_until
 
 
 def _worker(engine: Engine, delivery: RabbitDelivery, handler: Any) -> Worker:
@@ -27,12 +28,12 @@ def _worker(engine: Engine, delivery: RabbitDelivery, handler: Any) -> Worker:
 
 
 def test_worker_runs_2000_jobs_each_once_through_three_forced_connection_closures(
-    rabbit_url: str, prefix: str, sqlite_url: str
+    relay: Relay, prefix: str, sqlite_url: str
 ) -> None:
     # given a Worker on SQLite, woken through RabbitMQ, whose handler commits a fenced effect
     engine = Engine(open_store(sqlite_url))
     delivery = RabbitDelivery(
-        rabbit_url,
+        relay.url,
         engine=engine,
         prefix=prefix,
         recovery_interval=0.5,
@@ -58,13 +59,13 @@ def test_worker_runs_2000_jobs_each_once_through_three_forced_connection_closure
     try:
         runner.start()
         assert worker.wait_started(10)
-        # when 2000 jobs flow while every broker connection is closed three times
+        # when 2000 jobs flow while the broker force-closes the worker's connections 3 times
         producer.start()
         for k in range(3):
             wait_until(lambda k=k: len(ids) >= 400 * (k + 1), 60, "submissions to progress")
             generation = delivery.consumer.generation
             unfinished_at_closure.append(unfinished())
-            rabbitmqctl("close_all_connections", "test")
+            assert relay.force_close() >= 1
             wait_until(
                 lambda g=generation: delivery.ready and delivery.consumer.generation > g,
                 30,

@@ -15,7 +15,7 @@ def noop(ctx: Context) -> None:
     return None
 
 
-@declared.periodic(every=0.2, payload={"from": "code"}, queue="beats")
+@declared.periodic(every=0.2, subsecond=True, payload={"from": "code"}, queue="beats")
 @declared.handler("beat", queue="beats")
 def beat(ctx: Context) -> None:
     return None

@@ -1,5 +1,13 @@
-"""Schedules under real `jobfsm worker` processes (SQLite and PostgreSQL): four schedulers
-give exactly one job per tick, and SIGKILLed schedulers lose and double no tick."""
+"""Schedules under real `jobfsm worker` processes (SQLite and PostgreSQL).
+
+- Four scheduling workers on the 10 ms floor give exactly one job per tick.
+- The issue's "done when": four workers, one SIGKILLed (and replaced) every 1-3 s,
+  schedules every 0.25 s and on a 2 s cron, each with `skip` and with `catch_up`: no
+  tick is lost or doubled, and none is skipped (a kill never leaves the schedules
+  without a scheduler for LATE_GRACE, so the documented policy skips nothing).
+
+CI runs the kill test for 20 s per store; `JOBFSM_SCHEDULE_SOAK=SECONDS` runs it longer.
+"""
 
 from __future__ import annotations
 
@@ -17,19 +25,22 @@ import pytest
 
 from fsm import Engine, open_store
 from fsm.ports import ScanRequest
-from fsm.schedules import Schedule, schedule, tick_key, ticks_after
-from fsm.scheduling import Schedules
+from fsm.service.maintenance.ticks import LEAD_FOR
+from fsm.service.schedules import Schedule, Schedules, schedule, tick_key, ticks_after
 
 REPO = Path(__file__).resolve().parents[3]
 TICKS = 1000
 EVERY = 0.01  # 1,000 ticks in 10 s
+#: seconds the kill test runs (CI's size; set JOBFSM_SCHEDULE_SOAK for a long run)
+SOAK = float(os.environ.get("JOBFSM_SCHEDULE_SOAK", "20"))
+WHO = {"actor": "test", "reason": "integration test"}
 
 
 class Pool:
     """`jobfsm worker` processes with their scheduler on; whatever is left is killed."""
 
-    def __init__(self, tmp: Path, url: str, app: str) -> None:
-        self.tmp, self.url, self.app = tmp, url, app
+    def __init__(self, tmp: Path, url: str, app: str, interval: str = "0.05") -> None:
+        self.tmp, self.url, self.app, self.interval = tmp, url, app, interval
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -38,8 +49,8 @@ class Pool:
         log = self.tmp / f"worker-{len(self.procs)}.log"
         cmd = [
             *(sys.executable, "-m", "fsm.cli", "worker", "--app", self.app),
-            *("--store", self.url, "--schedule-interval", "0.05", "--poll-interval", "0.5"),
-            *("--log-level", "WARNING"),
+            *("--store", self.url, "--schedule-interval", self.interval),
+            *("--poll-interval", "0.5", "--log-level", "WARNING"),
         ]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -48,6 +59,11 @@ class Pool:
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
+
+    def kill_one(self) -> None:
+        victim = random.choice(self.alive())
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
 
     def stop(self) -> None:
         for proc in self.alive():
@@ -78,96 +94,105 @@ def engine(url: str) -> Iterator[Engine]:
 
 
 def _keys(engine: Engine, queue: str) -> list[str]:
-    jobs = engine.scan(ScanRequest(states=("queued",), queues=(queue,), limit=100_000))
+    jobs = engine.scan(ScanRequest(states=("queued",), queues=(queue,), limit=1_000_000))
     return [j.idempotency_key or "" for j in jobs]
 
 
-def _run_until_ticks(engine: Engine, s: Schedule, created: float, pool: Pool, chaos: bool) -> None:
-    """Wait (at most 120 s) until the schedule's last tick covers TICKS ticks; with
-    `chaos`, SIGKILL a random scheduling worker every 0.4-0.9 s and start another."""
+def _tick_of(key: str) -> float:
+    return datetime.fromisoformat(key.split(":", 2)[2]).timestamp()
+
+
+def _check_every_tick_once(engine: Engine, s: Schedule, created: float) -> list[float]:
+    """Every tick from the schedule's creation to the newest submitted has exactly one
+    job (a pass stopped between its submit and its compare-and-set leaves jobs past the
+    stored last tick: submitted once, never doubled). Returns the ticks."""
+    mine = [k for k in _keys(engine, "ticks") if k.startswith(f"schedule:{s.name}:")]
+    assert len(mine) == len(set(mine)), f"{s.name}: a tick was submitted twice"
+    assert mine, f"{s.name}: no tick was submitted"
+    newest = max(_tick_of(k) for k in mine)
+    ticks = ticks_after(s, created, newest, 1_000_000)
+    missing = sorted({tick_key(s.name, t) for t in ticks} - set(mine))
+    assert not missing, f"{s.name}: {len(missing)} tick(s) lost, first {missing[:3]}"
+    assert sorted(mine) == sorted(tick_key(s.name, t) for t in ticks)
+    return ticks
+
+
+@pytest.mark.slow
+def test_four_scheduling_workers_on_the_floor_give_exactly_one_job_per_tick(
+    engine: Engine, url: str, tmp_path: Path
+) -> None:
+    # given a schedule every 10 ms (the floor, with subsecond) and four scheduling workers
+    s = schedule("fast", "tick", every=EVERY, queue="ticks", subsecond=True)
     service = Schedules(engine)
-    until = time.monotonic() + 120
+    service.add(s, **WHO)
+    created = service.list()[0].record.created_at
+    pool = Pool(tmp_path, url, "tests.integration.schedules.app:handlers")
+    try:
+        for _ in range(4):
+            pool.start()
+        # when they run until 1,000 ticks are handled (at most 120 s)
+        until = time.monotonic() + 120
+        while time.monotonic() < until:
+            last = service.list()[0].record.last_tick
+            if last is not None and len(ticks_after(s, created, last, TICKS + 1)) >= TICKS:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"the schedulers did not reach {TICKS} ticks:\n{pool.logs()}")
+        service.pause("fast", **WHO)  # a pass already under way may still finish
+    finally:
+        pool.stop()
+    # then every tick has exactly one job, and none was skipped
+    assert len(_check_every_tick_once(engine, s, created)) >= TICKS
+    assert "missed while no scheduler ran" not in pool.logs()
+
+
+@pytest.mark.slow
+def test_kill_9_every_few_seconds_loses_doubles_and_skips_no_tick(
+    engine: Engine, url: str, tmp_path: Path
+) -> None:
+    # given 0.25 s and 2 s cron schedules, each with skip and with catch_up
+    plans = [
+        schedule("q-skip", "tick", every=0.25, queue="ticks", subsecond=True),
+        schedule(
+            "q-catch", "tick", every=0.25, queue="ticks", subsecond=True, missed="catch_up",
+            catch_up=2,
+        ),
+        schedule("c-skip", "tick", cron="*/2 * * * * *", queue="ticks"),
+        schedule("c-catch", "tick", cron="*/2 * * * * *", queue="ticks", missed="catch_up",
+                 catch_up=1),
+    ]  # fmt: skip
+    service = Schedules(engine)
+    for s in plans:
+        service.add(s, **WHO)
+    created = {v.record.name: v.record.created_at for v in service.list()}
+    # and four scheduling workers (a pass a second, as by default), one SIGKILLed and
+    # replaced every 1-3 s
+    pool = Pool(tmp_path, url, "tests.integration.schedules.app:handlers", interval="1.0")
     kills = 0
-    next_kill = time.monotonic() + 2.0
-    while time.monotonic() < until:
-        (view,) = service.list()
-        last = view.record.last_tick
-        if last is not None and len(ticks_after(s, created, last, TICKS + 1)) >= TICKS:
-            break
-        if chaos and time.monotonic() >= next_kill and pool.alive():
-            victim = random.choice(pool.alive())
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(timeout=10)
+    try:
+        for _ in range(4):
+            pool.start()
+        end = time.monotonic() + SOAK
+        while time.monotonic() < end:
+            time.sleep(random.uniform(1.0, 3.0))
+            pool.kill_one()
             kills += 1
             pool.start()
-            next_kill = time.monotonic() + random.uniform(0.4, 0.9)
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the schedulers did not reach {TICKS} ticks in 120 s:\n{pool.logs()}")
-    service.pause("fast")  # no new ticks; a pass already under way may still finish
-    if chaos:
-        assert kills >= 5, f"only {kills} SIGKILLs happened"
-
-
-def _check_exactly_once(engine: Engine, s: Schedule, created: float) -> int:
-    """Every tick from the first to the newest submitted has exactly one job (a pass
-    stopped between its submit and its compare-and-set leaves jobs past the stored last
-    tick: submitted once, and found again, not doubled, when the schedule resumes)."""
-    (view,) = Schedules(engine).list()
-    last = view.record.last_tick
-    assert last is not None
-    keys = _keys(engine, "ticks")
-    assert len(keys) == len(set(keys)), "a tick was submitted twice"
-    newest = max(datetime.fromisoformat(k.split(":", 2)[2]).timestamp() for k in keys)
-    assert newest >= last
-    ticks = ticks_after(s, created, newest, 100_000)
-    assert sorted(keys) == sorted(tick_key("fast", t) for t in ticks), "a tick was lost"
-    first = ticks[:TICKS]
-    assert len(first) == TICKS
-    assert len(set(keys) & {tick_key("fast", t) for t in first}) == TICKS
-    return len(ticks)
-
-
-@pytest.mark.slow
-def test_four_scheduling_workers_give_exactly_one_job_per_tick(
-    engine: Engine, url: str, tmp_path: Path
-) -> None:
-    # given a schedule every 10 ms and four worker processes running the scheduler
-    s = schedule("fast", "tick", every=EVERY, queue="ticks", missed="catch_up", catch_up=1000)
-    Schedules(engine).add(s)
-    (view,) = Schedules(engine).list()
-    created = view.record.created_at
-    pool = Pool(tmp_path, url, "tests.integration.schedules.app:handlers")
-    try:
-        for _ in range(4):
-            pool.start()
-        # when they run for 1,000 ticks
-        _run_until_ticks(engine, s, created, pool, chaos=False)
+        stopped = time.time()
+        for s in plans:
+            service.pause(s.name, **WHO)
+        time.sleep(1.5)  # a pass under way finishes
     finally:
         pool.stop()
-    # then every tick up to the last one has exactly one job
-    total = _check_exactly_once(engine, s, created)
-    assert total >= TICKS
-
-
-@pytest.mark.slow
-def test_sigkilled_schedulers_lose_and_double_no_tick(
-    engine: Engine, url: str, tmp_path: Path
-) -> None:
-    # given four scheduling workers, one SIGKILLed (and replaced) about twice a second
-    s = schedule("fast", "tick", every=EVERY, queue="ticks", missed="catch_up", catch_up=1000)
-    Schedules(engine).add(s)
-    (view,) = Schedules(engine).list()
-    created = view.record.created_at
-    pool = Pool(tmp_path, url, "tests.integration.schedules.app:handlers")
-    try:
-        for _ in range(4):
-            pool.start()
-        _run_until_ticks(engine, s, created, pool, chaos=True)
-    finally:
-        pool.stop()
-    # then still every tick has exactly one job
-    assert _check_exactly_once(engine, s, created) >= TICKS
+    assert kills >= SOAK / 3 - 1
+    # then each schedule has every tick once, up to close to the end
+    for s in plans:
+        ticks = _check_every_tick_once(engine, s, created[s.name])
+        assert ticks[-1] >= stopped - LEAD_FOR - 5.0, f"{s.name} fell behind:\n{pool.logs()}"
+        print(f"{url.split(':', 1)[0]} {s.name}: {len(ticks)} ticks, one job each; {kills} kills")
+    # and no tick was skipped: no kill left the schedules without a scheduler for long
+    assert "missed while no scheduler ran" not in pool.logs()
 
 
 def test_a_schedule_declared_in_code_is_stored_and_ticked_by_a_worker(
@@ -188,6 +213,8 @@ def test_a_schedule_declared_in_code_is_stored_and_ticked_by_a_worker(
     beats = _succeeded_beats(engine)
     assert len(beats) >= 3, pool.logs()
     assert all(k.startswith("schedule:beat:") for k in beats)
+    (change,) = Schedules(engine).changes("beat")
+    assert (change.action, change.actor[:5]) == ("added", "code:")
 
 
 def _succeeded_beats(engine: Engine) -> list[str]:

@@ -13,8 +13,7 @@ import pytest
 from fsm import Engine, open_store
 from fsm.clock import ScaledClock
 from fsm.ports import ScanRequest
-from fsm.schedules import schedule, tick_key, ticks_after
-from fsm.scheduling import Schedules
+from fsm.service.schedules import Schedules, schedule, tick_key, ticks_after
 from fsm.worker import Context, Handlers, Worker
 
 TICKS = 1000
@@ -46,7 +45,7 @@ def test_four_workers_on_an_accelerated_clock_give_one_job_per_cron_tick(url: st
         missed="catch_up",
         catch_up=1000,
     )
-    Schedules(admin).add(s)
+    Schedules(admin).add(s, actor="test", reason="integration test")
     created = Schedules(admin).list()[0].record.created_at
     workers = []
     threads = []

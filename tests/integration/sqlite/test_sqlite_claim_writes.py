@@ -55,7 +55,7 @@ def test_a_claim_of_several_jobs_sets_only_the_columns_the_leases_change(
     store: SqliteStore,
 ) -> None:
     # given a log of every UPDATE that sets a column no lease changes
-    conn = store._conn()
+    conn = store.thread_connection()
     conn.execute("CREATE TABLE touched (id TEXT)")
     conn.execute(
         f"CREATE TRIGGER jobs_touched AFTER UPDATE OF {', '.join(UNCHANGED)} ON jobs "
@@ -77,7 +77,7 @@ def test_a_claim_whose_writes_do_not_all_land_is_refused_and_rolled_back(
     # given a trigger that silently skips the write of one job
     engine = Engine(store, clock=FakeClock())
     jobs = [engine.submit("k", i) for i in range(3)]
-    conn = store._conn()
+    conn = store.thread_connection()
     conn.execute(
         f"CREATE TRIGGER skip_one BEFORE UPDATE ON jobs WHEN old.id = '{jobs[1].id}' "
         "BEGIN SELECT RAISE(IGNORE); END"

@@ -13,7 +13,9 @@ from fsm.testing.conformance import (
     UrlStore,
 )
 from fsm.testing.conformance_deps import DependencyConformance
+from fsm.testing.conformance_limits import LimitsConformance
 from fsm.testing.conformance_progress import ProgressStoreConformance
+from fsm.testing.conformance_unique import UniqueConformance
 
 
 class TestSqliteConformance(
@@ -23,6 +25,8 @@ class TestSqliteConformance(
     DroppableStoreConformance,
     ProgressStoreConformance,
     DependencyConformance,
+    LimitsConformance,
+    UniqueConformance,
 ):
     @pytest.fixture(autouse=True)
     def _file(self, tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from adapters.sqlite import open_store
-from adapters.sqlite._sql import _waiting_sql
 from adapters.sqlite.schema import in_list
+from adapters.sqlite.sql import waiting_sql
 from fsm import Engine, Owner
 from fsm.errors import BadStoreURL, StoreError
 from fsm.registry import open_store as open_by_url
@@ -187,7 +187,7 @@ def test_the_capacity_count_walks_an_index_and_stops_at_the_limit(tmp_path: Path
     store = open_store(f"sqlite:///{tmp_path / 'plan.db'}")
     try:
         conn = sqlite3.connect(store.path)
-        sql = _waiting_sql(("queued", "retry_wait"))
+        sql = waiting_sql(("queued", "retry_wait"))
         plan = " ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("default", 6)))
         conn.close()
         assert "USING COVERING INDEX jobs_queue_state" in plan, plan

@@ -211,7 +211,9 @@ def test_processes_opening_a_new_file_and_submitting_one_key_make_one_job(
     try:
         assert store.counts() == {("default", "queued"): 1}
         assert [e.event for e in store.history(ids[0])] == ["submit"]
-        versions = store._conn().execute("SELECT version FROM schema_version").fetchall()
+        versions = (
+            store.thread_connection().execute("SELECT version FROM schema_version").fetchall()
+        )
         assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
     finally:
         store.close()

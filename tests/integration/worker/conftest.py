@@ -43,3 +43,12 @@ def store_url(request: pytest.FixtureRequest) -> str:
 def open_engine() -> Iterator[Callable[[str], Engine]]:
     """Engines that submit with the app's kind defaults; their stores close after the test."""
     yield from engine_factory(handlers)
+
+
+@pytest.fixture
+def hooks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder the hooks of tests/integration/worker/hooks_app.py write their marks to."""
+    folder = tmp_path / "hooks"
+    folder.mkdir()
+    monkeypatch.setenv("HOOKS_DIR", str(folder))
+    return folder

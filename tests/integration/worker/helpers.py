@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm import Engine, open_store
-from fsm.owner import HOST_ENV
+from fsm.service.identity import HOST_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 APP = "tests.integration.worker.app:handlers"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fsm.reconcile import LostRun, done, not_started, still_running, unknown
+from fsm.service.reconcile import LostRun, done, not_started, still_running, unknown
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 

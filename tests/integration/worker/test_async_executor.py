@@ -17,9 +17,9 @@ import pytest
 from adapters.asyncio_executor import AsyncioExecutor
 from adapters.memory import MemoryStore
 from fsm import Engine, open_store
-from fsm.owner import Identity
 from fsm.ports import Attempt, ExecutorFull, Outcome
 from fsm.records import Job
+from fsm.service.identity import Identity
 from fsm.worker.context import Context, handler_path, run_attempt, run_attempt_async
 
 from .async_app import handlers

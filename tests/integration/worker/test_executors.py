@@ -15,9 +15,9 @@ import pytest
 from adapters.executors import ProcessExecutor, ThreadExecutor
 from adapters.memory import MemoryStore
 from fsm import Engine, LeasePolicy, Policy
-from fsm.owner import Identity
 from fsm.ports import Attempt, Outcome
 from fsm.records import Job, job_to_json
+from fsm.service.identity import Identity
 from fsm.worker import Worker
 from fsm.worker.context import Context, handler_path, run_attempt
 
@@ -150,7 +150,7 @@ def test_process_executor_restart_drops_late_results_of_the_old_generation(
     assert (job_id, outcome.status) == (job.id, "killed")
     assert procs.generation == 1
     assert not set(procs.children()) & old_children
-    assert procs.free == 2
+    wait_for(lambda: procs.free == 2, 20, "the new generation's children to be ready")
     with pytest.raises(queue.Empty):
         results.next(timeout=0.5)  # exactly one settlement for the old attempt
 

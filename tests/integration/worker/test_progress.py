@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from fsm import Engine
-from fsm.progress import Progress, progress_of
+from fsm.service.progress import Progress, progress_of
 
 from .helpers import Workers, engine_factory, wait_for
 from .progress_app import handlers

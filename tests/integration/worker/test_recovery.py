@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsm import Engine
-from fsm.owner import pid_verdict
 from fsm.records import Job
+from fsm.service.identity import pid_verdict
 
 from .helpers import Workers, markers, wait_for
 

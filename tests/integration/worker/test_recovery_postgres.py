@@ -15,12 +15,12 @@ from fsm.records import Job, Owner
 from .app import handlers
 from .helpers import Workers, markers, wait_for
 
-LIVENESS_CLASS = 0x4A464C56  # adapters.postgres._schema.LIVENESS_CLASS
+LIVENESS_CLASS = 0x4A464C56  # adapters.postgres.migrations.LIVENESS_CLASS
 
 
 def _liveness_backend(pg_url: str, owner: Owner | None) -> int:
     """The server pid of the session holding `owner`'s liveness lock."""
-    from adapters.postgres._schema import key32
+    from adapters.postgres.migrations import key32
 
     assert owner is not None
     with psycopg.connect(pg_url, autocommit=True) as conn:

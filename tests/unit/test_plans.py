@@ -1,5 +1,5 @@
-"""fsm.steps: the Engine's loops, written once, driven blocking (`drive`) and awaited
-(`adrive`) by scripted and real (memory store) answers."""
+"""fsm.service.plans: the service's loops, written once over a kernel, driven blocking
+(`drive`) and awaited (`adrive`) by scripted and real (memory store) answers."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 
 from adapters.memory import MemoryStore
 from fsm import Engine, FakeClock, LeaseLost, Limits, Policy
-from fsm import steps as st
 from fsm.errors import VersionConflict
 from fsm.records import Job
+from fsm.service import plans as st
+from fsm.service.drivers import perform_sync
 
 from .helpers import OWNER
 
@@ -37,7 +38,7 @@ def test_lost_races_are_retried_at_most_cas_retries_times() -> None:
 
     # when: an operator cancels the job
     with pytest.raises(VersionConflict):
-        st.drive(st.cancel(engine, job.id, actor="op", reason="r"), perform)
+        st.drive(st.cancel(engine.kernel, job.id, actor="op", reason="r"), perform)
 
     # then: read and write three times, then give up; nothing was written
     assert seen == ["Read", "Write"] * 3
@@ -53,14 +54,14 @@ def test_a_stale_fence_records_the_rejected_report_and_writes_nothing() -> None:
 
     def perform(request: st.Request) -> Any:
         requests.append(request)
-        return st.sync_performer(engine)(request)
+        return perform_sync(engine.kernel)(request)
 
     with pytest.raises(LeaseLost):
-        st.drive(st.decided(engine, job.id, "succeed", {"fence": leased.fence - 1}), perform)
+        st.drive(st.decided(engine.kernel, job.id, "succeed", {"fence": leased.fence - 1}), perform)
 
     assert [type(r).__name__ for r in requests] == ["Read", "Record"]
     [record] = [r for r in requests if isinstance(r, st.Record)]
-    assert record.entries[0].outcome == "rejected"
+    assert record.entry.outcome == "rejected"
     assert engine.get(job.id).state == "running"
 
 
@@ -74,7 +75,7 @@ def test_a_failed_publish_is_logged_and_the_jobs_are_still_returned(
 ) -> None:
     engine = _engine()
     engine.publisher = BrokenPublisher()
-    with caplog.at_level(logging.WARNING, logger="fsm.steps"):
+    with caplog.at_level(logging.WARNING, logger="fsm.service.plans"):
         [job] = engine.submit_many([("k", 1, {})])
     assert engine.get(job.id) == job
     assert "publishing 1 new jobs failed" in caplog.text
@@ -84,8 +85,10 @@ def test_the_awaited_driver_writes_exactly_what_the_blocking_one_writes() -> Non
     # given: two engines on equal clocks, one driven blocking, one awaited
     blocking, awaited = _engine(), _engine()
 
-    def plan(engine: Engine, job: Job) -> st.Steps[Job]:
-        return st.resolve(engine, job.id, outcome="failed", actor="op", reason="r", result=None)
+    def plan(engine: Engine, job: Job) -> st.Plan[Job]:
+        return st.resolve(
+            engine.kernel, job.id, outcome="failed", actor="op", reason="r", result=None
+        )
 
     def parked(engine: Engine) -> Job:
         job = engine.submit("k", 1)
@@ -94,14 +97,14 @@ def test_the_awaited_driver_writes_exactly_what_the_blocking_one_writes() -> Non
         return engine.ambiguous(job.id, leased.fence, "unknown")
 
     one, two = parked(blocking), parked(awaited)
-    sync = st.sync_performer(awaited)
+    sync = perform_sync(awaited.kernel)
 
     async def perform(request: st.Request) -> Any:
         await asyncio.sleep(0)
         return sync(request)
 
     # when: the same operator action goes through each driver
-    a = st.drive(plan(blocking, one), st.sync_performer(blocking))
+    a = st.drive(plan(blocking, one), perform_sync(blocking.kernel))
     b = asyncio.run(st.adrive(plan(awaited, two), perform))
 
     # then: the same record and the same audit entry, but for the job's id
@@ -123,11 +126,11 @@ def test_a_cancelled_await_unwinds_the_loop() -> None:
     async def perform(request: st.Request) -> Any:
         if isinstance(request, st.Write):
             await asyncio.sleep(10)
-        return st.sync_performer(engine)(request)
+        return perform_sync(engine.kernel)(request)
 
     async def go() -> None:
         task = asyncio.ensure_future(
-            st.adrive(st.cancel(engine, job.id, actor="op", reason="r"), perform)
+            st.adrive(st.cancel(engine.kernel, job.id, actor="op", reason="r"), perform)
         )
         await asyncio.sleep(0.05)
         task.cancel()

@@ -1,0 +1,118 @@
+"""Every Python block of README.md and docs/*.md runs.
+
+Blocks are found and run by pytest-examples (`find_examples`, `EvalExample.run`): it
+reads fenced blocks with their line numbers and runs each as a module, reporting a
+failure at the block's own line in the Markdown file. A page's blocks run in order,
+each in the names the blocks above it left, as a reader types them into one session.
+
+A block that cannot run standalone says so where every reader sees it: its first line
+is `# sketch: REASON`. Those are counted here (SKETCHES), so a new one is a deliberate
+change of this file, never a silent skip.
+
+Blocks read their store URL from the DATABASE_URL environment variable, as a service
+does: a SQLite file in the test's directory, or a fresh PostgreSQL database on the pages
+whose blocks need PostgreSQL (PG_PAGES, marked postgres).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pytest_examples import CodeExample, EvalExample, find_examples
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SKETCH = re.compile(r"\A\s*# sketch: (?P<reason>\S.{9,})$", re.M)
+#: pages whose blocks need PostgreSQL (a fresh database each run)
+PG_PAGES = {"transactional-submit.md"}
+#: the blocks that say why they are not run, per page: change it with the docs
+SKETCHES = {
+    "django.md": 3,
+    "embedding.md": 3,
+    "rabbitmq.md": 2,
+    "workers.md": 1,
+}
+
+
+def python_blocks(page: Path) -> list[CodeExample]:
+    return [ex for ex in find_examples(page) if ex.prefix.split()[0] in ("py", "python")]
+
+
+def sketch_reason(example: CodeExample) -> str | None:
+    first = example.source.lstrip("\n").splitlines()[0]
+    match = SKETCH.match(first)
+    return None if match is None else match["reason"]
+
+
+def page_params() -> list[pytest.ParameterSet]:
+    params = []
+    for page in PAGES:
+        if not python_blocks(page):
+            continue
+        marks = [pytest.mark.postgres] if page.name in PG_PAGES else []
+        params.append(pytest.param(page, id=page.name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("page", page_params())
+def test_the_python_blocks_of_a_page_run_in_order(
+    page: Path,
+    eval_example: EvalExample,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    if page.name in PG_PAGES:
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'app.db'}"
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.chdir(tmp_path)
+    names: dict[str, object] = {}
+    ran = 0
+    for example in python_blocks(page):
+        if sketch_reason(example) is not None:
+            continue
+        names = {**names, **eval_example.run(example, module_globals=names)}
+        ran += 1
+
+    assert ran > 0 or SKETCHES.get(page.name), f"{page.name}: no block ran"
+
+
+def test_every_block_runs_or_says_why_and_the_sketches_are_counted() -> None:
+    total, sketches = 0, Counter[str]()
+    for page in PAGES:
+        for example in python_blocks(page):
+            total += 1
+            first = example.source.lstrip("\n").splitlines()[0]
+            if first.lstrip().startswith("# sketch"):
+                reason = sketch_reason(example)
+                assert reason, f"{page.name}:{example.start_line}: a sketch names its reason"
+                sketches[page.name] += 1
+
+    assert dict(sketches) == SKETCHES, "a block stopped running or started to: update SKETCHES"
+    ran = total - sum(sketches.values())
+    assert ran >= 20, f"only {ran} of {total} blocks run"
+
+
+def test_a_failing_block_fails_the_page(
+    eval_example: EvalExample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```python\nfrom fsm import Engine\nEngine(store)\n```\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    [example] = python_blocks(page)
+
+    with pytest.raises(NameError, match="store"):
+        eval_example.run(example)
+
+
+def test_a_sketch_without_a_reason_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```python\n# sketch:\nworker.run()\n```\n", encoding="utf-8")
+    [example] = python_blocks(page)
+
+    assert sketch_reason(example) is None

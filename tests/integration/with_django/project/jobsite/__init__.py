@@ -1,0 +1,1 @@
+"""A small Django project that uses jobfsm (tests/integration/with_django)."""

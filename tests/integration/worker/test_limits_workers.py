@@ -1,0 +1,146 @@
+"""Global limits under real worker processes (docs/flow-control.md).
+
+Several `jobfsm worker` processes with threads serve one store (a SQLite file, a
+PostgreSQL database); a kind is limited to a few running at once and to a rate,
+another kind of the same queue is not, and a worker is killed with SIGKILL while
+it holds limited jobs (a replacement starts). From the audit trails: never more
+than the limit held a slot at any instant, never more leases than the rate in any
+window, every job of both kinds succeeded. The size here is CI's; `-m slow` runs
+the issue's size (8 workers x 32 threads, 5 at once, 50 leases/s, a kill every 2 s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+import pytest
+
+from fsm import Engine, Job
+from fsm.testing.faults_limits import (
+    concurrency_breaches,
+    holding_intervals,
+    lease_times,
+    rate_breaches,
+)
+
+from .helpers import Workers, wait_for
+
+
+@attrs.frozen
+class Size:
+    workers: int
+    threads: int
+    limited_jobs: int
+    free_jobs: int
+    concurrency: int
+    rate: int
+    kill_every: float
+    kills: int
+
+
+CI = Size(workers=3, threads=4, limited_jobs=40, free_jobs=30, concurrency=2, rate=20,
+          kill_every=1.5, kills=1)  # fmt: skip
+ISSUE = Size(workers=8, threads=32, limited_jobs=600, free_jobs=2000, concurrency=5, rate=50,
+             kill_every=2.0, kills=5)  # fmt: skip
+#: kills of a worker seen running a limited job until one still held it at death (a
+#: limited job runs 0.1 s: it may finish between the look and the kill)
+KILL_TRIES = 5
+
+
+@pytest.mark.parametrize(
+    "size", [CI, pytest.param(ISSUE, marks=pytest.mark.slow)], ids=["ci", "issue"]
+)
+def test_a_global_limit_holds_across_worker_processes_through_kill_9(
+    store_url: str,
+    workers: Workers,
+    open_engine: Callable[[str], Engine],
+    size: Size,
+) -> None:
+    # given a kind limited to N at once and R leases per second, a free kind beside it,
+    # and worker processes with threads serving the store
+    engine = open_engine(store_url)
+    engine.set_limit(
+        "kind:sleep",
+        concurrency=size.concurrency,
+        rate=size.rate,
+        period=1.0,
+        actor="test",
+        reason="a vendor's cap",
+    )
+    procs = [
+        workers.start(store_url, concurrency=size.threads, ttl=3.0, heartbeat=0.5)
+        for _ in range(size.workers)
+    ]
+    for proc in procs:
+        workers.wait_serving(proc)
+    # when jobs of both kinds are submitted, and workers running limited jobs are
+    # killed with -9 (a replacement starts each time)
+    limited = engine.submit_many(
+        [("sleep", {"first": 0.05, "then": 0.05}, {}) for _ in range(size.limited_jobs)]
+    )
+    free = engine.submit_many([("noop", {}, {}) for _ in range(size.free_jobs)])
+    ids = [j.id for j in [*limited, *free]]
+
+    def finished() -> int:
+        return sum(1 for i in ids if engine.get(i).state == "succeeded")
+
+    killed: list[str] = []  # limited jobs whose worker was killed while holding them
+    for k in range(size.kills):
+        if k:
+            time.sleep(size.kill_every)
+        for _ in range(KILL_TRIES):
+            n = _worker_running_limited(engine, limited, [p.pid for p in procs])
+            pid = procs[n].pid
+            workers.kill9(procs[n])
+            procs[n] = workers.start(store_url, concurrency=size.threads, ttl=3.0, heartbeat=0.5)
+            # a job seen running may have finished before the kill landed: only what the
+            # dead process still holds (nothing can change it now) is a lost run
+            held = _held_by(engine, limited, pid)
+            if held:
+                killed += held
+                break
+        else:
+            pytest.fail(f"{KILL_TRIES} kills in a row found no limited job held at death")
+    wait_for(lambda: finished() == len(ids), 300.0, "every job to succeed", step=0.5)
+
+    # then the audit trails never show more than N holding a slot, nor R leases in 1 s
+    intervals: list[tuple[float, float]] = []
+    leases: list[float] = []
+    for job in limited:
+        trail = engine.history(job.id)
+        intervals += holding_intervals(trail)
+        leases += lease_times(trail)
+    assert len(leases) >= size.limited_jobs
+    assert concurrency_breaches(intervals, lambda t: size.concurrency) == []
+    assert rate_breaches(leases, size.rate, 1.0) == []
+    # and each job that lost its worker was taken back and run again
+    for job_id in killed:
+        assert "expire" in [e.event for e in engine.history(job_id)]
+    # and the free kind of the same queue ran to the end beside it
+    assert {engine.get(j.id).state for j in free} == {"succeeded"}
+
+
+def _worker_running_limited(engine: Engine, limited: list[Job], pids: list[int]) -> int:
+    """The index in `pids` of a worker seen running a limited job."""
+    found: list[int] = []
+
+    def seen() -> bool:
+        for job in (engine.get(j.id) for j in limited):
+            if job.state == "running" and job.owner is not None and job.owner.pid in pids:
+                found.append(pids.index(job.owner.pid))
+                return True
+        return False
+
+    wait_for(seen, 60.0, "a worker running a limited job", step=0.01)
+    return found[0]
+
+
+def _held_by(engine: Engine, limited: list[Job], pid: int) -> list[str]:
+    """The limited jobs a (dead) worker process still holds a lease on."""
+    return [
+        job.id
+        for job in (engine.get(j.id) for j in limited)
+        if job.state in ("leased", "running") and job.owner is not None and job.owner.pid == pid
+    ]

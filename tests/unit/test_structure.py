@@ -1,0 +1,241 @@
+"""The shape of the code, as docs/architecture.md states it.
+
+The layers and the absence of import cycles are import-linter contracts
+(`[tool.importlinter]` in pyproject.toml, run by `lint-imports` in the test command);
+what a contract cannot say is checked here, by reading the code (ast), not running it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: where the code lives (tests and benchmarks are held to the underscore rule too)
+CODE = ("fsm", "adapters")
+EVERYTHING = (*CODE, "benchmarks", "tests", "examples")
+#: private names of the standard library's own public API (namedtuple, os)
+STDLIB_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_make", "_exit"})
+#: limits of docs/architecture.md
+MAX_TOP_LEVEL_MODULES = 12
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 400
+
+
+def _files(*roots: str) -> Iterator[Path]:
+    for root in roots:
+        yield from sorted((ROOT / root).rglob("*.py"))
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """Every name a module defines or binds (functions, classes, attributes it sets,
+    arguments, keywords): reading one of these is reading its own."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg):
+            names.add(node.arg)
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in STDLIB_PRIVATE
+
+
+def reach_ins(path: Path) -> list[str]:
+    """Where the module at `path` reads another module's underscore names: an import of
+    one, or `x._name` where x is not self or cls and the module defines no `_name`."""
+    tree = _tree(path)
+    own = _defined(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{a.name}"
+                for a in node.names
+                if _private(a.name)
+            ]
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            if not _private(node.attr) or node.attr in own:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            found.append(
+                f"{path.relative_to(ROOT)}:{node.lineno} reads "
+                f"{ast.unparse(node.value)[:40]}.{node.attr}"
+            )
+    return found
+
+
+def test_no_module_reads_another_modules_underscore_names() -> None:
+    found = [hit for path in _files(*EVERYTHING) for hit in reach_ins(path)]
+    assert not found, "reach-ins:\n" + "\n".join(found)
+
+
+def test_the_reach_in_finder_finds_a_reach_in(tmp_path: Path) -> None:
+    # given a module that imports a private name and reads another object's private one
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from x import _hidden\n"
+        "def f(engine):\n    return engine._observe\n"
+        "class C:\n    def g(self):\n        return self._mine\n"
+    )
+    # then both are found, and a read of its own self is not
+    found = reach_ins_at(module)
+    assert [h.split(" ", 1)[1] for h in found] == ["imports x._hidden", "reads engine._observe"]
+
+
+def reach_ins_at(path: Path) -> list[str]:
+    global ROOT
+    saved, ROOT = ROOT, path.parent
+    try:
+        return reach_ins(path)
+    finally:
+        ROOT = saved
+
+
+# --- one write path ----------------------------------------------------------------
+
+#: the modules that may write decisions through a store: the kernel's write path, and
+#: the async driver (which writes through the asyncio twin and tells the observers)
+WRITERS = {"fsm/service/kernel.py", "fsm/service/drivers.py"}
+WRITES = frozenset({"apply", "claim", "insert", "insert_in", "erase", "record"})
+
+
+def test_only_the_kernel_writes_decisions_so_every_transition_is_observed() -> None:
+    found = []
+    for path in _files("fsm"):
+        rel = str(path.relative_to(ROOT))
+        if rel in WRITERS or rel.startswith("fsm/testing/"):
+            continue
+        for node in ast.walk(_tree(path)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in WRITES
+                and ast.unparse(node.func.value).split(".")[-1] in ("store", "astore")
+            ):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}")
+    assert not found, "writes around the kernel (unobserved transitions):\n" + "\n".join(found)
+
+
+# --- one computation of an event's states, one JSON encoder ---------------------------
+
+
+def test_event_sources_and_destinations_are_computed_only_by_the_lifecycle() -> None:
+    found = []
+    for path in _files(*CODE):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith("fsm/lifecycle/"):
+            continue
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+                continue
+            for gen in node.generators:
+                source = ast.unparse(gen.iter)
+                over_table = source.endswith((".table", ".table.items()"))
+                if over_table and any(isinstance(test, ast.Compare) for test in gen.ifs):
+                    found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert not found, "use Lifecycle.sources / dests:\n" + "\n".join(found)
+
+
+def test_one_canonical_json_encoder() -> None:
+    found = []
+    for path in _files(*CODE):
+        rel = str(path.relative_to(ROOT))
+        text = path.read_text()
+        if rel != "fsm/jsonio.py" and ("c_make_encoder" in text or "JSONEncoder(" in text):
+            found.append(rel)
+    assert not found, f"JSON encoders outside fsm/jsonio.py: {found}"
+
+
+# --- sizes ---------------------------------------------------------------------------
+
+
+def test_fsm_top_level_holds_few_modules_beside_its_rooms() -> None:
+    modules = sorted(p.name for p in (ROOT / "fsm").glob("*.py"))
+    assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
+
+
+@pytest.mark.parametrize("limit", [MAX_MODULE_LINES])
+def test_no_module_is_over_the_line_limit_outside_the_test_kit(limit: int) -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _files(*CODE)
+        if not str(p.relative_to(ROOT)).startswith("fsm/testing/")
+        and (n := len(p.read_text().splitlines())) > limit
+    }
+    assert not long, long
+
+
+def test_no_class_is_over_the_line_limit_outside_the_test_kit() -> None:
+    long = {}
+    for path in _files(*CODE):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith("fsm/testing/"):
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    long[f"{rel}:{node.name}"] = size
+    assert not long, long
+
+
+def test_every_subpackage_is_reachable_as_an_attribute_of_its_package() -> None:
+    # `fsm.lifecycle` once named a function re-exported by fsm/__init__.py, so
+    # `import fsm.lifecycle.spec as s` failed: no public name may shadow a subpackage
+    for path in _files(*CODE):
+        if path.name != "__init__.py":
+            continue
+        name = ".".join(path.relative_to(ROOT).parent.parts)
+        parent, _, child = name.rpartition(".")
+        if not parent:
+            continue
+        module = importlib.import_module(name)
+        assert getattr(importlib.import_module(parent), child) is module, (
+            f"{parent}.{child} is not the module {name}"
+        )
+
+
+# --- docs/architecture.md names only what exists ----------------------------------------
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `fsm.a.b.C.meth` names a module, or an attribute chain of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_module_path_and_dotted_name_in_the_architecture_page_exists() -> None:
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    paths = set(re.findall(r"`((?:fsm|adapters|specs|tests)/[\w/.]*)`", text))
+    dotted = set(re.findall(r"`(fsm(?:\.\w+)+)", text))
+    missing = [p for p in sorted(paths) if not (ROOT / p.rstrip("/")).exists()]
+    missing += [d for d in sorted(dotted) if not _resolves(d)]
+    assert not missing, missing
