@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fsm import Engine, open_store
-from fsm.reconcile import LostRun, done, not_started
+from fsm.service.reconcile import LostRun, done, not_started
 from fsm.worker.context import Context
 from fsm.worker.handlers import Handlers
 
