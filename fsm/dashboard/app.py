@@ -2,9 +2,10 @@
 mount inside an application: `app.mount("/jobs", create_app(engine, tokens=...))`.
 
 Pages: overview, the live lifecycle diagram, the job list, one job, the
-investigate inbox. Each page's live part is also served alone as an HTML
-fragment (request header `X-Jobfsm-Fragment: 1`), which `static/dashboard.js`
-fetches again a few seconds after the previous answer and swaps in. Templates are
+investigate inbox, and the control pages (queues, limits, schedules, bulk). Each
+page's live part is also served alone as an HTML fragment (request header
+`X-Jobfsm-Fragment: 1`), which `static/dashboard.js` fetches again a few seconds
+after the previous answer and swaps in. Templates are
 Jinja2 with autoescaping on, so every stored string (payloads, errors, reasons,
 actors) is escaped; a Content-Security-Policy allowing only the app's own script
 is sent with every page as a second guard. Who may see and do what is
@@ -39,6 +40,7 @@ from . import (
     history,
     inbox,
     lifecycle_view,
+    limits_view,
     search,
     security,
     views,
@@ -89,6 +91,8 @@ class Dashboard:
         operator = self.access.operator(request)
         csrf, cookie = self.access.csrf_token(request)
         fragment = request.headers.get(FRAGMENT_HEADER) == "1"
+        # read for those who may see pages: an anonymous log-in page reads no store
+        readable = operator is not None or self.access.public_read
         context = {
             **context,
             "csrf": csrf,
@@ -97,8 +101,8 @@ class Dashboard:
             "authorized": operator is not None and self.access.actions_enabled,
             "now": self.engine.clock.now(),
             "lc": self.engine.spec,
-            # read for those who may see pages: an anonymous log-in page reads no store
-            "paused": control.paused_of(self) if operator or self.access.public_read else {},
+            "paused": control.paused_of(self) if readable else {},
+            "limits": limits_view.limit_map(self.engine.kernel) if readable else {},
         }
         template = f"_{name}.html" if fragment else f"{name}.html"
         response: Response = self.templates.TemplateResponse(
@@ -333,6 +337,7 @@ def create_app(
         Route("/logout", a.logout, methods=["POST"], name="logout"),
         Route("/metrics", d.metrics_endpoint, name="metrics"),
         *control.Control(d, a, d.counts).routes(),
+        *limits_view.Limits(d, a).routes(),
         *search.Search(d).routes(),
         *workers_view.Workers(d).routes(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -5,8 +5,8 @@ Every change goes through the service's own operation (`Engine.pause`/`resume`,
 `fsm.service.schedules.Schedules`, `fsm.service.bulk` over the Engine's single-job
 actions), as the logged-in operator, after `Actions.checked_action` (origin,
 read-only, operator, capped form, CSRF, in that order). Nothing here decides what an
-action does. Limits (concurrency, rate: the flow-control issue) get their row on the
-queues page once the service offers them.
+action does. Global limits have their own page (`fsm.dashboard.limits_view`); the
+queues page shows a limited queue's badge.
 """
 
 from __future__ import annotations
