@@ -1,4 +1,4 @@
-"""The control pages (queues, schedules, bulk actions, the inbox set resolve) in a real
+"""The control pages (queues, limits, schedules, bulk actions, the inbox set resolve) in a real
 headless Chromium against a real SQLite store: each control's effect is asserted on
 the store, and its audit under the logged-in operator's name.
 
@@ -242,6 +242,7 @@ def test_control_posts_without_a_session_or_a_csrf_token_are_refused(
         "/queues/act": {"queue": "default", "action": "pause", "reason": "x"},
         "/schedules/act": {"name": "none", "action": "trigger", "reason": "x"},
         "/bulk": {"action": "cancel", "state": "queued", "reason": "x"},
+        "/limits/act": {"action": "set", "key": "queue:default", "concurrency": "1", "reason": "x"},
         "/investigate/resolve": {
             "id": ids["investigate"],
             "action": "resolve_failed",
@@ -260,6 +261,7 @@ def test_control_posts_without_a_session_or_a_csrf_token_are_refused(
         page.goto(base + "/queues")
         assert re.search(r"jobfsm", page.title())
     assert engine.paused() == {}
+    assert engine.limits() == []
     assert engine.get(ids["investigate"]).state == "investigate"
     assert engine.counts().get(("default", "cancelled"), 0) == 1  # the seed's one
 
@@ -319,3 +321,63 @@ def test_workers_page_shows_each_owner_with_its_kinds_and_jobs(
             n = sum(j.state == state for j in of_b)
             assert f"{state} {n}" in b.inner_text()
         screenshot(page, "workers", tmp_path)
+
+
+def test_a_limit_set_from_the_page_caps_the_next_claim_and_a_clear_lifts_it(
+    seeded: tuple[str, Engine, dict[str, str]], chromium: Any, tmp_path: Path
+) -> None:
+    url, engine, _ids = seeded
+    engine.submit_many([("vendor.call", {"n": i}, {"queue": "vendor"}) for i in range(5)])
+    engine.set_limit("queue:reports", concurrency=4, actor="alice", reason="reports share a db")
+    with _dashboard(url, tmp_path) as base:
+        page = chromium.new_page()
+        _log_in(page, base)
+        page.goto(base + "/limits")
+        assert page.locator("tr[data-limit]").count() == 1
+        form = page.locator("#limit-set")
+        form.locator("input[name=key]").fill("kind:vendor.call")
+        form.locator("input[name=concurrency]").fill("0")
+        form.locator("input[name=reason]").fill("vendor allows two connections")
+        form.locator("button").click()
+        # refused with checked's words, the typed values kept to correct, nothing stored
+        assert (
+            "concurrency must be a positive integer; got 0" in page.locator("#error").inner_text()
+        )
+        assert [s.limit.key for s in engine.limits()] == ["queue:reports"]
+        form = page.locator("#limit-set")
+        assert form.locator("input[name=key]").input_value() == "kind:vendor.call"
+        form.locator("input[name=concurrency]").fill("2")
+        form.locator("input[name=rate]").fill("100")
+        form.locator("input[name=period]").fill("1")
+        form.locator("button").click()
+        page.wait_for_selector("#done")
+        # in force in the store, under the operator's name: a claim leases at most 2
+        status = next(s for s in engine.limits() if s.limit.key == "kind:vendor.call")
+        assert (status.limit.key, status.limit.concurrency, status.limit.actor) == (
+            "kind:vendor.call",
+            2,
+            "carol",
+        )
+        store = open_store(url)
+        try:
+            leased = Engine(store).claim(PROBE, ["vendor"], limit=10)
+        finally:
+            store.close()
+        assert len(leased) == 2
+        # the page's counts are the store's, and the queue's jobs carry the badge
+        page.goto(base + "/limits")
+        row = page.locator("tr[data-limit='kind:vendor.call']")
+        assert row.locator("td.holding").inner_text().split()[0] == "2"
+        assert row.locator("td.waiting").inner_text() == "3"
+        assert "carol" in row.locator("td.who").inner_text()
+        screenshot(page, "limits", tmp_path)
+        page.goto(base + "/jobs?queue=vendor")
+        assert page.locator("#job-list [data-limit-badge='kind:vendor.call']").count() == 5
+        # cleared from the page: the waiting jobs are leased
+        page.goto(base + "/limits")
+        clear = page.locator("form[data-clear='kind:vendor.call']")
+        clear.locator("input[name=reason]").fill("vendor raised the cap")
+        clear.locator("button").click()
+        page.wait_for_selector("#done")
+        assert [s.limit.key for s in engine.limits()] == ["queue:reports"]
+        assert len(_fresh_claim(url, "vendor")) == 1
