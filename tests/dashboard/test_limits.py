@@ -70,14 +70,18 @@ def test_the_page_shows_the_stores_holding_and_waiting_counts(engine: Engine) ->
     assert sorted(j.kind for j in leased) == ["mail.send", "mail.send", "report.build"]
     store_counts = {s.limit.key: (s.holding, s.waiting) for s in engine.limits()}
     assert store_counts == {"kind:mail.send": (2, 3), "queue:reports": (1, 2)}
-    page = operator(engine).get("/limits")
+    c = operator(engine)
+    page = c.get("/limits")
     assert page.status_code == 200
     assert _rows(page.text) == store_counts
+    # and so does the live part the page fetches again every few seconds
+    live = c.get("/limits", headers={"X-Jobfsm-Fragment": "1"})
+    assert "<html" not in live.text
+    assert _rows(live.text) == store_counts
     assert "1 per 3600 s" in page.text
     assert "ops, " in page.text  # who set it
     assert "vendor cap" in page.text
     # the limited queue carries its badge on the overview and the queues page
-    c = operator(engine)
     for path in ("/", "/queues"):
         assert 'data-limit-badge="queue:reports"' in c.get(path).text
     # and the limited kind on the job list
