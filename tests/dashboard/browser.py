@@ -45,6 +45,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(AssertionError):
+    """Another process took the port between `free_port()` and the dashboard's bind."""
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket on `port` (Linux: the socket
+    inodes of /proc/net/tcp* in the LISTEN state matched against the process's fds).
+    A port that accepts connections may be another process's: a test talks only to the
+    dashboard it started."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
 @contextmanager
 def dashboard_process(
     store: str,
@@ -74,14 +100,15 @@ def dashboard_process(
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"dashboard exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                said = log.read_text()[-2000:]
+                taken = "address already in use" in said.lower()
+                raise (PortTaken if taken else AssertionError)(f"dashboard exited: {said}")
+            # up when it is this process that listens (not whoever took the port first)
+            if listens(proc.pid, port):
                 break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"dashboard not up in {START_TIMEOUT}s") from None
-                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"dashboard not up in {START_TIMEOUT}s")
+            time.sleep(0.1)
         yield f"{scheme}://127.0.0.1:{port}"
     finally:
         proc.terminate()
