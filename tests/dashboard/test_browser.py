@@ -139,7 +139,9 @@ function attack() {
 @contextmanager
 def attacker_site(port: int, html: str) -> Iterator[None]:
     """The attacker's web server on this machine: `html` for any path."""
+    import contextlib
     import http.server
+    import socket
     import threading
 
     body = html.encode()
@@ -155,7 +157,19 @@ def attacker_site(port: int, html: str) -> Iterator[None]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+    class Server(http.server.ThreadingHTTPServer):
+        """Remembers the connections it accepted: Chromium opens spare ones ahead of
+        need, and one left open would carry a later request of the page to this
+        server instead of to whatever listens on the port next."""
+
+        accepted: list[socket.socket] = []
+
+        def get_request(self) -> tuple[socket.socket, Any]:
+            conn, addr = super().get_request()
+            self.accepted.append(conn)
+            return conn, addr
+
+    server = Server(("127.0.0.1", port), Page)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -163,6 +177,10 @@ def attacker_site(port: int, html: str) -> Iterator[None]:
     finally:
         server.shutdown()
         server.server_close()
+        for conn in server.accepted:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
         thread.join(10)
 
 
