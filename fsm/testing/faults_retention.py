@@ -147,20 +147,26 @@ class _World:
         return {j.id: j for j in jobs}
 
     def _make(self, state: str, n: int) -> None:
+        """`n` jobs left in `state`, written as a service and a worker write them: one
+        submit of all, one claim-and-start of all, one batch of reports."""
         e = self.admin
-        for _ in range(n):
-            job = e.submit(KIND, {"n": 1})
-            if state == "queued":
-                continue
-            if state == "cancelled":
+        jobs = e.submit_many([(KIND, {"n": 1}, {}) for _ in range(n)])
+        if state == "cancelled":
+            for job in jobs:
                 e.cancel(job.id, actor="fault-model", reason="retention model")
-                continue
-            (leased,) = e.claim(OWNER, (self.queue,), 1, ids=[job.id])
-            running = e.start(job.id, leased.fence)
+        elif state != "queued":
+            ids = [j.id for j in jobs]
+            running = e.claim(OWNER, (self.queue,), n, ids=ids, start=lambda job: {})
+            assert len(running) == n, f"claimed {len(running)} of {n} jobs made {state}"
+            reports: list[tuple[Job, str, dict[str, Any]]] = []
             if state == "succeeded":
-                e.succeed(job.id, running.fence)
+                reports = [(j, "succeed", {"fence": j.fence}) for j in running]
             elif state == "failed":
-                e.fail(job.id, running.fence, "boom", permanent=True)
+                args = {"error": "boom", "permanent": True}
+                reports = [(j, "fail", {"fence": j.fence, **args}) for j in running]
+            for result in e.report_many(reports):
+                if not isinstance(result, Job):
+                    raise result
         self.ctx.stats.faults[f"retention: jobs left {state}"] += n
 
     def play(self, steps: list[tuple[str, Any, int]]) -> None:
