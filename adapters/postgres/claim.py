@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import psycopg
@@ -19,13 +20,14 @@ from adapters._rows import (
     start_leased,
 )
 from fsm.errors import StoreError
+from fsm.lifecycle.limits import Limit
 from fsm.ports import ClaimRequest
 from fsm.records import Decision, Job
 
 from ._base import Conn, roll_back
 from ._sql import ClaimShape
 from ._url import Settings
-from .limits import PostgresLimits, applicable_rows
+from .limits import GATE_CLOSED, Counting, Gate, PostgresLimits, applicable_rows
 from .params import apply_statement, audit_values, batch_params, changed
 from .plan import confirm, reconcile
 
@@ -47,9 +49,11 @@ class PostgresClaims(PostgresLimits):
         super().__init__(settings)
         self._unclaimable = Unclaimable(log)
         self._limits_select = (
-            "SELECT key, concurrency, rate, period, origin, actor, reason, at FROM "
+            "SELECT key, concurrency, rate, period, origin, actor, reason, at, leased FROM "
             f"{self._limits_table('limits')}"
         )
+        #: the rows of `limits` the last claim read (None: no claim yet)
+        self._limits_seen: list[tuple[Any, ...]] | None = None
 
     def claim(self, request: ClaimRequest) -> list[Job]:
         if request.limit < 1 or not request.queues or not request.states:
@@ -65,7 +69,7 @@ class PostgresClaims(PostgresLimits):
         return []  # every round met a job the core refused: the next claim goes on
 
     def _claim_once(
-        self, request: ClaimRequest, skip: Sequence[str]
+        self, request: ClaimRequest, skip: Sequence[str], ahead: bool = True
     ) -> tuple[list[Job], list[str]]:
         """One lease transaction. A job whose lease decision raises is refused: the
         transaction rolls back and its id comes back, for the next round to skip.
@@ -73,7 +77,12 @@ class PostgresClaims(PostgresLimits):
         A plain claim leases in its first statement (SQL) and checks each row against
         the core's decision. A claim-and-start (`request.start`) only locks in its
         first statement; the core decides the lease and the start, and each row is
-        written once, from its pre-image to running, before the one commit."""
+        written once, from its pre-image to running, before the one commit.
+
+        While limits are stored (or the worker has caps of its own), a claim counts
+        under the limits the last claim read (`ahead`) in its first round trip, where
+        it reads the limits too: if they changed, it rolls back and claims again,
+        counting under the ones it read."""
         one_queue = len(set(request.queues)) == 1
         shape: ClaimShape = (
             tuple(request.states),
@@ -95,6 +104,24 @@ class PostgresClaims(PostgresLimits):
             "skip": list(skip),
             "kinds": None if request.kinds is None else list(request.kinds),
         }
+        seen = self._limits_seen if ahead else None
+        expected = (
+            None if seen is None or not (seen or request.caps) else applicable_rows(seen, request)
+        )
+        counted = self.sql.lock((*shape[:3], True, shape[4], True))
+        try:
+            return self._lease(request, statement, params, expected, counted)
+        except _LimitsChanged:
+            return self._claim_once(request, skip, ahead=False)
+
+    def _lease(
+        self,
+        request: ClaimRequest,
+        statement: str,
+        params: dict[str, Any],
+        expected: list[Limit] | None,
+        counted: str,
+    ) -> tuple[list[Job], list[str]]:
         claimed: list[Claimed] = []
         refused: list[str] = []
         lost: psycopg.Error | None = None
@@ -102,21 +129,45 @@ class PostgresClaims(PostgresLimits):
             backend = conn.info.backend_pid
             try:
                 # round trip 1: BEGIN, the limits and the lease (or lock) statement,
-                # pipelined. The statement leases nothing while a limit is stored.
+                # pipelined. The statement leases nothing while a limit is stored; a
+                # claim that expects limits sends its counts under them instead.
+                counting: Counting | None = None
+                cursor = None
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     stored = conn.execute(self._limits_select)
-                    # a worker with limits of its own counts every claim: no plain lease
-                    cursor = None if request.caps else conn.execute(statement, params)
+                    if expected is not None:  # ahead of the key locks (taken at the commit)
+                        counting = self.count_under_limits(
+                            conn, request, expected, counted, params, locked=False
+                        )
+                    elif not request.caps:  # a worker's own caps count every claim
+                        cursor = conn.execute(statement, params)
+                found = stored.fetchall()
+                self._limits_seen = found
                 rows = [] if cursor is None else cursor.fetchall()
-                limits = applicable_rows(stored.fetchall(), request)
-                limited = not rows and (bool(limits) or bool(request.caps))
+                limits = applicable_rows(found, request)
+                if counting is not None and limits != expected:
+                    raise _LimitsChanged  # rolled back below; counted again under these
+                # any limit stored, even of other queues, stops the plain statement
+                limited = not rows and (bool(found) or bool(request.caps))
                 pairs = [(job_from_values(r[:_N]), r) for r in rows]
-                if limited:  # in this transaction: count, and lease what the budget admits
-                    counted = (*shape[:3], True, shape[4], True)
-                    request, pre = self.claim_under_limits(
-                        conn, request, limits, self.sql.lock(counted), params
-                    )
+                gate: Gate | None = None
+                if counting is not None:
+                    limited = True
+                    ahead = self.admit_ahead(request, counting, {r[0]: r[8] for r in found})
+                    if ahead is not None:
+                        request, pre, gate = ahead
+                    else:  # a limit binds: count again under the key locks
+                        with conn.pipeline():
+                            counting = self.count_under_limits(
+                                conn, request, limits, counted, params
+                            )
+                        request, pre = self.admit_counted(conn, request, counting)
+                    pairs = [(j, ()) for j in pre]
+                elif limited:  # count under the key locks, in a round trip of its own
+                    with conn.pipeline():
+                        counting = self.count_under_limits(conn, request, limits, counted, params)
+                    request, pre = self.admit_counted(conn, request, counting)
                     pairs = [(j, ()) for j in pre]
                 decisions: list[Decision] = []
                 for before, row in pairs:
@@ -138,7 +189,7 @@ class PostgresClaims(PostgresLimits):
                     return [], refused
                 decisions.sort(key=lambda d: _lease_order(d.job))
                 claimed = start_leased(decisions, request.start)
-                if (request.start is not None or limited) and claimed:
+                if request.start is not None and not limited and claimed:
                     # round trip 2: each locked row written once (compare-and-set on
                     # the version just read under the lock), with every audit entry
                     self._write_claimed(conn, claimed)
@@ -148,8 +199,15 @@ class PostgresClaims(PostgresLimits):
             plain = request.start is None and not limited
             entries = [e for c in claimed for e in c.entries] if plain else []
             try:
-                # last round trip: a plain claim's audit entries, and COMMIT, pipelined
+                # last round trip: a plain claim's audit entries, and COMMIT, pipelined.
+                # Under limits the keys stay locked to the commit, so the rows go here
+                # (written as in round trip 2, checked in the server), and the rate
+                # windows: one round trip with the keys locked, not two.
                 with conn.pipeline():
+                    if limited and claimed:
+                        if gate is not None:  # counted ahead: the key locks, and the check
+                            self.send_gate(conn, gate)
+                        self._send_claimed(conn, claimed, checked=True)
                     if entries:
                         varying, rows = batch_params([audit_values(e) for e in entries])
                         conn.execute(self.sql.audit_insert_rows(varying), rows)
@@ -159,6 +217,13 @@ class PostgresClaims(PostgresLimits):
             except psycopg.Error as err:
                 if not conn.broken:
                     roll_back(conn)
+                    if GATE_CLOSED in str(err):
+                        raise _LimitsChanged from err  # counted again under the locks
+                    if _UNWRITTEN in str(err):
+                        raise StoreError(
+                            f"claim: not every one of the {len(claimed)} locked jobs was "
+                            "written as the core decided; the claim is rolled back"
+                        ) from err
                     raise
                 lost = err
             else:
@@ -176,26 +241,54 @@ class PostgresClaims(PostgresLimits):
     def _write_claimed(self, conn: Conn, claimed: Sequence[Claimed]) -> None:
         """Write a claim-and-start's rows and audit entries in one pipelined round trip
         inside the claim's transaction; every row must be written (we hold its lock)."""
-        writes = [c.write for c in claimed]
-        groups: dict[tuple[str, ...], list[Decision]] = {}
-        for w in writes:  # a job whose start was refused is only leased: other columns
-            groups.setdefault(changed(w), []).append(w)
-        entries = [e for c in claimed for e in c.entries]
-        with conn.pipeline():  # the rows without their entries: those are all written below
-            cursors = [
-                conn.execute(*apply_statement(self.sql, g, columns, audited=False))
-                for columns, g in groups.items()
-            ]
-            if entries:
-                varying, rows = batch_params([audit_values(e) for e in entries])
-                conn.execute(self.sql.audit_insert_rows(varying), rows)
+        with conn.pipeline():
+            cursors = self._send_claimed(conn, claimed, checked=False)
         written = {r[0] for c in cursors for r in c.fetchall()}
-        missing = [w.job.id for w in writes if w.job.id not in written]
+        missing = [c.write.job.id for c in claimed if c.write.job.id not in written]
         if missing:
             raise StoreError(
                 f"claim: {len(missing)} locked job(s) were not written as the core decided "
                 f"(first {missing[0]}); the claim is rolled back"
             )
+
+    def _send_claimed(
+        self, conn: Conn, claimed: Sequence[Claimed], *, checked: bool
+    ) -> list[psycopg.Cursor[tuple[Any, ...]]]:
+        """Send (in the caller's pipeline) the rows of `claimed`, grouped by the columns
+        they change, then every audit entry; with `checked`, a statement that fails the
+        transaction unless every row now holds the version decided (so no commit sent
+        behind it in the pipeline can leave a locked job unwritten)."""
+        writes = [c.write for c in claimed]
+        groups: dict[tuple[str, ...], list[Decision]] = {}
+        for w in writes:  # a job whose start was refused is only leased: other columns
+            groups.setdefault(changed(w), []).append(w)
+        entries = [e for c in claimed for e in c.entries]
+        # the rows without their entries: those are all written below
+        cursors = [
+            conn.execute(*apply_statement(self.sql, g, columns, audited=False))
+            for columns, g in groups.items()
+        ]
+        if entries:
+            varying, rows = batch_params([audit_values(e) for e in entries])
+            conn.execute(self.sql.audit_insert_rows(varying), rows)
+        if checked:
+            conn.execute(
+                f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{_UNWRITTEN} ' || count(*))::int "
+                "END FROM unnest(%s::text[], %s::int8[]) AS w(id, version), LATERAL "
+                f"(SELECT 1 FROM {self.sql.jobs} AS j WHERE j.id = w.id "
+                "AND j.version = w.version) AS found",
+                (len(writes), [w.job.id for w in writes], [w.job.version for w in writes]),
+            )
+        return cursors
+
+
+#: what the server's check of a claim's writes under limits fails with
+_UNWRITTEN = "jobfsm claim: locked jobs written"
+
+
+class _LimitsChanged(Exception):
+    """The limits a claim read are not those it counted under (its transaction is
+    rolled back; it claims again under the ones it read)."""
 
 
 def _disagreement(before: Job, after: Job, decided: Job) -> str:

@@ -11,10 +11,21 @@ take no such lock."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from fsm.lifecycle.limits import Budget, Limit, LimitChange, applicable, window_start
+import attrs
+
+from fsm.lifecycle.limits import (
+    Budget,
+    Limit,
+    LimitChange,
+    allowance,
+    applicable,
+    job_keys,
+    window_start,
+)
 from fsm.ports import ClaimRequest
 from fsm.records import Job
 
@@ -22,13 +33,60 @@ from ..claiming import claim_within, rate_marks
 from ..rows import job_from_values
 from . import migrations
 from ._base import Conn, Connected
+from ._sql import state_list
 
 _COLUMNS = "key, concurrency, rate, period, origin, actor, reason, at"
 _CHANGE = "seq, key, at, actor, reason, origin, before, after"
 
 
+@attrs.frozen
+class Counting:
+    """A claim's counts under `limits`, sent and not yet read: the jobs holding a slot
+    by (column, cursor), the leases of each rate window by (key, cursor), and the first
+    candidates, locked by `lock` with `params`."""
+
+    limits: Sequence[Limit]
+    lock: str
+    params: dict[str, Any]
+    held: list[tuple[str, Any]]
+    recent: list[tuple[str, Any]]
+    first: Any
+
+    def read(self) -> tuple[dict[str, int], dict[str, int], list[Job]]:
+        """(jobs holding a slot, leases in the rate window, by key; the candidates)."""
+        held: dict[str, int] = {}
+        for column, cursor in self.held:
+            for name, n in cursor.fetchall():
+                held[f"{column}:{name}"] = int(n)
+        recent: dict[str, int] = {}
+        for key, cursor in self.recent:
+            row = cursor.fetchone()
+            recent[key] = int(row[0]) if row else 0
+        return held, recent, [job_from_values(r) for r in self.first.fetchall()]
+
+
+@attrs.frozen
+class Gate:
+    """What a claim counted ahead of its key locks must find under them: for each
+    limit it leases under (`limits`), the limit unchanged and no more leases granted
+    under its key since the count (`leased`: the key's running total then) than the
+    room left after this claim's own (`room`)."""
+
+    limits: Sequence[Limit]
+    leased: Sequence[int]
+    room: Sequence[int]
+
+
+#: what a claim's gate fails with (`PostgresLimits.send_gate`)
+GATE_CLOSED = "jobfsm claim: limits moved since the count"
+_LOCK_KEYS = (
+    "SELECT count(pg_advisory_xact_lock(k)) FROM "
+    "(SELECT unnest(%s::int8[]) AS k ORDER BY 1) AS keys"
+)
+
+
 def limit_from_row(row: Sequence[Any]) -> Limit:
-    key, conc, rate, period, origin, actor, reason, at = row
+    key, conc, rate, period, origin, actor, reason, at = row[:8]
     return Limit(key, conc, rate, period, origin, actor, reason, at)
 
 
@@ -138,77 +196,75 @@ class PostgresLimits(Connected):
                 )
         return out
 
-    def claim_under_limits(
+    def count_under_limits(
         self,
         conn: Conn,
         request: ClaimRequest,
         limits: Sequence[Limit],
         lock: str,
         params: dict[str, Any],
-    ) -> tuple[ClaimRequest, list[Job]]:
-        """Inside the claim's open transaction on `conn`, in one pipelined round trip:
-        lock the keys of `limits`, count the jobs holding a slot and the leases of each
-        rate window, and lock the first candidates (`lock`: the limited lock statement).
-        Then read the clock again and let the budget admit; a further round fetches
-        past a kind or queue the budget spent. Returns the retimed request and the
-        pre-images to lease.
-
-        The rate windows are counted from the time read before the lock: a window that
-        starts earlier holds every lease the true one does, so the count is never
-        short (a lease at the edge of the window may wait for the next claim)."""
+        *,
+        locked: bool = True,
+    ) -> Counting:
+        """Send, inside the caller's pipeline on `conn` (the claim's open transaction),
+        the statements of a claim under `limits`: lock their keys (unless not `locked`:
+        a count ahead of the locks, see `admit_ahead`), count the jobs holding a slot and
+        the leases of each rate window, and lock the first candidates (`lock`: the
+        limited lock statement). Nothing is read: `admit_counted` reads the answers, so
+        all of it rides on a round trip the claim makes anyway."""
         schema = self.schema
         ids = sorted({lock_id(schema, lim.key) for lim in limits})
         jobs = self._limits_table("jobs")
         leases = self._limits_table("limit_leases")
         caps = request.caps or {}
-        before = request.now
         held_reads: list[tuple[str, Any]] = []
         rate_reads: list[tuple[str, Any]] = []
-        with conn.pipeline():
-            if ids:
-                conn.execute(
-                    "SELECT count(pg_advisory_xact_lock(k)) FROM "
-                    "(SELECT unnest(%s::int8[]) AS k ORDER BY 1) AS keys",
-                    (ids,),
+        if ids and locked:
+            conn.execute(_LOCK_KEYS, (ids,))
+        for column in ("kind", "queue"):
+            names = [lim.name for lim in limits if lim.scope == column]
+            names += [k.partition(":")[2] for k in caps if k.startswith(f"{column}:")]
+            if names:
+                held_reads.append(
+                    (
+                        column,
+                        conn.execute(
+                            f"SELECT {column}, count(*) FROM {jobs} "
+                            f"WHERE state IN ({state_list(request.held_states)}) "
+                            f"AND ({column} = ANY(%s::text[])) IS TRUE GROUP BY {column}",
+                            (names,),
+                        ),
+                    )
                 )
-            for column in ("kind", "queue"):
-                names = [lim.name for lim in limits if lim.scope == column]
-                names += [k.partition(":")[2] for k in caps if k.startswith(f"{column}:")]
-                if names:
-                    held_reads.append(
-                        (
-                            column,
-                            conn.execute(
-                                f"SELECT {column}, count(*) FROM {jobs} "
-                                f"WHERE state = ANY(%s::text[]) AND {column} = ANY(%s::text[]) "
-                                f"GROUP BY {column}",
-                                (list(request.held_states), names),
-                            ),
-                        )
+        for lim in limits:
+            start = window_start(lim, request.now)
+            if start is not None:
+                rate_reads.append(
+                    (
+                        lim.key,
+                        conn.execute(
+                            f"SELECT coalesce(sum(n), 0) FROM {leases} WHERE key = %s AND at > %s",
+                            (lim.key, start),
+                        ),
                     )
-            for lim in limits:
-                start = window_start(lim, before)
-                if start is not None:
-                    rate_reads.append(
-                        (
-                            lim.key,
-                            conn.execute(
-                                f"SELECT count(*) FROM (SELECT 1 FROM {leases} "
-                                "WHERE key = %s AND at > %s LIMIT %s) AS w",
-                                (lim.key, start, lim.rate),
-                            ),
-                        )
-                    )
-            first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": []})
-        held: dict[str, int] = {}
-        for column, cursor in held_reads:
-            for name, n in cursor.fetchall():
-                held[f"{column}:{name}"] = int(n)
-        recent: dict[str, int] = {}
-        for key, cursor in rate_reads:
-            row = cursor.fetchone()
-            recent[key] = int(row[0]) if row else 0
-        prefetched: list[Job] | None = [job_from_values(r) for r in first.fetchall()]
+                )
+        first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": []})
+        return Counting(limits, lock, params, held_reads, rate_reads, first)
+
+    def admit_counted(
+        self, conn: Conn, request: ClaimRequest, counting: Counting
+    ) -> tuple[ClaimRequest, list[Job]]:
+        """Read the answers of `count_under_limits` (sent on `conn` in this transaction),
+        read the clock again and let the budget admit; a further round fetches past a
+        kind or queue the budget spent. Returns the retimed request and the pre-images
+        to lease.
+
+        The rate windows were counted from the time read before the lock: a window that
+        starts earlier holds every lease the true one does, so the count is never
+        short (a lease at the edge of the window may wait for the next claim)."""
+        limits, lock, params = counting.limits, counting.lock, counting.params
+        held, recent, first = counting.read()
+        prefetched: list[Job] | None = first
         if request.retime is not None:
             # The clock is read again after the count: a job that left its slot before
             # the count left it at an earlier time than these leases (the audit trail
@@ -237,17 +293,96 @@ class PostgresLimits(Connected):
 
         return request, claim_within(request, budget, fetch)
 
+    def admit_ahead(
+        self, request: ClaimRequest, counting: Counting, leased: dict[str, int]
+    ) -> tuple[ClaimRequest, list[Job], Gate] | None:
+        """Read the answers of `count_under_limits(..., locked=False)`, sent before the
+        key locks with the limits and their running totals of leases (`leased`, read
+        before the counts), read the clock again and let the budget admit the first
+        candidates. Returns the retimed request, the pre-images to lease and the gate
+        their commit must pass under the key locks (`send_gate`); None when the budget
+        held a candidate back (the claim then counts under the locks, `admit_counted`).
+
+        Every job holding a slot at the time of these leases either held it at the
+        count (counted) or was leased since (in the key's total when the gate runs): a
+        lease is read after the count, so a job that left its slot before the count
+        left it earlier. The rate windows hold the same argument (counted from the time
+        read before the count, so never short)."""
+        held, recent, first = counting.read()
+        if request.retime is not None:
+            request = request.retime()
+        budget = Budget.of(counting.limits, held, recent, request.caps)
+        got, held_back = budget.admit(first, request.limit)
+        if held_back:
+            return None
+        granted = Counter(k for job in got for k in job_keys(job))
+        under = [lim for lim in counting.limits if granted[lim.key]]
+        room = [
+            allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) - granted[lim.key]
+            for lim in under
+        ]
+        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], room)
+
+    def send_gate(self, conn: Conn, gate: Gate) -> None:
+        """Send (in the caller's pipeline, before the claim's writes) the key locks and
+        a statement that fails the transaction unless `gate` holds under them."""
+        if not gate.limits:
+            return
+        conn.execute(_LOCK_KEYS, (sorted({lock_id(self.schema, lim.key) for lim in gate.limits}),))
+        conn.execute(
+            f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{GATE_CLOSED} ' || count(*))::int END "
+            "FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::float8[], %s::float8[], "
+            "%s::int8[], %s::int8[]) AS g(key, concurrency, rate, period, at, leased, room) "
+            f"JOIN {self._limits_table('limits')} AS l ON l.key = g.key "
+            "AND (l.concurrency, l.rate, l.period, l.at) IS NOT DISTINCT FROM "
+            "(g.concurrency, g.rate, g.period, g.at) "
+            "AND l.leased >= g.leased AND l.leased - g.leased <= g.room",
+            (
+                len(gate.limits),
+                [lim.key for lim in gate.limits],
+                [lim.concurrency for lim in gate.limits],
+                [lim.rate for lim in gate.limits],
+                [lim.period for lim in gate.limits],
+                [lim.at for lim in gate.limits],
+                list(gate.leased),
+                list(gate.room),
+            ),
+        )
+
+    def claim_under_limits(
+        self,
+        conn: Conn,
+        request: ClaimRequest,
+        limits: Sequence[Limit],
+        lock: str,
+        params: dict[str, Any],
+    ) -> tuple[ClaimRequest, list[Job]]:
+        """`count_under_limits` in a round trip of its own, then `admit_counted`."""
+        with conn.pipeline():
+            counting = self.count_under_limits(conn, request, limits, lock, params)
+        return self.admit_counted(conn, request, counting)
+
     def mark_leases(
         self, conn: Conn, limits: Sequence[Limit], jobs: Sequence[Job], now: float
     ) -> None:
-        """Add the leases of `jobs` to the rate windows of `limits` and forget the leases
-        that left each window (same transaction; no result is read, so it pipelines)."""
-        marks = rate_marks(limits, jobs, now)
+        """Add the leases of `jobs` to the running totals of `limits` and to their rate
+        windows, and forget the leases that left each window (same transaction, under
+        the key locks; no result is read, so it pipelines)."""
+        granted = Counter(k for job in jobs for k in job_keys(job))
+        bumps = [(lim.key, granted[lim.key]) for lim in limits if granted[lim.key]]
+        if bumps:  # the keys' running totals, which claims counting ahead check
+            conn.execute(
+                f"UPDATE {self._limits_table('limits')} AS l SET leased = l.leased + u.n "
+                "FROM unnest(%s::text[], %s::int8[]) AS u(key, n) WHERE l.key = u.key",
+                ([k for k, _ in bumps], [n for _, n in bumps]),
+            )
+        marks = Counter(rate_marks(limits, jobs, now))  # one row per key and time
         leases = self._limits_table("limit_leases")
         if marks:
             conn.execute(
-                f"INSERT INTO {leases} (key, at) SELECT * FROM unnest(%s::text[], %s::float8[])",
-                ([k for k, _ in marks], [t for _, t in marks]),
+                f"INSERT INTO {leases} (key, at, n) "
+                "SELECT * FROM unnest(%s::text[], %s::float8[], %s::int8[])",
+                ([k for k, _ in marks], [t for _, t in marks], list(marks.values())),
             )
         for lim in limits:
             start = window_start(lim, now)

@@ -276,6 +276,18 @@ CREATE TABLE {s}.schedulers (
 );
 """
 
+# Claims under limits counted ahead of the key locks (docs/flow-control.md):
+# - limits.leased: how many leases claims have granted under the key, a running total
+#   each claim under limits adds to with its commit; a claim that counted before
+#   taking the key's lock checks under it that no more were granted since than the
+#   room its count left;
+# - limit_leases.n: a claim adds one row per key for all the leases it grants at its
+#   time, not one per lease (rows from before this migration count one each).
+_V12 = """
+ALTER TABLE {s}.limits ADD COLUMN leased bigint NOT NULL DEFAULT 0;
+ALTER TABLE {s}.limit_leases ADD COLUMN n bigint NOT NULL DEFAULT 1;
+"""
+
 #: (version, description, SQL). Append only; never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "jobs, job_events, liveness", _V1),
@@ -289,6 +301,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (9, "audit: the failure stage beside the reason code", _V9),
     (10, "flow control: limits, their changes and rate windows, unique keys, service leases", _V10),
     (11, "schedules: checked_at, audited changes, schedulers", _V11),
+    (12, "flow control: leases granted per limit, a rate window's leases by claim", _V12),
 )
 LATEST = MIGRATIONS[-1][0]
 
