@@ -205,15 +205,18 @@ class PostgresClaims(PostgresLimits):
                 # windows: one round trip with the keys locked, not two.
                 with conn.pipeline():
                     if limited and claimed:
-                        if gate is not None:  # counted ahead: the key locks, and the check
-                            self.send_gate(conn, gate)
-                        self._send_claimed(conn, claimed, checked=True)
+                        self._send_claimed(conn, claimed)
                     if entries:
                         varying, rows = batch_params([audit_values(e) for e in entries])
                         conn.execute(self.sql.audit_insert_rows(varying), rows)
-                    if limited:  # the rate windows, with the commit (nothing to read)
-                        self.mark_leases(conn, limits, [c.write.job for c in claimed], request.now)
-                    conn.execute("COMMIT")
+                    if limited:  # the key totals and rate windows (nothing to read)
+                        jobs = [c.write.job for c in claimed]
+                        self.mark_leases(conn, limits, jobs, request.now, gate)
+                        if claimed:  # each may fail the transaction: none prepared after
+                            self._check_written(conn, claimed)
+                        if gate is not None:
+                            self.check_gate(conn, gate)
+                    conn.execute("COMMIT", prepare=False if limited else None)
             except psycopg.Error as err:
                 if not conn.broken:
                     roll_back(conn)
@@ -242,7 +245,7 @@ class PostgresClaims(PostgresLimits):
         """Write a claim-and-start's rows and audit entries in one pipelined round trip
         inside the claim's transaction; every row must be written (we hold its lock)."""
         with conn.pipeline():
-            cursors = self._send_claimed(conn, claimed, checked=False)
+            cursors = self._send_claimed(conn, claimed)
         written = {r[0] for c in cursors for r in c.fetchall()}
         missing = [c.write.job.id for c in claimed if c.write.job.id not in written]
         if missing:
@@ -252,12 +255,10 @@ class PostgresClaims(PostgresLimits):
             )
 
     def _send_claimed(
-        self, conn: Conn, claimed: Sequence[Claimed], *, checked: bool
+        self, conn: Conn, claimed: Sequence[Claimed]
     ) -> list[psycopg.Cursor[tuple[Any, ...]]]:
         """Send (in the caller's pipeline) the rows of `claimed`, grouped by the columns
-        they change, then every audit entry; with `checked`, a statement that fails the
-        transaction unless every row now holds the version decided (so no commit sent
-        behind it in the pipeline can leave a locked job unwritten)."""
+        they change, then every audit entry; the cursors answer the ids written."""
         writes = [c.write for c in claimed]
         groups: dict[tuple[str, ...], list[Decision]] = {}
         for w in writes:  # a job whose start was refused is only leased: other columns
@@ -271,15 +272,21 @@ class PostgresClaims(PostgresLimits):
         if entries:
             varying, rows = batch_params([audit_values(e) for e in entries])
             conn.execute(self.sql.audit_insert_rows(varying), rows)
-        if checked:
-            conn.execute(
-                f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{_UNWRITTEN} ' || count(*))::int "
-                "END FROM unnest(%s::text[], %s::int8[]) AS w(id, version), LATERAL "
-                f"(SELECT 1 FROM {self.sql.jobs} AS j WHERE j.id = w.id "
-                "AND j.version = w.version) AS found",
-                (len(writes), [w.job.id for w in writes], [w.job.version for w in writes]),
-            )
         return cursors
+
+    def _check_written(self, conn: Conn, claimed: Sequence[Claimed]) -> None:
+        """Send (in the caller's pipeline, before its commit) a statement that fails the
+        transaction unless every row of `claimed` now holds the version decided: a
+        claim that reads no answer before its commit checks in the server."""
+        writes = [c.write for c in claimed]
+        conn.execute(
+            f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{_UNWRITTEN} ' || count(*))::int "
+            "END FROM unnest(%s::text[], %s::int8[]) AS w(id, version), LATERAL "
+            f"(SELECT 1 FROM {self.sql.jobs} AS j WHERE j.id = w.id "
+            "AND j.version = w.version) AS found",
+            (len(writes), [w.job.id for w in writes], [w.job.version for w in writes]),
+            prepare=False,
+        )
 
 
 #: what the server's check of a claim's writes under limits fails with

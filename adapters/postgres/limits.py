@@ -1,12 +1,22 @@
 """`fsm.ports.LimitsClaims` for PostgreSQL: the `limits`, `limit_changes` and
-`limit_leases` tables of migration 10 (docs/flow-control.md).
+`limit_leases` tables of migrations 10 and 12 (docs/flow-control.md).
 
-A claim under limits takes a transaction advisory lock per limit key that applies
-(in one order, so claimers never deadlock), reads the clock again, then counts the
-jobs holding a slot and the leases within each rate window, all inside the claim's
-transaction: two claimers of a limited key are serialized from their count to their
-commit, so no interleaving can lease past a limit. Claims of keys without limits
-take no such lock."""
+A claim under limits serializes with the other claims of a limited key on a
+transaction advisory lock per key (taken in one order, so claimers never deadlock),
+held to its commit, so no interleaving can lease past a limit. Claims of keys
+without limits take no such lock. Two ways to hold it:
+
+- counted under the lock (`count_under_limits`, `admit_counted`): take the locks,
+  count the jobs holding a slot and the leases within each rate window, read the
+  clock again and lease what the budget admits;
+- counted ahead of it (`locked=False`, `admit_ahead`, `send_gate`): count without
+  the locks in the claim's first round trip, decide, then take the locks with the
+  writes and the commit, and check there that no more leases were granted under
+  each key since the count (`limits.leased`, a running total every claim under
+  limits adds to) than the room the count left. The locks are then held for one
+  round trip of the server's work, not for the claim's decisions. A claim whose
+  count holds a job back, or whose check fails, counts again under the locks.
+"""
 
 from __future__ import annotations
 
@@ -69,12 +79,12 @@ class Counting:
 class Gate:
     """What a claim counted ahead of its key locks must find under them: for each
     limit it leases under (`limits`), the limit unchanged and no more leases granted
-    under its key since the count (`leased`: the key's running total then) than the
-    room left after this claim's own (`room`)."""
+    under its key since the count (`leased`: the key's running total then), its own
+    included, than the count allowed (`allowance`)."""
 
     limits: Sequence[Limit]
     leased: Sequence[int]
-    room: Sequence[int]
+    allowance: Sequence[int]
 
 
 #: what a claim's gate fails with (`PostgresLimits.send_gate`)
@@ -317,26 +327,24 @@ class PostgresLimits(Connected):
             return None
         granted = Counter(k for job in got for k in job_keys(job))
         under = [lim for lim in counting.limits if granted[lim.key]]
-        room = [
-            allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) - granted[lim.key]
-            for lim in under
-        ]
-        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], room)
+        allowed = [allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) for lim in under]
+        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], allowed)
 
-    def send_gate(self, conn: Conn, gate: Gate) -> None:
-        """Send (in the caller's pipeline, before the claim's writes) the key locks and
-        a statement that fails the transaction unless `gate` holds under them."""
+    def check_gate(self, conn: Conn, gate: Gate) -> None:
+        """Send (in the caller's pipeline, after `mark_leases` with `gate` added this
+        claim's leases to the totals under the key locks) a statement that fails the
+        transaction unless `gate` holds. Never prepared: it and the commit are the
+        last statements, so an aborted pipeline skips none the connection prepares."""
         if not gate.limits:
             return
-        conn.execute(_LOCK_KEYS, (sorted({lock_id(self.schema, lim.key) for lim in gate.limits}),))
         conn.execute(
             f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{GATE_CLOSED} ' || count(*))::int END "
             "FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::float8[], %s::float8[], "
-            "%s::int8[], %s::int8[]) AS g(key, concurrency, rate, period, at, leased, room) "
+            "%s::int8[], %s::int8[]) AS g(key, concurrency, rate, period, at, leased, allowed) "
             f"JOIN {self._limits_table('limits')} AS l ON l.key = g.key "
             "AND (l.concurrency, l.rate, l.period, l.at) IS NOT DISTINCT FROM "
             "(g.concurrency, g.rate, g.period, g.at) "
-            "AND l.leased >= g.leased AND l.leased - g.leased <= g.room",
+            "AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed",
             (
                 len(gate.limits),
                 [lim.key for lim in gate.limits],
@@ -345,29 +353,26 @@ class PostgresLimits(Connected):
                 [lim.period for lim in gate.limits],
                 [lim.at for lim in gate.limits],
                 list(gate.leased),
-                list(gate.room),
+                list(gate.allowance),
             ),
+            prepare=False,
         )
 
-    def claim_under_limits(
+    def mark_leases(
         self,
         conn: Conn,
-        request: ClaimRequest,
         limits: Sequence[Limit],
-        lock: str,
-        params: dict[str, Any],
-    ) -> tuple[ClaimRequest, list[Job]]:
-        """`count_under_limits` in a round trip of its own, then `admit_counted`."""
-        with conn.pipeline():
-            counting = self.count_under_limits(conn, request, limits, lock, params)
-        return self.admit_counted(conn, request, counting)
-
-    def mark_leases(
-        self, conn: Conn, limits: Sequence[Limit], jobs: Sequence[Job], now: float
+        jobs: Sequence[Job],
+        now: float,
+        gate: Gate | None = None,
     ) -> None:
         """Add the leases of `jobs` to the running totals of `limits` and to their rate
         windows, and forget the leases that left each window (same transaction, under
-        the key locks; no result is read, so it pipelines)."""
+        the key locks: a claim counted ahead of them, `gate`, takes them here; no result
+        is read, so it pipelines)."""
+        if gate is not None and gate.limits:
+            ids = sorted({lock_id(self.schema, lim.key) for lim in gate.limits})
+            conn.execute(_LOCK_KEYS, (ids,))
         granted = Counter(k for job in jobs for k in job_keys(job))
         bumps = [(lim.key, granted[lim.key]) for lim in limits if granted[lim.key]]
         if bumps:  # the keys' running totals, which claims counting ahead check

@@ -1,0 +1,117 @@
+"""PostgreSQL claims under limits counted ahead of the key locks: a claim that counted
+before another committed leases of its key checks under the lock and counts again; a
+limit of another queue leaves the plain claims alone; racing claimers on their own
+handles, with jobs finishing beside them, never hold more than the limit by the audit
+trail."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from adapters.postgres import open_store
+from adapters.postgres.limits import PostgresLimits
+from fsm import Engine
+from fsm.records import Owner
+from fsm.testing.faults_limits import concurrency_breaches, holding_intervals
+
+pytestmark = pytest.mark.postgres
+
+ACTOR, REASON = "limits-claim-test", "claims counted ahead of the key locks"
+
+
+def _owner(n: int) -> Owner:
+    return Owner("host-limits-ahead", 7000 + n, f"inc-{n}")
+
+
+def _warm(engine: Engine) -> None:
+    """One claim of a queue with no jobs: the handle has read the limits since."""
+    assert engine.claim(_owner(99), ("warm-up",), limit=1) == []
+
+
+def test_a_claim_that_counted_before_another_leased_counts_again_under_the_lock(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a kind limited to 3 running and two handles that have read the limit
+    first, second = Engine(open_store(pg_schema_url)), Engine(open_store(pg_schema_url))
+    try:
+        first.submit_many([("ahead", i, {}) for i in range(6)])
+        first.set_limit("kind:ahead", concurrency=3, actor=ACTOR, reason=REASON)
+        _warm(first)
+        _warm(second)
+        # when the second leases 3 between the first's count (none held) and its commit
+        admit = PostgresLimits.admit_ahead
+        raced: list[Any] = []
+
+        def admit_then_race(self: PostgresLimits, *args: Any) -> Any:
+            out = admit(self, *args)
+            if self is first.store and not raced:
+                raced.append(second.claim(_owner(2), limit=3))
+            return out
+
+        monkeypatch.setattr(PostgresLimits, "admit_ahead", admit_then_race)
+        got = first.claim(_owner(1), limit=3)
+        # then the first's check under the lock fails, its count under the lock finds
+        # the 3 the second holds, and it leases none: never 6 holding a slot
+        assert len(raced[0]) == 3
+        assert got == []
+        counts = first.counts()
+        assert sum(n for (_, state), n in counts.items() if state in ("leased", "running")) == 3
+    finally:
+        first.store.close()
+        second.store.close()
+
+
+def test_a_limit_of_another_queue_leaves_the_claims_of_this_one_alone(
+    pg_schema_url: str,
+) -> None:
+    engine = Engine(open_store(pg_schema_url))
+    try:
+        engine.submit_many([("free", i, {}) for i in range(5)])
+        engine.set_limit("queue:elsewhere", concurrency=1, actor=ACTOR, reason=REASON)
+        assert len(engine.claim(_owner(1), limit=4)) == 4
+        assert len(engine.claim(_owner(1), limit=4)) == 1  # and once the handle has read it
+    finally:
+        engine.store.close()
+
+
+def test_racing_handles_finishing_jobs_never_hold_more_than_the_limit(
+    pg_schema_url: str,
+) -> None:
+    # given 60 jobs of a kind limited to 4 running, and 4 handles that read the limit
+    limit, claimers = 4, 4
+    setup = Engine(open_store(pg_schema_url))
+    engines = [Engine(open_store(pg_schema_url)) for _ in range(claimers)]
+    try:
+        ids = [j.id for j in setup.submit_many([("capped", i, {}) for i in range(60)])]
+        setup.set_limit("kind:capped", concurrency=limit, actor=ACTOR, reason=REASON)
+        for engine in engines:
+            _warm(engine)
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(claimers)
+
+        def work(n: int) -> None:
+            engine = engines[n]
+            try:
+                barrier.wait(timeout=30)
+                for _ in range(40):  # claim-and-start, then finish each job at once
+                    for job in engine.claim(_owner(n), limit=2, start=lambda job: {}):
+                        engine.succeed(job.id, job.fence)
+            except BaseException as err:  # reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(claimers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        # then by the audit trail no instant saw more than the limit holding a slot
+        intervals = [iv for i in ids for iv in holding_intervals(setup.history(i))]
+        assert intervals, "no job was leased"
+        assert concurrency_breaches(intervals, lambda at: limit) == []
+    finally:
+        for engine in (setup, *engines):
+            engine.store.close()
