@@ -212,10 +212,8 @@ class PostgresClaims(PostgresLimits):
                     if limited:  # the key totals and rate windows (nothing to read)
                         jobs = [c.write.job for c in claimed]
                         self.mark_leases(conn, limits, jobs, request.now, gate)
-                        if claimed:  # each may fail the transaction: none prepared after
-                            self._check_written(conn, claimed)
-                        if gate is not None:
-                            self.check_gate(conn, gate)
+                        if claimed:  # may fail the transaction: the last before COMMIT
+                            self._check_written(conn, claimed, gate)
                     conn.execute("COMMIT", prepare=False if limited else None)
             except psycopg.Error as err:
                 if not conn.broken:
@@ -274,18 +272,29 @@ class PostgresClaims(PostgresLimits):
             conn.execute(self.sql.audit_insert_rows(varying), rows)
         return cursors
 
-    def _check_written(self, conn: Conn, claimed: Sequence[Claimed]) -> None:
-        """Send (in the caller's pipeline, before its commit) a statement that fails the
-        transaction unless every row of `claimed` now holds the version decided: a
-        claim that reads no answer before its commit checks in the server."""
+    def _check_written(self, conn: Conn, claimed: Sequence[Claimed], gate: Gate | None) -> None:
+        """Send (in the caller's pipeline, just before its commit, which is never
+        prepared: an aborted pipeline then skips no statement the connection prepares)
+        one statement that fails the transaction unless every row of `claimed` now
+        holds the version decided and, for a claim counted ahead of the key locks,
+        `gate` holds: a claim that reads no answer before its commit checks in the
+        server."""
         writes = [c.write for c in claimed]
+        holds, gate_params = self.gate_count(gate)
         conn.execute(
-            f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{_UNWRITTEN} ' || count(*))::int "
-            "END FROM unnest(%s::text[], %s::int8[]) AS w(id, version), LATERAL "
-            f"(SELECT 1 FROM {self.sql.jobs} AS j WHERE j.id = w.id "
-            "AND j.version = w.version) AS found",
-            (len(writes), [w.job.id for w in writes], [w.job.version for w in writes]),
-            prepare=False,
+            "WITH written AS (SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[]) "
+            f"AS w(id, version), LATERAL (SELECT 1 FROM {self.sql.jobs} AS j "
+            f"WHERE j.id = w.id AND j.version = w.version) AS found), gate AS ({holds}) "
+            f"SELECT CASE WHEN written.n <> %s THEN ('{_UNWRITTEN} ' || written.n)::int "
+            f"WHEN gate.n <> %s THEN ('{GATE_CLOSED} ' || gate.n)::int ELSE 0 END "
+            "FROM written, gate",
+            [
+                [w.job.id for w in writes],
+                [w.job.version for w in writes],
+                *gate_params,
+                len(writes),
+                0 if gate is None else len(gate.limits),
+            ],
         )
 
 

@@ -330,33 +330,30 @@ class PostgresLimits(Connected):
         allowed = [allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) for lim in under]
         return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], allowed)
 
-    def check_gate(self, conn: Conn, gate: Gate) -> None:
-        """Send (in the caller's pipeline, after `mark_leases` with `gate` added this
-        claim's leases to the totals under the key locks) a statement that fails the
-        transaction unless `gate` holds. Never prepared: it and the commit are the
-        last statements, so an aborted pipeline skips none the connection prepares."""
-        if not gate.limits:
-            return
-        conn.execute(
-            f"SELECT CASE WHEN count(*) = %s THEN 0 ELSE ('{GATE_CLOSED} ' || count(*))::int END "
-            "FROM unnest(%s::text[], %s::int8[], %s::int8[], %s::float8[], %s::float8[], "
-            "%s::int8[], %s::int8[]) AS g(key, concurrency, rate, period, at, leased, allowed) "
+    def gate_count(self, gate: Gate | None) -> tuple[str, list[Any]]:
+        """A query of one row and column `n` and its parameters: how many limits of
+        `gate` hold (it holds when all do). Run after `mark_leases` with `gate` added
+        this claim's leases to the totals under the key locks. No gate: n = 0 of 0."""
+        if gate is None or not gate.limits:
+            return "SELECT 0 AS n", []
+        sql = (
+            "SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[], %s::int8[], "
+            "%s::float8[], %s::float8[], %s::int8[], %s::int8[]) "
+            "AS g(key, concurrency, rate, period, at, leased, allowed) "
             f"JOIN {self._limits_table('limits')} AS l ON l.key = g.key "
             "AND (l.concurrency, l.rate, l.period, l.at) IS NOT DISTINCT FROM "
             "(g.concurrency, g.rate, g.period, g.at) "
-            "AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed",
-            (
-                len(gate.limits),
-                [lim.key for lim in gate.limits],
-                [lim.concurrency for lim in gate.limits],
-                [lim.rate for lim in gate.limits],
-                [lim.period for lim in gate.limits],
-                [lim.at for lim in gate.limits],
-                list(gate.leased),
-                list(gate.allowance),
-            ),
-            prepare=False,
+            "AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed"
         )
+        return sql, [
+            [lim.key for lim in gate.limits],
+            [lim.concurrency for lim in gate.limits],
+            [lim.rate for lim in gate.limits],
+            [lim.period for lim in gate.limits],
+            [lim.at for lim in gate.limits],
+            list(gate.leased),
+            list(gate.allowance),
+        ]
 
     def mark_leases(
         self,
@@ -375,24 +372,32 @@ class PostgresLimits(Connected):
             conn.execute(_LOCK_KEYS, (ids,))
         granted = Counter(k for job in jobs for k in job_keys(job))
         bumps = [(lim.key, granted[lim.key]) for lim in limits if granted[lim.key]]
-        if bumps:  # the keys' running totals, which claims counting ahead check
-            conn.execute(
-                f"UPDATE {self._limits_table('limits')} AS l SET leased = l.leased + u.n "
-                "FROM unnest(%s::text[], %s::int8[]) AS u(key, n) WHERE l.key = u.key",
-                ([k for k, _ in bumps], [n for _, n in bumps]),
-            )
         marks = Counter(rate_marks(limits, jobs, now))  # one row per key and time
-        leases = self._limits_table("limit_leases")
-        if marks:
-            conn.execute(
-                f"INSERT INTO {leases} (key, at, n) "
-                "SELECT * FROM unnest(%s::text[], %s::float8[], %s::int8[])",
-                ([k for k, _ in marks], [t for _, t in marks], list(marks.values())),
+        starts = [(lim.key, window_start(lim, now)) for lim in limits if lim.rate is not None]
+        parts: list[str] = []
+        params: list[Any] = []
+        if bumps:  # the keys' running totals, which claims counting ahead check
+            parts.append(
+                f"UPDATE {self._limits_table('limits')} AS l SET leased = l.leased + u.n "
+                "FROM unnest(%s::text[], %s::int8[]) AS u(key, n) WHERE l.key = u.key"
             )
-        for lim in limits:
-            start = window_start(lim, now)
-            if start is not None:
-                conn.execute(f"DELETE FROM {leases} WHERE key = %s AND at <= %s", (lim.key, start))
+            params += [[k for k, _ in bumps], [n for _, n in bumps]]
+        leases = self._limits_table("limit_leases")
+        if starts:  # the leases that left each rate window
+            parts.append(
+                f"DELETE FROM {leases} AS l USING unnest(%s::text[], %s::float8[]) "
+                "AS w(key, start) WHERE l.key = w.key AND l.at <= w.start"
+            )
+            params += [[k for k, _ in starts], [t for _, t in starts]]
+        if marks:
+            parts.append(
+                f"INSERT INTO {leases} (key, at, n) "
+                "SELECT * FROM unnest(%s::text[], %s::float8[], %s::int8[])"
+            )
+            params += [[k for k, _ in marks], [t for _, t in marks], list(marks.values())]
+        if parts:  # one statement: each part a data-modifying CTE, all of them run
+            ctes = ", ".join(f"m{n} AS ({part})" for n, part in enumerate(parts))
+            conn.execute(f"WITH {ctes} SELECT 1", params)
 
 
 def applicable_rows(rows: Sequence[Sequence[Any]], request: ClaimRequest) -> list[Limit]:
