@@ -11,7 +11,8 @@ does), until no job is left. The modes alternate within each repeat:
 - `no limits`: the baseline (on PostgreSQL the claim statement still checks that no
   limit is stored);
 - `concurrency limit`: `kind:bench` limited to far more than ever run at once, so
-  every claim counts the jobs holding a slot under the key's advisory lock;
+  every claim counts the jobs holding a slot (on PostgreSQL ahead of the key's
+  advisory lock, which it takes with its writes and commit);
 - `concurrency + rate`: the same and a rate far above the claims' pace, so every
   claim also counts (and extends) the key's sliding window.
 
