@@ -14,6 +14,7 @@ import pytest
 from adapters.postgres import open_store
 from adapters.postgres.limits import PostgresLimits
 from fsm import Engine
+from fsm.errors import TransientStoreError
 from fsm.records import Owner
 from fsm.testing.faults_limits import concurrency_breaches, holding_intervals
 
@@ -115,3 +116,34 @@ def test_racing_handles_finishing_jobs_never_hold_more_than_the_limit(
     finally:
         for engine in (setup, *engines):
             engine.store.close()
+
+
+@pytest.mark.parametrize("mode", ["deliver_then_drop", "drop"])
+def test_a_claim_counted_ahead_whose_connection_broke_at_its_commit(
+    pg_proxy: tuple[Any, str], admin: Any, mode: str
+) -> None:
+    # given a limited kind and a handle that has read the limit (it counts ahead)
+    proxy, url = pg_proxy
+    engine = Engine(open_store(url))
+    try:
+        jobs = engine.submit_many([("broken", i, {}) for i in range(3)])
+        engine.set_limit("kind:broken", concurrency=2, actor=ACTOR, reason=REASON)
+        _warm(engine)
+        # when the connection breaks with the claim's last round trip
+        proxy.arm(b"COMMIT", mode)
+        if mode == "deliver_then_drop":
+            # then a commit that went through shows: the jobs run, counted in the total
+            got = engine.claim(_owner(1), limit=3, start=lambda job: {})
+            assert [j.state for j in got] == ["running", "running"]
+            assert admin.one("SELECT leased FROM limits WHERE key = 'kind:broken'") == 2
+        else:
+            # then one that never arrived leased nothing and added nothing to the total
+            with pytest.raises(TransientStoreError):
+                engine.claim(_owner(1), limit=3, start=lambda job: {})
+            ids = [j.id for j in jobs]
+            admin.wait_for("SELECT bool_and(state = 'queued') FROM jobs WHERE id = ANY(%s)", ids)
+            assert admin.one("SELECT leased FROM limits WHERE key = 'kind:broken'") == 0
+            assert len(engine.claim(_owner(1), limit=3)) == 2
+        assert proxy.fired.is_set()
+    finally:
+        engine.store.close()
