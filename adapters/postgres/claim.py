@@ -281,10 +281,12 @@ class PostgresClaims(PostgresLimits):
         server."""
         writes = [c.write for c in claimed]
         holds, gate_params = self.gate_count(gate)
+        # OFFSET 0: a primary-key lookup per row written, never a scan of the table
+        # joined by hash (the planner's choice on a young table)
         conn.execute(
             "WITH written AS (SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[]) "
             f"AS w(id, version), LATERAL (SELECT 1 FROM {self.sql.jobs} AS j "
-            f"WHERE j.id = w.id AND j.version = w.version) AS found), gate AS ({holds}) "
+            f"WHERE j.id = w.id AND j.version = w.version OFFSET 0) AS found), gate AS ({holds}) "
             f"SELECT CASE WHEN written.n <> %s THEN ('{_UNWRITTEN} ' || written.n)::int "
             f"WHEN gate.n <> %s THEN ('{GATE_CLOSED} ' || gate.n)::int ELSE 0 END "
             "FROM written, gate",
