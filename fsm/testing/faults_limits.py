@@ -106,6 +106,30 @@ RATE_WINDOW_EDGE: dict[str, Any] = {
     "steps": [("claim", 10, False), ("advance", 0.9995), ("claim", 10, False)],
 }
 
+#: checked first too: four claimers of one job each race to a concurrency limit of 3,
+#: the slots free up, and the same claimers (their store handles kept) race again:
+#: each counts room for its one job, and the fourth must not lease it (PostgreSQL
+#: counts ahead of its key locks there and checks at the commit)
+RACE_AGAIN: dict[str, Any] = {
+    "capped": 8,
+    "rated": 1,
+    "free": 1,
+    "free_priority": 0,
+    "concurrency": 3,
+    "rate": 3,
+    "period": 2.5,
+    "queue_limit": None,
+    "steps": [
+        ("race", 4, 1),
+        ("finish", 0),
+        ("finish", 0),
+        ("finish", 0),
+        ("finish", 0),
+        ("race", 4, 1),
+        ("race", 4, 1),
+    ],
+}
+
 
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
@@ -170,6 +194,7 @@ class LimitsModel:
         @ctx.settings(self.examples[ctx.size])
         @given(example=_example)
         @example(example=RATE_WINDOW_EDGE)
+        @example(example=RACE_AGAIN)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()
@@ -198,6 +223,8 @@ class _Example:
         self.concurrency: dict[str, list[tuple[float, int]]] = {}
         #: key -> how many changes this example made to it
         self.changes: dict[str, int] = {}
+        #: the racing claimers' engines, each on a store handle of its own
+        self.claimers: list[Engine] = []
 
     def _engine(self, store: Store) -> Engine:
         return Engine(
@@ -272,7 +299,11 @@ class _Example:
 
     def _race(self, claimers: int, limit: int) -> None:
         before = {jid: self.store.get(jid) for jid in self.ids}
-        engines = [self._engine(self.opener()) for _ in range(claimers)]
+        # each claimer keeps its store handle from race to race, as a worker does: a
+        # handle that claimed before may count ahead of the key locks (PostgreSQL)
+        while len(self.claimers) < claimers:
+            self.claimers.append(self._engine(self.opener()))
+        engines = self.claimers[:claimers]
         got: list[Job] = []
         lock = threading.Lock()
         barrier = threading.Barrier(claimers)

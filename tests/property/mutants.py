@@ -831,6 +831,15 @@ PATCHES: tuple[Patch, ...] = (
         "a claim under limits stops after its first round: a limited kind at the head of "
         "the queue blocks the other kinds behind it",
     ),
+    Patch(
+        "postgres-limits-gate-ignores-leases-since",
+        "limits",
+        "adapters/postgres/limits.py",
+        (('"AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed"', '"AND true"'),),
+        ("postgres",),
+        "a PostgreSQL claim counted ahead of the key locks commits without checking the "
+        "leases granted since its count: racing claimers each lease the room they counted",
+    ),
     # --- unique submits (issue 33 item 3, the unique model) ---------------------------
     Patch(
         "unique-live-scope-drops-retry-wait",

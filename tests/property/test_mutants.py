@@ -106,6 +106,7 @@ CI_PATCHES = (
     "session-submit-outside-its-transaction",  # transactional submit: J1 (transactions)
     "limits-claim-ignores-concurrency-by-one",  # global limits: L1 (the limits model)
     "limits-rate-window-short",  # rate windows: L2 (the limits model)
+    "postgres-limits-gate-ignores-leases-since",  # claims counted ahead: L1 (limits)
     "unique-live-scope-drops-retry-wait",  # unique submits: N2 (the unique model)
     "retention-lease-ignores-expiry",  # automatic retention: G1 (the retention model)
     "payloads-int-takes-a-bool",  # typed payloads: Y1 (the payloads model)
