@@ -840,6 +840,20 @@ PATCHES: tuple[Patch, ...] = (
         "a PostgreSQL claim counted ahead of the key locks commits without checking the "
         "leases granted since its count: racing claimers each lease the room they counted",
     ),
+    Patch(
+        "postgres-limits-other-queue-starved",
+        "limits",
+        "adapters/postgres/claim.py",
+        (
+            (
+                "limited = not rows and (bool(found) or bool(request.caps))",
+                "limited = not rows and (bool(limits) or bool(request.caps))",
+            ),
+        ),
+        ("postgres",),
+        "a PostgreSQL claim of a queue no limit names leases nothing while another queue "
+        "has a limit (the plain statement refuses while any limit is stored)",
+    ),
     # --- unique submits (issue 33 item 3, the unique model) ---------------------------
     Patch(
         "unique-live-scope-drops-retry-wait",
