@@ -18,6 +18,7 @@ import attrs
 import pytest
 
 from fsm import Engine, Job
+from fsm.ports import ScanRequest
 from fsm.testing.faults_limits import (
     concurrency_breaches,
     holding_intervals,
@@ -138,9 +139,12 @@ def _worker_running_limited(engine: Engine, limited: list[Job], pids: list[int])
 
 
 def _held_by(engine: Engine, limited: list[Job], pid: int) -> list[str]:
-    """The limited jobs a (dead) worker process still holds a lease on."""
+    """The limited jobs a (dead) worker process still holds a lease on, in one read
+    right after its death: the other workers' sweeps soon take them back."""
+    ids = {j.id for j in limited}
+    held = engine.scan(ScanRequest(states=("leased", "running"), limit=10_000))
     return [
         job.id
-        for job in (engine.get(j.id) for j in limited)
-        if job.state in ("leased", "running") and job.owner is not None and job.owner.pid == pid
+        for job in held
+        if job.id in ids and job.owner is not None and job.owner.pid == pid
     ]
