@@ -144,7 +144,5 @@ def _held_by(engine: Engine, limited: list[Job], pid: int) -> list[str]:
     ids = {j.id for j in limited}
     held = engine.scan(ScanRequest(states=("leased", "running"), limit=10_000))
     return [
-        job.id
-        for job in held
-        if job.id in ids and job.owner is not None and job.owner.pid == pid
+        job.id for job in held if job.id in ids and job.owner is not None and job.owner.pid == pid
     ]
