@@ -34,22 +34,33 @@ def stat_fields(pid: int | str = "self") -> list[str]:
         return stat.read().rsplit(")", 1)[1].split()
 
 
-def process_cpu(pid: int | str = "self") -> float:
-    """User + system CPU seconds of process `pid` and all its threads."""
+def process_cpu(pid: int | str = "self", reaped: bool = False) -> float:
+    """User + system CPU seconds of process `pid` and all its threads; with `reaped`,
+    also what its children that ended and were waited for spent (cutime, cstime)."""
     fields = stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    own = int(fields[11]) + int(fields[12])  # utime, stime
+    children = int(fields[13]) + int(fields[14]) if reaped else 0  # cutime, cstime
+    return (own + children) / CLOCK_TICKS
 
 
-def servers_cpu() -> dict[str, float]:
-    """CPU seconds so far of every PostgreSQL and RabbitMQ server process here."""
-    out = dict.fromkeys(SERVERS.values(), 0.0)
+def servers_cpu(names: dict[str, str] = SERVERS) -> dict[str, float]:
+    """CPU seconds so far of every server process here, by server (`names` maps a
+    command name to its server).
+
+    A sum that never goes down while the servers run: PostgreSQL starts a process
+    per connection and the postmaster reaps it when the connection ends, so a live
+    process counts its own CPU and a server process also what its reaped children
+    spent. Summing the live processes alone lost a closed connection's whole CPU and
+    could read less at the end of a window than at its start (other clients' short
+    connections ending meanwhile)."""
+    out = dict.fromkeys(names.values(), 0.0)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            name = SERVERS.get((entry / "comm").read_text().strip())
+            name = names.get((entry / "comm").read_text().strip())
             if name is not None:
-                out[name] += process_cpu(entry.name)
+                out[name] += process_cpu(entry.name, reaped=True)
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return out

@@ -7,6 +7,11 @@ share any part gets (that moves with whatever else the machine is doing).
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -21,6 +26,7 @@ from benchmarks.machine import (
     Meter,
     machine_fact,
     process_cpu,
+    servers_cpu,
 )
 
 PG, RABBIT = SERVERS["postgres"], SERVERS["beam.smp"]
@@ -118,3 +124,48 @@ def test_a_window_on_this_machine_reads_every_part_and_its_figures_follow_from_t
     assert 0 <= meter.busy <= 1
     if meter.total:
         assert meter.ceiling == pytest.approx(CORES * 1e6 / meter.total)
+
+
+#: a "server" that starts short-lived children, each burning CPU, and reaps them (as
+#: the postmaster does with its backends); it and its children carry the command name
+#: given, so servers_cpu can tell them from every other process on the machine
+FORKING_SERVER = """
+import os, sys, time
+with open("/proc/self/comm", "w") as comm:
+    comm.write(sys.argv[1])
+print("ready", flush=True)
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        until = time.process_time() + 0.05
+        while time.process_time() < until:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_a_servers_cpu_counts_its_ended_children_so_it_never_goes_down() -> None:
+    # given a server whose children end one after another, each after some CPU work
+    comm = f"jf{uuid.uuid4().hex[:12]}"
+    names = {comm: "server"}
+    with subprocess.Popen(
+        [sys.executable, "-c", FORKING_SERVER, comm, "20"], stdout=subprocess.PIPE, text=True
+    ) as server:
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline().strip() == "ready"
+            # when its CPU is read again and again while the children come and go
+            readings = [servers_cpu(names)["server"]]
+            deadline = time.monotonic() + 30
+            while server.poll() is None and time.monotonic() < deadline:
+                readings.append(servers_cpu(names)["server"])
+                time.sleep(0.005)
+            assert server.wait(timeout=30) == 0
+        finally:
+            if server.poll() is None:
+                server.kill()
+    # then no reading is below the one before it (an ended child's CPU stays counted),
+    # and the readings grew by about what the 20 children spent (1 s of CPU in all)
+    assert all(b >= a for a, b in itertools.pairwise(readings)), readings
+    assert readings[-1] - readings[0] >= 0.5

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from fsm import Engine, open_store
 from fsm.service.identity import HOST_ENV
@@ -26,6 +29,49 @@ def wait_for(check: Callable[[], object], timeout: float, what: str, step: float
             return
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _writing(store_url: str) -> bool:
+    """Whether some client of the store holds a write transaction open right now: the
+    SQLite file's write lock is taken, or a PostgreSQL session other than this one is
+    inside a transaction in the store's database (a test's database is its own)."""
+    if store_url.startswith("sqlite:"):
+        path = store_url.split("sqlite:///", 1)[1].split("?", 1)[0]
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            conn.close()  # rolls back the lock it took, if it took it
+        return False
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+#: how many times `freeze` tries to catch a worker between two transactions
+FREEZE_TRIES = 200
+
+
+def freeze(proc: subprocess.Popen[bytes], store_url: str) -> None:
+    """SIGSTOP a worker at an instant it holds no transaction open in the store.
+
+    A process frozen inside a write transaction holds the store's lock for as long as
+    it stays frozen (SQLite's one writer; a PostgreSQL row lock): every other worker
+    then waits on the lock, which is not the zombie a test means to make (a worker
+    that lost its lease and wakes up later). Bounded: FREEZE_TRIES tries, 10 ms apart.
+    """
+    for _ in range(FREEZE_TRIES):
+        proc.send_signal(signal.SIGSTOP)
+        if not _writing(store_url):
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError(f"worker {proc.pid} held a transaction at each of {FREEZE_TRIES} tries")
 
 
 def markers(folder: Path, job_id: str, what: str, attempt: int | None = None) -> list[Path]:

@@ -20,7 +20,7 @@ import pytest
 from fsm import Engine
 
 from .async_app import handlers
-from .helpers import Workers, engine_factory, markers, wait_for
+from .helpers import Workers, engine_factory, freeze, markers, wait_for
 
 APP = "tests.integration.worker.async_app:handlers"
 
@@ -198,7 +198,7 @@ def test_a_zombie_async_workers_late_report_is_refused(
     wait_for(lambda: engine.get(job.id).state == "running", 20, "A to start the job")
 
     # when: A is frozen (SIGSTOP) past its lease while B re-runs the job
-    a.send_signal(signal.SIGSTOP)
+    freeze(a, store_url)
     try:
         b = start(workers, store_url, ttl=3.0, heartbeat=0.5)
         workers.wait_serving(b)

@@ -17,7 +17,7 @@ from fsm import Engine
 from fsm.records import Job
 from fsm.service.identity import pid_verdict
 
-from .helpers import Workers, markers, wait_for
+from .helpers import Workers, freeze, markers, wait_for
 
 
 def _expire_entries(engine: Engine, job: Job) -> list[tuple[float, str | None]]:
@@ -112,7 +112,7 @@ def test_a_zombie_owners_late_report_changes_nothing_and_the_effect_commits_once
     wait_for(lambda: markers(marks, job.id, "started", 1), 20, "A to start the job")
 
     # when: A is frozen (SIGSTOP) until its lease lapses and B has re-run the job
-    a.send_signal(signal.SIGSTOP)
+    freeze(a, store_url)
     try:
         b = workers.start(store_url, ttl=3.0, heartbeat=0.5)
         workers.wait_serving(b)
