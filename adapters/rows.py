@@ -11,13 +11,14 @@ import functools
 import json
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from math import isfinite
 from typing import Any
 
 import attrs
 
 from fsm.errors import BadInput
+from fsm.lifecycle.limits import Limit
 from fsm.records import AUDIT_FIELDS, JOB_FIELDS, AuditEntry, Job, Owner
 
 JOB_COLUMNS: tuple[str, ...] = JOB_FIELDS
@@ -26,6 +27,15 @@ _OWNER_AT = JOB_COLUMNS.index("owner")
 _RETRY_SAFE_AT = JOB_COLUMNS.index("retry_safe")
 _RECONCILER_AT = JOB_COLUMNS.index("reconciler")
 _PINNED_AT = JOB_COLUMNS.index("retry_safe_pinned")
+#: a limit's row: one column per field of `Limit`, in its order
+LIMIT_FIELDS: tuple[str, ...] = tuple(a.name for a in attrs.fields(Limit))
+LIMIT_COLUMNS = ", ".join(LIMIT_FIELDS)
+limit_to_row: Callable[[Limit], tuple[Any, ...]] = operator.attrgetter(*LIMIT_FIELDS)
+
+
+def limit_from_row(row: Sequence[Any]) -> Limit:
+    """A Limit from the first len(LIMIT_FIELDS) values of a row in LIMIT_COLUMNS order."""
+    return Limit(*row[: len(LIMIT_FIELDS)])
 
 
 def owner_to_text(owner: Owner | None) -> str | None:

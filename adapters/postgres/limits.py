@@ -40,12 +40,14 @@ from fsm.ports import ClaimRequest
 from fsm.records import Job
 
 from ..claiming import claim_within, rate_marks
-from ..rows import job_from_values
+from ..rows import LIMIT_COLUMNS as _COLUMNS
+from ..rows import LIMIT_FIELDS, job_from_values, limit_from_row, limit_to_row
 from . import migrations
 from ._base import Conn, Connected
 from ._sql import state_list
 
-_COLUMNS = "key, concurrency, rate, period, origin, actor, reason, at"
+_MARKS = ", ".join("%s" for _ in LIMIT_FIELDS)
+
 _CHANGE = "seq, key, at, actor, reason, origin, before, after"
 
 
@@ -95,11 +97,6 @@ _LOCK_KEYS = (
 )
 
 
-def limit_from_row(row: Sequence[Any]) -> Limit:
-    key, conc, rate, period, origin, actor, reason, at = row[:8]
-    return Limit(key, conc, rate, period, origin, actor, reason, at)
-
-
 def lock_id(schema: str, key: str) -> int:
     """The advisory lock id (a signed 64-bit integer) of a limit key in a schema."""
     digest = hashlib.blake2b(f"jobfsm-limit/{schema}/{key}".encode(), digest_size=8).digest()
@@ -137,20 +134,11 @@ class PostgresLimits(Connected):
             ).fetchall()
             before = limit_from_row(found[0]) if found else None
             conn.execute(
-                f"INSERT INTO {t} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                f"INSERT INTO {t} ({_COLUMNS}) VALUES ({_MARKS}) "
                 "ON CONFLICT (key) DO UPDATE SET concurrency = excluded.concurrency, "
                 "rate = excluded.rate, period = excluded.period, origin = excluded.origin, "
                 "actor = excluded.actor, reason = excluded.reason, at = excluded.at",
-                (
-                    limit.key,
-                    limit.concurrency,
-                    limit.rate,
-                    limit.period,
-                    limit.origin,
-                    limit.actor,
-                    limit.reason,
-                    limit.at,
-                ),
+                limit_to_row(limit),
             )
             self._changed(conn, limit.key, before, limit, limit)
         return before

@@ -16,16 +16,12 @@ from fsm.ports import ClaimRequest
 from fsm.records import Job
 
 from ..claiming import claim_within, rate_marks
-from ..rows import job_from_values
+from ..rows import LIMIT_COLUMNS as _COLUMNS
+from ..rows import LIMIT_FIELDS, job_from_values, limit_from_row, limit_to_row
 from .schema import in_list
 
-_COLUMNS = "key, concurrency, rate, period, origin, actor, reason, at"
+_MARKS = ", ".join("?" for _ in LIMIT_FIELDS)
 _CHANGE = "seq, key, at, actor, reason, origin, before, after"
-
-
-def _limit(row: Sequence[Any]) -> Limit:
-    key, conc, rate, period, origin, actor, reason, at = row
-    return Limit(key, conc, rate, period, origin, actor, reason, at)
 
 
 def _marks(ids: Sequence[str]) -> str:
@@ -67,19 +63,10 @@ class SqliteLimits:
         with self._write("set limit") as conn:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM limits WHERE key = ?", (limit.key,))
             found = rows.fetchall()
-            before = _limit(found[0]) if found else None
+            before = limit_from_row(found[0]) if found else None
             conn.execute(
-                f"INSERT OR REPLACE INTO limits ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    limit.key,
-                    limit.concurrency,
-                    limit.rate,
-                    limit.period,
-                    limit.origin,
-                    limit.actor,
-                    limit.reason,
-                    limit.at,
-                ),
+                f"INSERT OR REPLACE INTO limits ({_COLUMNS}) VALUES ({_MARKS})",
+                limit_to_row(limit),
             )
             self._changed(conn, limit.key, before, limit, limit)
         return before
@@ -89,7 +76,7 @@ class SqliteLimits:
             found = conn.execute(f"SELECT {_COLUMNS} FROM limits WHERE key = ?", (key,)).fetchall()
             if not found:
                 return None
-            before = _limit(found[0])
+            before = limit_from_row(found[0])
             conn.execute("DELETE FROM limits WHERE key = ?", (key,))
             conn.execute("DELETE FROM limit_leases WHERE key = ?", (key,))
             by = Limit(key, actor=actor, reason=reason, at=at)
@@ -98,7 +85,7 @@ class SqliteLimits:
 
     def limits(self) -> dict[str, Limit]:
         rows = self._read("limits", f"SELECT {_COLUMNS} FROM limits")
-        return {r[0]: _limit(r) for r in rows}
+        return {r[0]: limit_from_row(r) for r in rows}
 
     def limit_changes(self, key: str | None = None, limit: int = 100) -> list[LimitChange]:
         where, params = ("WHERE key = ?", [key]) if key is not None else ("", [])
@@ -138,7 +125,7 @@ class SqliteLimits:
         """The pre-images a claim under limits may lease (inside its transaction), and
         the limits that applied; None when no limit applies (the plain claim)."""
         rows = conn.execute(f"SELECT {_COLUMNS} FROM limits").fetchall()
-        limits = applicable({r[0]: _limit(r) for r in rows}, request.queues, request.kinds)
+        limits = applicable({r[0]: limit_from_row(r) for r in rows}, request.queues, request.kinds)
         if not limits and not request.caps:
             return None
         held_in = in_list(request.held_states)
