@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsm.ports import ListRequest, TrailRequest
+from fsm.ports import ListRequest, RecentRequest, TrailRequest
 
 from .rows import AUDIT_COLUMNS, JOB_COLUMNS
 
@@ -75,6 +75,23 @@ def trail_sql(
         params.append(request.before)
     sql = f"SELECT seq, {_AUDIT_COLS} FROM {table} WHERE {where} ORDER BY seq DESC LIMIT {mark}"
     return sql, [*params, request.limit + 1]
+
+
+def recent_sql(
+    request: RecentRequest, mark: str = "?", table: str = "job_events", first_seq: bool = False
+) -> tuple[str, list[Any]]:
+    """`seq` and the entry's columns of the newest `limit` applied entries of the events
+    in the window. With `first_seq` the statement takes one more parameter first, the
+    window's first seq (SQLite finds it by binary search and reads backwards on its
+    rowid from the newest entry); without it, `at >= since` alone bounds the read (the
+    BRIN index on `at` in PostgreSQL)."""
+    names = ", ".join(mark for _ in request.events)
+    where = f"at >= {mark} AND event IN ({names}) AND outcome = 'applied'"
+    if first_seq:
+        where = f"seq >= {mark} AND {where}"
+    order = "seq DESC" if first_seq else "at DESC, seq DESC"
+    sql = f"SELECT seq, {_AUDIT_COLS} FROM {table} WHERE {where} ORDER BY {order} LIMIT {mark}"
+    return sql, [request.since, *request.events, request.limit]
 
 
 def oldest_sql(

@@ -9,6 +9,7 @@ from collections import Counter
 from fsm.ports import (
     JobPage,
     ListRequest,
+    RecentRequest,
     TrailPage,
     TrailRequest,
     TransitionCount,
@@ -58,6 +59,18 @@ class MemoryBrowse:
                     if e.at >= since:
                         counts[(e.from_state, e.event, e.to_state, e.outcome)] += 1
         return [TransitionCount(*key, n) for key, n in sorted(counts.items(), key=str)]
+
+    def recent_entries(self, request: RecentRequest) -> list[AuditEntry]:
+        events = set(request.events)
+        with self._lock:
+            found = [
+                (e.at, n, e)
+                for trail in self._audit.values()
+                for n, e in enumerate(trail)
+                if e.at >= request.since and e.event in events and e.outcome == "applied"
+            ]
+        found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        return [e for _, _, e in found[: request.limit]]
 
     def trail_page(self, request: TrailRequest) -> TrailPage:
         with self._lock:

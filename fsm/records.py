@@ -229,6 +229,18 @@ class AuditEntry:
         value = decode(self.data_json)
         return value if isinstance(value, dict) else {}
 
+    @property
+    def lost_owner(self) -> Owner | None:
+        """The owner whose run a recovery (`expire`) took back; None on other entries
+        and on recoveries written before their entries named it."""
+        found = self.data.get("lost_owner")
+        if not isinstance(found, dict):
+            return None
+        try:
+            return Owner.from_dict(found)
+        except (KeyError, TypeError, ValueError):
+            return None
+
 
 AUDIT_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(AuditEntry))
 

@@ -1,5 +1,5 @@
-"""`JobBrowser` for PostgreSQL: the dashboard's filtered, keyset-paged job list and
-the transition counts of a recent window.
+"""`JobBrowser` for PostgreSQL: the dashboard's filtered, keyset-paged job list, the
+transition counts and the newest entries of some events in a recent window.
 
 Speed with millions of finished rows rests on indexes: the primary key (id order
 and id-prefix search), `jobs_state` (rare states), `jobs_idempotency_key`, and
@@ -16,15 +16,16 @@ from typing import Any
 from fsm.ports import (
     JobPage,
     ListRequest,
+    RecentRequest,
     TrailPage,
     TrailRequest,
     TransitionCount,
     check_queues,
     page_of,
 )
-from fsm.records import Job
+from fsm.records import AuditEntry, Job
 
-from .._browse import list_sql, oldest_sql, trail_sql
+from .._browse import list_sql, oldest_sql, recent_sql, trail_sql
 from .._rows import job_from_values
 from . import migrations
 from .params import entry_of
@@ -53,6 +54,12 @@ class PostgresBrowse:
         with self.connection("recent transitions") as conn:
             rows: Iterator[Any] = conn.execute(sql, (since,)).fetchall()
         return [TransitionCount(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+
+    def recent_entries(self, request: RecentRequest) -> list[AuditEntry]:
+        sql, params = recent_sql(request, "%s", f"{migrations.quote(self.schema)}.job_events")
+        with self.connection("recent entries") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [entry_of(r[1:]) for r in rows]
 
     def trail_page(self, request: TrailRequest) -> TrailPage:
         table = f"{migrations.quote(self.schema)}.job_events"

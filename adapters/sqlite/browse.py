@@ -9,6 +9,7 @@ from typing import Any
 from fsm.ports import (
     JobPage,
     ListRequest,
+    RecentRequest,
     TrailPage,
     TrailRequest,
     TransitionCount,
@@ -17,7 +18,7 @@ from fsm.ports import (
 )
 from fsm.records import AuditEntry, Job
 
-from .._browse import list_sql, oldest_sql, trail_sql
+from .._browse import list_sql, oldest_sql, recent_sql, trail_sql
 from ..rows import job_from_values
 
 #: rows the binary search for a window's first audit row may probe (log2 of 2**40 rows)
@@ -67,6 +68,12 @@ class SqliteBrowse:
             (start, since),
         )
         return [TransitionCount(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]
+
+    def recent_entries(self, request: RecentRequest) -> list[AuditEntry]:
+        start = self._first_seq_at(request.since)
+        sql, params = recent_sql(request, first_seq=True)
+        rows = self._read("recent entries", sql, [start, *params])
+        return [AuditEntry(*r[1:]) for r in rows]
 
     def trail_page(self, request: TrailRequest) -> TrailPage:
         sql, params = trail_sql(request)

@@ -1,7 +1,9 @@
-"""`jobfsm schedules list|add|remove|pause|resume|history`: schedules kept in the store.
+"""`jobfsm schedules list|add|remove|pause|resume|trigger|history`: schedules kept in the
+store.
 
-Every change needs --actor and --reason and is kept in the store's schedule audit
-trail, which `history` shows (a schedule's changes stay after it is removed)."""
+Every change (and every `trigger`) needs --actor and --reason and is kept in the store's
+schedule audit trail, which `history` shows (a schedule's changes stay after it is
+removed)."""
 
 from __future__ import annotations
 
@@ -232,6 +234,26 @@ def resume(name: str, actor: str, reason: str, store: str | None) -> None:
     """Submit ticks of a paused schedule NAME again (missed ticks follow its policy)."""
     _change(store, name, "resume", actor, reason)
     click.echo(f"schedule {name} resumed")
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@actor_options
+@store_option
+@json_option
+def trigger(name: str, actor: str, reason: str, store: str | None, as_json: bool) -> None:
+    """Submit schedule NAME's job now, as its tick at this instant (a paused schedule too).
+
+    The same call as the dashboard's "trigger now": the schedule's kind, payload, queue
+    and priority, the tick's idempotency key; its ticks are not moved. Audited (--actor,
+    --reason) as a `triggered` change that `history` shows with the job's id.
+    """
+    with engine_for(store, existing=True) as engine:
+        job = Schedules(engine).trigger(name, actor=actor, reason=reason)
+    if as_json:
+        emit_json({"name": name, "job": job.id, "kind": job.kind, "state": job.state})
+        return
+    click.echo(f"schedule {name} triggered: job {job.id} ({job.kind}, {job.state})")
 
 
 def _change_dict(c: ScheduleChange) -> dict[str, Any]:

@@ -304,6 +304,13 @@ def _retry_now(s: Step) -> None:
     s.changes["run_after"] = min(s.job.run_after, s.now)
 
 
+def _record_lost_owner(s: Step) -> None:
+    """A recovery's audit entry names the owner that lost the run (`lost_owner`, read
+    back with `AuditEntry.lost_owner`): the record forgets it with its lease."""
+    if s.job.owner is not None:
+        s.data["lost_owner"] = s.job.owner.to_dict()
+
+
 def _count_recovery(s: Step) -> None:
     s.changes["recoveries"] = s.job.recoveries + 1
 
@@ -347,6 +354,7 @@ EFFECTS: dict[str, Effect] = {
     "deadline_error": _deadline_error,
     "schedule_retry": _schedule_retry,
     "retry_now": _retry_now,
+    "record_lost_owner": _record_lost_owner,
     "count_recovery": _count_recovery,
     "record_actor": _record_actor,
     "fresh_budget": _fresh_budget,

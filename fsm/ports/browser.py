@@ -16,6 +16,10 @@ from ..records import AuditEntry, Job
 MAX_PAGE = 200
 #: the most audit entries one trail page may hold
 MAX_TRAIL_PAGE = 1000
+#: the most audit entries one `recent_entries` call may return
+MAX_RECENT_ENTRIES = 500
+#: the most events one `recent_entries` call may name
+MAX_EVENTS = 20
 #: the most queues one `oldest_jobs` call may name
 MAX_QUEUES = 500
 #: the longest search text accepted (an idempotency key is at most 255 characters)
@@ -25,6 +29,10 @@ _ID_CHARS = re.compile(r"[0-9A-Za-z]{1,26}")
 
 def _names(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
+
+
+def _events(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 @attrs.frozen
@@ -163,6 +171,41 @@ class BoundedReads(Protocol):
     def oldest_jobs(self, state: str, queues: tuple[str, ...]) -> dict[str, Job]:
         """queue -> its oldest job (lowest id) in `state`, for each of `queues` that has
         one: one grouped query, at most MAX_QUEUES queues."""
+        ...
+
+
+@attrs.frozen
+class RecentRequest:
+    """The newest `limit` applied audit entries of `events` written at or after `since`
+    (a recent window: the dashboard asks for the last hour's recoveries)."""
+
+    events: tuple[str, ...] = attrs.field(converter=_events)
+    since: float
+    limit: int = 200
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= len(self.events) <= MAX_EVENTS or not all(
+            isinstance(e, str) and e for e in self.events
+        ):
+            got = f"{self.events!r:.200}"
+            raise BadInput(f"recent entries name 1 to {MAX_EVENTS} events, got {got}")
+        if isinstance(self.limit, bool) or not 1 <= self.limit <= MAX_RECENT_ENTRIES:
+            raise BadInput(
+                f"recent entries are 1 to {MAX_RECENT_ENTRIES} at a time, got {self.limit!r}"
+            )
+
+
+@runtime_checkable
+class RecentEntries(Protocol):
+    """The newest audit entries of some events in a recent window, across every job:
+    the Workers page reads the last hour's recoveries through it (each names the owner
+    that lost the run, `AuditEntry.lost_owner`). Answered from an index on the entry
+    time (or the write order), so the cost follows the window and the limit, not the
+    trail. The memory, SQLite and PostgreSQL stores offer it."""
+
+    def recent_entries(self, request: RecentRequest) -> list[AuditEntry]:
+        """Applied entries of `request.events` written at or after `request.since`,
+        newest first, at most `request.limit`."""
         ...
 
 

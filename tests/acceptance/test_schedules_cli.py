@@ -140,3 +140,50 @@ def test_a_bad_name_a_taken_name_and_an_unknown_name_are_refused(sqlite_url: str
     assert [c["action"] for c in ok_json("schedules", "history", "--store", sqlite_url)] == [
         "added"
     ]
+
+
+def test_trigger_submits_the_tick_now_audited_once_per_instant(sqlite_url: str) -> None:
+    # given a paused schedule whose next tick is a day away
+    ok(
+        *("schedules", "add", "report", "--kind", "report.build", "--every", "86400"),
+        *("--payload", '{"r": 2}', "--queue", "reports", "--store", sqlite_url, *WHO),
+    )
+    ok("schedules", "pause", "report", "--store", sqlite_url, "--actor", "bob", "--reason", "db")
+
+    # when an operator triggers it
+    out = ok_json(
+        *("schedules", "trigger", "report", "--store", sqlite_url),
+        *("--actor", "carol", "--reason", "rerun after the fix"),
+    )
+
+    # then its job is submitted now, with the schedule's kind, payload and queue
+    assert (out["name"], out["kind"], out["state"]) == ("report", "report.build", "queued")
+    (job,) = ok_json("list", "--store", sqlite_url)
+    assert (job["id"], job["kind"], job["queue"]) == (out["job"], "report.build", "reports")
+    assert job["payload"] == {"r": 2}
+    # and the trigger is in the schedule's trail, naming who, why and the job
+    newest = ok_json("schedules", "history", "report", "--store", sqlite_url)[0]
+    assert (newest["action"], newest["actor"], newest["reason"]) == (
+        "triggered",
+        "carol",
+        "rerun after the fix",
+    )
+    assert newest["definition"] == {"job": out["job"]}
+    # and the schedule stays paused, its ticks unmoved
+    (listed,) = ok_json("schedules", "list", "--store", sqlite_url)
+    assert (listed["paused"], listed["last_tick"]) == (True, None)
+
+
+def test_trigger_needs_actor_reason_and_a_known_schedule(sqlite_url: str) -> None:
+    ok("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
+
+    no_actor = run_cli("schedules", "trigger", "keep", "--reason", "r", "--store", sqlite_url)
+    unknown = run_cli("schedules", "trigger", "nope", "--store", sqlite_url, *WHO)
+
+    assert no_actor.returncode == unknown.returncode == 2
+    assert "--actor" in one_line_error(no_actor)
+    assert "no schedule named 'nope'" in one_line_error(unknown)
+    assert ok_json("list", "--store", sqlite_url) == []
+    assert [c["action"] for c in ok_json("schedules", "history", "--store", sqlite_url)] == [
+        "added"
+    ]

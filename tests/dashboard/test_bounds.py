@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fsm import Engine, Owner, open_store
-from fsm.dashboard import views
+from fsm.dashboard import views, workers_view
 from fsm.dashboard.render import Renderer
 
 from .clients import operator
@@ -200,3 +200,30 @@ def test_refreshing_a_job_page_draws_its_path_once_per_version(engine: Engine) -
     for _ in range(5):
         c.get("/diagram", headers={"X-Jobfsm-Fragment": "1"})  # one count snapshot
     assert renderer.drawn == 3
+
+
+def test_the_workers_page_reads_the_newest_recoveries_once_and_shows_ten_per_owner(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given 233 runs taken back in the last hour from two dead owners
+    lost, other = Owner("host-x", 7, "dead0000dead0000"), Owner("host-y", 8, "dead1111dead1111")
+    jobs = engine.submit_many([("report", {"i": i}, {}) for i in range(233)])
+    for i, job in enumerate(jobs):
+        engine.claim(lost if i % 2 else other, ids=[job.id])
+        engine.expire(job.id, verdict="dead", reason="gone")
+    calls = _counting(engine.store, "recent_entries", monkeypatch)
+    # when the workers page is read
+    html = operator(engine).get("/workers").text
+    # then one read of at most RECOVERY_ROWS entries of expire, said to be cut
+    (request,) = [args[0] for args in calls]
+    assert (request.events, request.limit) == (("expire",), workers_view.RECOVERY_ROWS)
+    assert "Only the newest recoveries of the hour were read." in html
+    # and each owner's group shows its newest PER_OWNER of the 100 read of it
+    groups = html.split('<div class="lost" id="lost-')[1:]
+    assert sorted(g.split('"', 1)[0] for g in groups) == sorted(
+        [lost.incarnation, other.incarnation]
+    )
+    for group in groups:
+        table = group.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+        assert table.count("<tr>") == workers_view.PER_OWNER
+        assert '<strong class="lost-count">100</strong>' in group

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import attrs
 import pytest
 
 from fsm import Engine, FakeClock, Owner, open_store
 from fsm.errors import BadInput
-from fsm.ports import BoundedReads, JobBrowser, ListRequest, TrailPage, TrailRequest
+from fsm.ports import (
+    MAX_RECENT_ENTRIES,
+    BoundedReads,
+    JobBrowser,
+    ListRequest,
+    RecentEntries,
+    RecentRequest,
+    TrailPage,
+    TrailRequest,
+)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -176,3 +186,62 @@ def test_a_bad_trail_request_is_refused_naming_the_field() -> None:
         TrailRequest("J", limit=1001)
     with pytest.raises(BadInput, match="trail cursor"):
         TrailRequest("J", before=0)
+
+
+def test_every_builtin_store_offers_recent_entries(engine: Engine) -> None:
+    assert isinstance(engine.store, RecentEntries)
+
+
+def test_a_recovery_entry_names_the_owner_that_lost_the_run(engine: Engine) -> None:
+    # given two jobs running under two owners, and one recovered earlier (out of window)
+    clock = engine.clock
+    assert isinstance(clock, FakeClock)
+    early, late = Owner("host-a", 11, "aaaa1111"), Owner("host-b", 22, "bbbb2222")
+    old = engine.submit("report", {})
+    engine.start(old.id, engine.claim(early, ids=[old.id])[0].fence)
+    engine.expire(old.id, verdict="dead", reason="pid 11 is gone")
+    clock.advance(600)
+    since = clock.now()
+    jobs = [engine.submit("report", {"i": i}) for i in range(3)]
+    for job, who in zip(jobs, (early, late, late), strict=True):
+        engine.start(job.id, engine.claim(who, ids=[job.id])[0].fence)
+    engine.cancel(jobs[2].id, actor="ann", reason="not needed")  # running -> cancelling
+
+    # when their owners are judged dead, one by one
+    for job in jobs:
+        clock.advance(1)
+        engine.expire(job.id, verdict="dead", reason="owner gone")
+
+    # then each expire entry names the owner whose run it took back, newest first
+    reads = engine.store
+    assert isinstance(reads, RecentEntries)
+    found = reads.recent_entries(RecentRequest(("expire",), since))
+    assert [(e.job_id, e.lost_owner) for e in found] == [
+        (jobs[2].id, late),
+        (jobs[1].id, late),
+        (jobs[0].id, early),
+    ]
+    assert [e.from_state for e in found] == ["cancelling", "running", "running"]
+    # and the window, the events and the limit bound the read
+    assert len(reads.recent_entries(RecentRequest(("expire",), 0.0))) == 4
+    assert [e.job_id for e in reads.recent_entries(RecentRequest(("expire",), 0, 1))] == [
+        jobs[2].id
+    ]
+    cancels = reads.recent_entries(RecentRequest(("cancel", "nope"), since))
+    assert [(e.event, e.actor, e.lost_owner) for e in cancels] == [("cancel", "ann", None)]
+
+
+def test_an_entry_written_before_recoveries_named_the_owner_reads_as_unknown() -> None:
+    from fsm.records import AuditEntry
+
+    old = AuditEntry("J1", 4, 1.0, "expire", "running", "retry_wait", 1, 1, data_json="{}")
+    bad = attrs.evolve(old, data_json='{"lost_owner": {"host": "h"}}')
+    assert old.lost_owner is None
+    assert bad.lost_owner is None
+
+
+def test_a_bad_recent_entries_request_is_refused() -> None:
+    with pytest.raises(BadInput, match="events"):
+        RecentRequest((), 0.0)
+    with pytest.raises(BadInput, match="at a time"):
+        RecentRequest(("expire",), 0.0, MAX_RECENT_ENTRIES + 1)

@@ -8,6 +8,7 @@ the store, and its audit under the logged-in operator's name.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,12 @@ from typing import Any
 import pytest
 
 from fsm import Engine, Owner, open_store
-from fsm.ports import ScanRequest
+from fsm.ports import HoldsSchedules, ScanRequest, SchedulerBeat
 from fsm.service.schedules import Schedules, schedule
 
 from .browser import browser, dashboard_process, screenshot, token_file
 from .clients import TOKENS
-from .seed import OWNER_B, seed
+from .seed import OWNER_A, OWNER_B, seed
 
 WAIT_MS = 15_000
 #: a bulk action of 1,000 jobs is 1,000 engine transactions: give its answer time
@@ -306,6 +307,12 @@ def test_workers_page_shows_each_owner_with_its_kinds_and_jobs(
     url, engine, _ids = seeded
     held = engine.scan(ScanRequest(states=engine.spec.sources("heartbeat"), limit=100))
     of_b = [j for j in held if j.owner == OWNER_B]
+    # worker A's scheduler told the store the kinds it handles; B's never did
+    store = engine.store
+    assert isinstance(store, HoldsSchedules)
+    now = time.time()
+    beat = SchedulerBeat(str(OWNER_A), ("mail.send", "mail.digest"), now)
+    store.beat_scheduler(beat, lead_until=None, forget_before=now - 3600)
     with _dashboard(url, tmp_path) as base:
         page = chromium.new_page()
         _log_in(page, base)
@@ -314,9 +321,13 @@ def test_workers_page_shows_each_owner_with_its_kinds_and_jobs(
         assert "worker-a.example" in a
         assert "4101" in a
         assert "mail.send" in a
+        assert (
+            "mail.digest" in page.locator("tr[data-owner=a1b2c3d4e5f6a7b8] td.handles").inner_text()
+        )
         b = page.locator("tr[data-owner=b9c8d7e6f5a4b3c2]")
         assert "report.build" in b.inner_text()
         assert b.locator("td.held strong").inner_text() == str(len(of_b))
+        assert b.locator("td.handles").inner_text() == "not reported"
         for state in {j.state for j in of_b}:
             n = sum(j.state == state for j in of_b)
             assert f"{state} {n}" in b.inner_text()

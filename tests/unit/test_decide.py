@@ -182,6 +182,25 @@ def test_expire_of_a_running_retry_safe_job_counts_a_recovery_and_retries_now() 
     assert d.job.last_error == "pid 4242 gone"
 
 
+@pytest.mark.parametrize("state", ["leased", "running", "cancelling", "reconciling"])
+def test_every_expire_names_the_owner_that_lost_the_run(state: str) -> None:
+    # given a job held by OWNER whose lease lapsed (a reconciling job: OTHER's claim)
+    job = job_in(state, lease_until=NOW - 1)
+    if state == "reconciling":
+        job = attrs.evolve(job, owner=OTHER)
+    # when it is expired
+    d = decide(job, "expire", NOW, policy())
+    # then the record forgets the owner and the audit entry names it
+    assert d.entry is not None
+    assert d.entry.lost_owner == job.owner
+    assert d.entry.data["lost_owner"] == job.owner.to_dict()  # type: ignore[union-attr]
+    assert d.job.owner != job.owner
+    # and other entries name no lost owner
+    cancel = decide(job_in("queued"), "cancel", NOW, policy(), actor="a", reason="r").entry
+    assert cancel is not None
+    assert cancel.lost_owner is None
+
+
 def test_a_recovered_job_keeps_its_place_in_the_queue_and_is_due_at_once() -> None:
     # given a job that became due 10 s ago and was running when its owner died
     job = job_in("running", run_after=NOW - 10, lease_until=NOW - 1)
