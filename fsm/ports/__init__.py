@@ -41,6 +41,7 @@ from .browser import (
 from .capabilities import (
     SCHEDULE_ACTIONS,
     ConfirmsDeath,
+    CountsPrunes,
     Erasable,
     HoldsSchedules,
     JoinsTransactions,
@@ -112,6 +113,7 @@ __all__ = [
     "ClaimRequest",
     "Clock",
     "ConfirmsDeath",
+    "CountsPrunes",
     "Delivery",
     "Erasable",
     "EventCount",
