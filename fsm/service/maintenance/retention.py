@@ -24,7 +24,7 @@ import attrs
 from ...errors import BadInput
 from ...inputs import check_int, check_name, seconds
 from ...lifecycle.spec import lifecycle
-from ...ports import CountsPrunes, LeasesServices, PruneRequest
+from ...ports import CountsPrunes, LeasesServices, PruneRequest, ServiceLease
 from ..dependencies import waiting_states
 from ..kernel import Kernel, KernelSource
 from .report import Report
@@ -195,6 +195,15 @@ def prune(
             if n < limit:
                 break
     return total
+
+
+def recorded_lease(store: object) -> ServiceLease | None:
+    """The store's `retention` service lease as recorded (held or expired; `jobfsm
+    status` tells which), or None: nobody took it, the last holder gave it up, or the
+    store has no service leases."""
+    if not isinstance(store, LeasesServices):
+        return None
+    return next((s for s in store.service_leases() if s.name == LEASE_NAME), None)
 
 
 class Retention:
