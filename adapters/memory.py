@@ -341,6 +341,11 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
             return out
 
     def prune(self, request: PruneRequest) -> int:
+        return sum(self.prune_counts(request).values())
+
+    def prune_counts(self, request: PruneRequest) -> dict[tuple[str, str], int]:
+        """`fsm.ports.CountsPrunes`: `prune`, by (queue, state) deleted."""
+        deleted: dict[tuple[str, str], int] = {}
         with self._lock:
             doomed = [
                 j.id
@@ -354,6 +359,7 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
             ][: request.limit]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
+                deleted[(job.queue, job.state)] = deleted.get((job.queue, job.state), 0) + 1
                 self._index(job, None)
                 for after in self._deps.pop(job_id, ()):
                     self._dependents.get(after, {}).pop(job_id, None)
@@ -365,7 +371,7 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
                     ids.pop(job_id, None)
                     if not ids:
                         self._unique.pop((job.kind, job.unique_key), None)
-            return len(doomed)
+            return deleted
 
     def _held(self, job_id: str, states: tuple[str, ...]) -> bool:
         """Does a job in `states` still wait for `job_id`?"""

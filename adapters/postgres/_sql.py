@@ -410,8 +410,8 @@ class Statements:
             f"AND ({cutoffs or 'false'}) {queues}AND seq > %s "
             "ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED), "
             f"gone AS (DELETE FROM {self.jobs} AS j USING doomed WHERE j.id = doomed.id "
-            "RETURNING j.id, j.seq), "
+            "RETURNING j.id, j.seq, j.queue, j.state), "
             f"ev AS (DELETE FROM {self.events} AS e USING gone WHERE e.job_id = gone.id), "
             f"deps AS (DELETE FROM {self.s}.job_deps AS x USING gone WHERE x.job_id = gone.id) "
-            "SELECT count(*), max(seq) FROM gone"
+            "SELECT queue, state, count(*), max(seq) FROM gone GROUP BY queue, state"
         )

@@ -237,16 +237,19 @@ def save_progress(t: Target, request: ProgressRequest) -> Plan[list[str]]:
     return (yield from write(t, "save_progress", body(), saved))
 
 
-def prune(t: Target, statement: str, params: Sequence[Any]) -> Plan[tuple[int, int]]:
-    """One prune batch: (jobs deleted, the seq of the last), or (0, 0)."""
+#: what one prune batch deleted, (queue, state) -> jobs, and the seq of its last job (0: none)
+Pruned = tuple[dict[tuple[str, str], int], int]
 
-    def body() -> Plan[tuple[int, int]]:
+
+def prune(t: Target, statement: str, params: Sequence[Any]) -> Plan[Pruned]:
+    """One prune batch: (queue, state) -> jobs deleted, and the seq of the last (0: none)."""
+
+    def body() -> Plan[Pruned]:
         rows = yield Run(statement, params)
-        if not rows or not rows[0][0]:
-            return 0, 0
-        return int(rows[0][0]), int(rows[0][1])
+        deleted = {(r[0], r[1]): int(r[2]) for r in rows or () if r[2]}
+        return deleted, max((int(r[3]) for r in rows or () if r[2]), default=0)
 
-    def unknown() -> Plan[tuple[int, int]]:
+    def unknown() -> Plan[Pruned]:
         yield from ()
         raise TransientStoreError(
             "prune: the connection was lost while it ran; how many jobs it removed is "

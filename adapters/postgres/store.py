@@ -121,7 +121,11 @@ class PostgresStore(
         return self.run(ops.save_progress(self.target, request), "save_progress")
 
     def prune(self, request: PruneRequest) -> int:
-        """Delete one batch (at most `request.limit` jobs, oldest `seq` first).
+        return sum(self.prune_counts(request).values())
+
+    def prune_counts(self, request: PruneRequest) -> dict[tuple[str, str], int]:
+        """`fsm.ports.CountsPrunes`: delete one batch (at most `request.limit` jobs,
+        oldest `seq` first); (queue, state) -> jobs deleted.
 
         Called again with the same request object, as `Engine.prune` does batch after
         batch, it goes on after the last job it deleted rather than from the start: a
@@ -132,9 +136,9 @@ class PostgresStore(
         """
         states = tuple(request.cutoffs)
         if not states or request.limit < 1:
-            return 0
+            return {}
         if request.queues is not None and not request.queues:
-            return 0
+            return {}
         statement = self.sql.prune(
             states, request.queues is not None, bool(request.other_than), request.held_by
         )

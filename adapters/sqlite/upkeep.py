@@ -84,8 +84,12 @@ class SqliteUpkeep:
         return applied
 
     def prune(self, request: PruneRequest) -> int:
+        return sum(self.prune_counts(request).values())
+
+    def prune_counts(self, request: PruneRequest) -> dict[tuple[str, str], int]:
+        """`fsm.ports.CountsPrunes`: `prune`, by (queue, state) deleted."""
         if not request.cutoffs or request.limit < 1:
-            return 0
+            return {}
         ors = []
         params: list[Any] = []
         for state, cutoff in sorted(request.cutoffs.items()):
@@ -95,7 +99,7 @@ class SqliteUpkeep:
         where = f"({' OR '.join(ors)})"
         if request.queues is not None:
             if not request.queues:
-                return 0
+                return {}
             where += f" AND queue IN ({', '.join('?' for _ in request.queues)})"
             params += list(request.queues)
         if request.other_than:
@@ -107,15 +111,20 @@ class SqliteUpkeep:
                 f"WHERE d.after_id = jobs.id AND w.state IN {in_list(request.held_by)})"
             )
         params.append(request.limit)
+        deleted: dict[tuple[str, str], int] = {}
         with self._write("prune") as conn:
-            ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE {where} LIMIT ?", params)]
+            rows = conn.execute(f"SELECT id, queue, state FROM jobs WHERE {where} LIMIT ?", params)
+            ids = []
+            for job_id, queue, state in rows.fetchall():
+                ids.append(job_id)
+                deleted[(queue, state)] = deleted.get((queue, state), 0) + 1
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 marks = ", ".join("?" for _ in chunk)
                 conn.execute(f"DELETE FROM job_events WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM job_deps WHERE job_id IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
-        return len(ids)
+        return deleted
 
     def pause_queue(self, pause: QueuePause) -> None:
         row = (pause.queue, pause.actor, pause.reason, pause.at)

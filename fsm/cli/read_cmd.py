@@ -18,9 +18,10 @@ from ..display.format import (
 )
 from ..display.terminal import print_table
 from ..lifecycle.spec import lifecycle
-from ..ports import ScanRequest
+from ..ports import ScanRequest, ServiceLease
 from ..records import AuditEntry, Job
 from ..service import dependencies
+from ..service.maintenance import retention
 from ..text import first_line, printable
 from .connect import engine_for
 from .options import Seconds, json_option, store_option
@@ -39,7 +40,8 @@ from .selection import JOB_HEADER, SCAN_CAP, filter_options, job_rows, select_jo
 @store_option
 @json_option
 def status(expiring_within: float, store: str | None, as_json: bool) -> None:
-    """Jobs per state per queue, the oldest queued job, leases about to lapse."""
+    """Jobs per state per queue, the oldest queued job, leases about to lapse, and
+    which worker runs automatic retention (holds the store's `retention` lease)."""
     lc = lifecycle()
     with engine_for(store, existing=True) as engine:
         now = engine.clock.now()
@@ -51,6 +53,7 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
         )
         paused = engine.paused()
         limits = engine.limits()
+        lease = retention.recorded_lease(engine.store)
     oldest: dict[str, float] = {}
     for job in queued:
         oldest[job.queue] = min(oldest.get(job.queue, job.created_at), job.created_at)
@@ -73,6 +76,9 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
                     }
                     for s in limits
                 },
+                "retention_lease": None
+                if lease is None
+                else {"owner": lease.owner, "until": lease.until, "held": lease.until > now},
                 "expiring_leases": [
                     {
                         "id": j.id,
@@ -95,10 +101,24 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
             f"limit {printable(lim.limit.key)}: {lim.limit.describe()}; "
             f"{lim.holding} holding a slot, {lim.waiting} waiting"
         )
-    if not queues:
+    if queues:
+        _print_counts(counts, queues, oldest, now)
+    else:
         click.echo("no jobs")
-        return
-    states = [s for s in lc.states if any((q, s) in counts for q in queues)]
+    if expiring:
+        click.echo(f"\nleases lapsing within {expiring_within:g}s:")
+        for j in expiring:
+            left = (j.lease_until or now) - now
+            owner = short_owners(printable(j.owner))
+            click.echo(f"  {j.id} {j.state} owner {owner} lapses in {left:.1f}s")
+        click.echo()
+    click.echo(_retention_line(lease, now))
+
+
+def _print_counts(
+    counts: dict[tuple[str, str], int], queues: list[str], oldest: dict[str, float], now: float
+) -> None:
+    states = [s for s in lifecycle().states if any((q, s) in counts for q in queues)]
     rows = [
         [
             q,
@@ -108,12 +128,23 @@ def status(expiring_within: float, store: str | None, as_json: bool) -> None:
         for q in queues
     ]
     print_table(rows, ["queue", *states, "oldest queued"])
-    if expiring:
-        click.echo(f"\nleases lapsing within {expiring_within:g}s:")
-        for j in expiring:
-            left = (j.lease_until or now) - now
-            owner = short_owners(printable(j.owner))
-            click.echo(f"  {j.id} {j.state} owner {owner} lapses in {left:.1f}s")
+
+
+def _retention_line(lease: ServiceLease | None, now: float) -> str:
+    """Who runs automatic retention (docs/retention.md): the live holder of the store's
+    `retention` lease until when, or none (with the last holder if its lease ran out)."""
+    if lease is None:
+        return "retention lease: none"
+    owner = printable(lease.owner)
+    if lease.until > now:
+        return (
+            f"retention lease: held by {owner} until {fmt_time(lease.until)} "
+            f"(in {fmt_age(lease.until - now)})"
+        )
+    return (
+        f"retention lease: none (the last holder, {owner}, lost it at "
+        f"{fmt_time(lease.until)}, {fmt_age(now - lease.until)} ago)"
+    )
 
 
 @click.command("list")

@@ -11,6 +11,7 @@ from ..inputs import Unique, seconds
 from ..jsonio import decode
 from ..records import Job
 from ..text import printable
+from .apps import kind_policy
 from .connect import engine_for
 from .options import json_option, store_option
 from .output import emit_json, job_dict
@@ -97,6 +98,16 @@ def _unique(
     default=False,
     help="A duplicate of --unique fails (naming the job) instead of returning it.",
 )
+@click.option(
+    "--app",
+    "app",
+    default=None,
+    metavar="MODULE[:OBJ]",
+    help="The handlers `jobfsm worker --app` runs: KIND's declaration there (payload type, "
+    "queue, attempts...) applies, so a payload that does not fit its type is refused and "
+    "nothing is stored (docs/typed-payloads.md) [default: none; the payload is stored "
+    "unchecked].",
+)
 @store_option
 @json_option
 def submit(
@@ -117,6 +128,7 @@ def submit(
     unique_states: tuple[str, ...],
     unique_period: float | None,
     unique_refuse: bool,
+    app: str | None,
     store: str | None,
     as_json: bool,
 ) -> None:
@@ -134,7 +146,10 @@ def submit(
         "on_failed_dependency": on_failed_dependency,
         "unique": _unique(unique_key, unique_states, unique_period, unique_refuse),
     }
+    policy = None if app is None else kind_policy(app, kind)
     with engine_for(store) as engine:
+        if policy is not None:
+            engine.register_kind(kind, policy)  # submit checks as the worker will read
         if deadline_in is not None:
             # checked like every submit option, by fsm.inputs (finite, positive)
             opts["deadline"] = engine.clock.now() + seconds(

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import importlib
 import logging
 import os
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +33,7 @@ from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
 from ..worker.collector import tune_collector
 from ..worker.handlers import HandlerSpec
 from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL, MAX_SCHEDULE_INTERVAL
+from .apps import DEFAULT_APP_OBJECT, load_app
 from .logsetup import setup_logging
 from .options import (
     DELIVERY_ENV,
@@ -48,57 +47,8 @@ from .options import (
 
 log = logging.getLogger(__name__)
 
-#: the object `--app module` names when no `:obj` is given
-DEFAULT_APP_OBJECT = "handlers"
 #: how often the ready file is brought in line with the worker's readiness
 READY_CHECK_INTERVAL = 0.05
-
-
-def load_app(ref: str) -> Mapping[str, Any]:
-    """Import "module[:obj]" (obj defaults to `handlers`), a mapping of kind -> handler
-    (e.g. `fsm.worker.handlers.Handlers`) or a factory returning one.
-
-    The current directory is importable, as with celery and dramatiq: `jobfsm worker
-    --app mysvc.jobs` finds ./mysvc/jobs.py."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep:
-        attr = DEFAULT_APP_OBJECT
-    if not module_name or not attr:
-        raise BadInput(f"--app must look like 'package.module[:obj]', got {ref!r}")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name is not None and module_name.startswith(err.name):
-            raise BadInput(
-                f"--app {ref!r}: cannot import {module_name!r} ({err}); modules are imported "
-                f"from the current directory ({cwd}) and the installed packages: run the "
-                "worker from your project's root, or install your package"
-            ) from err
-        raise BadInput(f"--app {ref!r}: importing {module_name!r} failed: {err}") from err
-    except Exception as err:  # the app's own import-time error: name it, one line
-        raise BadInput(
-            f"--app {ref!r}: importing {module_name!r} failed: {type(err).__name__}: {err}"
-        ) from err
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as err:
-            hint = "" if sep else f" (with no ':obj', --app means '{module_name}:{attr}')"
-            raise BadInput(f"--app {ref!r}: {module_name!r} has no {attr!r}{hint}") from err
-    if callable(obj) and not isinstance(obj, Mapping):
-        try:
-            obj = obj()  # a factory returning the handlers
-        except TypeError as err:
-            raise BadInput(
-                f"--app {ref!r} is not a mapping of kind -> handler, nor a factory "
-                f"taking no arguments that returns one ({err})"
-            ) from err
-    if not isinstance(obj, Mapping):
-        raise BadInput(f"--app {ref!r} is not a mapping of kind -> handler (got {type(obj)})")
-    return obj
 
 
 def handler_queues(handlers: Mapping[str, Any]) -> dict[str, list[str]]:

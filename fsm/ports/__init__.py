@@ -44,6 +44,7 @@ from .browser import (
 from .capabilities import (
     SCHEDULE_ACTIONS,
     ConfirmsDeath,
+    CountsPrunes,
     Erasable,
     HoldsSchedules,
     JoinsTransactions,
@@ -116,6 +117,7 @@ __all__ = [
     "ClaimRequest",
     "Clock",
     "ConfirmsDeath",
+    "CountsPrunes",
     "Delivery",
     "Erasable",
     "EventCount",

@@ -12,7 +12,7 @@ from ..errors import VersionConflict
 from ..lifecycle.limits import Limit, LimitChange
 from ..records import Decision, Job
 from .delivery import Liveness
-from .store import Capacity, ProgressRequest
+from .store import Capacity, ProgressRequest, PruneRequest
 
 
 @runtime_checkable
@@ -292,6 +292,17 @@ class LeasesServices(Protocol):
 
     def service_leases(self) -> list[ServiceLease]:
         """Every service lease recorded (expired ones included), by name."""
+        ...
+
+
+@runtime_checkable
+class CountsPrunes(Protocol):
+    """A store whose prune tells what it deleted: `prune_counts` is `Store.prune` (the
+    same batch, the same rules) returning (queue, state) -> jobs deleted, for the
+    retention metrics (docs/metrics.md). `prune` is then the sum of its values."""
+
+    def prune_counts(self, request: PruneRequest) -> dict[tuple[str, str], int]:
+        """Delete one batch as `prune` does; (queue, state) -> jobs deleted."""
         ...
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -42,6 +43,11 @@ class Observer(Protocol):
 
     def on_delivery_recovery(self, delivery: str, reason: str) -> None:
         """A delivery (e.g. "rabbitmq") reconnected or repaired lost wake-ups."""
+        ...
+
+    def on_retention(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        """A worker's retention pass that held the service lease ended at `at` (the
+        kernel's clock), having deleted `pruned`: (queue, state) -> jobs (docs/retention.md)."""
         ...
 
     def operator(self, action: str, target: str, actor: str) -> AbstractContextManager[object]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import Protocol
 
 
@@ -23,6 +24,7 @@ class Metrics(Protocol):
     def rejected_report(self, kind: str, event: str) -> None: ...
     def delivery_recovery(self, delivery: str, reason: str) -> None: ...
     def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None: ...
+    def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None: ...
 
 
 class MetricsBase:
@@ -51,6 +53,10 @@ class MetricsBase:
 
     def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None:
         """An audited transition with its reason code (specs/job.toml [codes])."""
+
+    def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        """A retention pass that held the lease ended at `at` (seconds since the epoch),
+        having deleted `pruned`: (queue, state) -> jobs (docs/retention.md)."""
 
 
 class CountingMetrics(MetricsBase):

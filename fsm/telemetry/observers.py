@@ -8,7 +8,8 @@ observers jobfsm ships and `Observers`, the fan-out a kernel holds:
   id, outcome, code and the error's first line in `extra["jobfsm"]`), a warning for
   every rejected stale report;
 - `MetricsObserver`: feeds a `fsm.telemetry.metrics.Metrics` (counters of
-  transitions, reason codes, rejected reports, attempts, renewals, recoveries);
+  transitions, reason codes, rejected reports, attempts, renewals, recoveries,
+  retention passes);
 - `fsm.telemetry.tracing.TracingObserver`: OpenTelemetry spans of attempts and of
   operator actions.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -38,6 +39,7 @@ _HOOKS = (
     "on_lease_lost",
     "on_recovery",
     "on_delivery_recovery",
+    "on_retention",
     "operator",
 )
 
@@ -62,6 +64,9 @@ class ObserverBase:
 
     def on_delivery_recovery(self, delivery: str, reason: str) -> None:
         """A delivery reconnected or repaired lost wake-ups."""
+
+    def on_retention(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        """A retention pass that held the lease ended."""
 
     def operator(self, action: str, target: str, actor: str) -> AbstractContextManager[object]:
         """Around an operator action."""
@@ -125,6 +130,9 @@ class Observers(ObserverBase):
 
     def on_delivery_recovery(self, delivery: str, reason: str) -> None:
         self._each("on_delivery_recovery", delivery, reason)
+
+    def on_retention(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        self._each("on_retention", pruned, at)
 
     @contextlib.contextmanager
     def _nested(self, action: str, target: str, actor: str) -> Iterator[None]:
@@ -256,3 +264,6 @@ class MetricsObserver(ObserverBase):
 
     def on_delivery_recovery(self, delivery: str, reason: str) -> None:
         self.metrics.delivery_recovery(delivery, reason)
+
+    def on_retention(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        self.metrics.retention_pass(pruned, at)

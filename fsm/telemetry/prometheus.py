@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingExtra
@@ -188,6 +188,26 @@ class PrometheusMetrics(MetricsBase):
             ["delivery", "reason"],
             registry=r,
         )
+        self._pruned = pc.Counter(
+            "jobfsm_retention_pruned",
+            "Finished jobs deleted by this process's automatic retention, by queue and state",
+            ["queue", "state"],
+            registry=r,
+        )
+        self._passes = pc.Counter(
+            "jobfsm_retention_passes",
+            "Automatic retention passes this process ran holding the retention lease",
+            registry=r,
+        )
+        self._last_pass = pc.Gauge(
+            "jobfsm_retention_last_pass_timestamp_seconds",
+            "When this process's last retention pass holding the lease ended (Unix time)",
+            registry=r,
+        )
+        #: queues named in `jobfsm_retention_pruned` (the first TOP_QUEUES seen; the
+        #: later ones are counted under OTHER_QUEUES, as `jobfsm_jobs` bounds its series)
+        self._pruned_queues: set[str] = set()
+        self._pruned_lock = threading.Lock()
 
     # --- Metrics ------------------------------------------------------------------------
 
@@ -215,6 +235,21 @@ class PrometheusMetrics(MetricsBase):
 
     def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None:
         self._codes.labels(kind, event, to_state, code).inc()
+
+    def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        for (queue, state), n in sorted(pruned.items()):
+            self._pruned.labels(self._pruned_queue(queue), state).inc(n)
+        self._passes.inc()
+        self._last_pass.set(at)
+
+    def _pruned_queue(self, queue: str) -> str:
+        with self._pruned_lock:
+            if queue in self._pruned_queues:
+                return queue
+            if len(self._pruned_queues) < TOP_QUEUES:
+                self._pruned_queues.add(queue)
+                return queue
+        return OTHER_QUEUES
 
     # --- store gauges and serving -------------------------------------------------------
 

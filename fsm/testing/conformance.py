@@ -82,6 +82,7 @@ from ..policies import Backoff, LeasePolicy, Limits, Policy, RetryPolicy
 from ..ports import (
     Capacity,
     ClaimRequest,
+    CountsPrunes,
     Erasable,
     PausesQueues,
     PruneRequest,
@@ -906,6 +907,25 @@ class StoreConformance(ScheduleConformance, ClaimStartConformance):
         assert [self.store.get(j.id) for j in (mail, other)] == [None, None]
         assert self.store.get(audit.id) == audit
         assert self.store.prune(PruneRequest(cutoffs={"succeeded": cutoff}, queues=())) == 0
+
+    def test_prune_counts_tells_what_it_deleted_by_queue_and_state(self) -> None:
+        if not isinstance(self.store, CountsPrunes):
+            return  # an optional capability (the retention metrics)
+        engine, clock = self.engine()
+        for queue, state in (("mail", "succeeded"), ("mail", "cancelled"), ("audit", "succeeded")):
+            reach(engine, clock, state, queue=queue)
+        reach(engine, clock, "succeeded", queue="mail")
+        kept = reach(engine, clock, "failed", queue="mail")
+        clock.advance(1000.0)
+        cutoff = clock.now() - 500.0
+        request = PruneRequest(cutoffs={"succeeded": cutoff, "cancelled": cutoff})
+        assert self.store.prune_counts(request) == {
+            ("mail", "succeeded"): 2,
+            ("mail", "cancelled"): 1,
+            ("audit", "succeeded"): 1,
+        }
+        assert self.store.prune_counts(request) == {}
+        assert self.store.get(kept.id) == kept
 
     def test_engine_prune_applies_per_queue_retention(self) -> None:
         engine, clock = self.engine()

@@ -64,3 +64,26 @@ def test_a_real_queue_named_other_is_summed_with_the_rest() -> None:
 
     assert top_queues(counts, top=1) == {("a", "queued"): 5, (OTHER_QUEUES, "queued"): 3}
     assert top_queues(counts, top=3) == counts
+
+
+def test_retention_counts_of_queues_beyond_the_top_n_are_one_series_named_other() -> None:
+    # given retention passes that deleted jobs of 150 queues, 3 jobs each
+    metrics = PrometheusMetrics()
+    metrics.retention_pass({(f"q{i:03d}", "succeeded"): 3 for i in range(100)}, 1.0)
+    metrics.retention_pass({(f"q{i:03d}", "succeeded"): 3 for i in range(50, 150)}, 2.0)
+
+    # then the first 100 queues seen have a series each and the 50 later ones one more
+    samples = [
+        s
+        for family in metrics.registry.collect()
+        if family.name == "jobfsm_retention_pruned"
+        for s in family.samples
+        if s.name.endswith("_total")
+    ]
+    assert len(samples) == TOP_QUEUES + 1
+    by_queue = {s.labels["queue"]: s.value for s in samples}
+    assert by_queue["q000"] == 3
+    assert by_queue["q099"] == 6  # in both passes
+    assert by_queue[OTHER_QUEUES] == 50 * 3
+    assert metrics.registry.get_sample_value("jobfsm_retention_passes_total") == 2
+    assert metrics.registry.get_sample_value("jobfsm_retention_last_pass_timestamp_seconds") == 2.0

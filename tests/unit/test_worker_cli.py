@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from fsm.cli.apps import load_app
 from fsm.cli.logsetup import JsonFormatter, TextFormatter, setup_logging
-from fsm.cli.worker_cmd import ReadyFile, handler_queues, load_app, parse_queues
+from fsm.cli.worker_cmd import ReadyFile, handler_queues, parse_queues
 from fsm.errors import BadInput
 from fsm.text import first_line, printable
 from fsm.worker.handlers import Handlers

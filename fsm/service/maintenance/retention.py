@@ -24,7 +24,7 @@ import attrs
 from ...errors import BadInput
 from ...inputs import check_int, check_name, seconds
 from ...lifecycle.spec import lifecycle
-from ...ports import LeasesServices, PruneRequest
+from ...ports import CountsPrunes, LeasesServices, PruneRequest, ServiceLease
 from ..dependencies import waiting_states
 from ..kernel import Kernel, KernelSource
 from .report import Report
@@ -43,6 +43,9 @@ DEFAULT_MAX_BATCHES = 10
 MAX_BATCHES = 1000
 #: the shortest pass interval
 MIN_EVERY = 1.0
+#: the queue and state reported to observers for jobs deleted by a store that does not
+#: say which (`fsm.ports.CountsPrunes`; every built-in store does)
+UNKNOWN = "unknown"
 #: the lease lasts this many pass intervals unless `lease_for` says otherwise
 LEASE_INTERVALS = 3.0
 
@@ -194,10 +197,20 @@ def prune(
     return total
 
 
+def recorded_lease(store: object) -> ServiceLease | None:
+    """The store's `retention` service lease as recorded (held or expired; `jobfsm
+    status` tells which), or None: nobody took it, the last holder gave it up, or the
+    store has no service leases."""
+    if not isinstance(store, LeasesServices):
+        return None
+    return next((s for s in store.service_leases() if s.name == LEASE_NAME), None)
+
+
 class Retention:
     """The automatic retention of one worker: a pass prunes only while this worker
     holds the service lease `LEASE_NAME` (`owner`), at most `plan.max_batches` batches
-    of `plan.batch` jobs. One log line per pass that held the lease."""
+    of `plan.batch` jobs. One log line per pass that held the lease, and one
+    `on_retention` event to the kernel's observers (the retention metrics)."""
 
     name = "retention"
 
@@ -237,13 +250,14 @@ class Retention:
         started = time.monotonic()
         total = 0
         full = False
+        pruned: dict[tuple[str, str], int] = {}
         for request in requests(kernel, limit=batch, retention=plan.keep):
             if not request.cutoffs:
                 continue  # a rule that keeps everything costs no batch
             while self.batches < plan.max_batches:
                 if self.batches and not self._hold():
                     break
-                n = kernel.store.prune(request)
+                n = self._prune(request, pruned)
                 self.batches += 1
                 total += n
                 full = n >= batch
@@ -265,7 +279,21 @@ class Retention:
             if behind
             else ("" if self.holding else "; the lease was lost"),
         )
+        kernel.observers.on_retention(pruned, kernel.clock.now())
         return Report(pruned=total, behind=behind)
+
+    def _prune(self, request: PruneRequest, pruned: dict[tuple[str, str], int]) -> int:
+        """One batch; what it deleted is added to `pruned` by (queue, state), or under
+        UNKNOWN for a store that does not tell (`fsm.ports.CountsPrunes`)."""
+        store = self.source.kernel.store
+        if isinstance(store, CountsPrunes):
+            counts = store.prune_counts(request)
+        else:
+            counts = {(UNKNOWN, UNKNOWN): store.prune(request)}
+        for key, n in counts.items():
+            if n:
+                pruned[key] = pruned.get(key, 0) + n
+        return sum(counts.values())
 
     def stop(self) -> None:
         """Give the lease up (a worker that stops hands retention over at once)."""

@@ -12,9 +12,10 @@ import click
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ....cli.apps import load_app
 from ....cli.root import run
 from ....cli.store_cmd import migrate
-from ....cli.worker_cmd import load_app, worker
+from ....cli.worker_cmd import worker
 from ....errors import JobFSMError
 from ....worker.handlers import Handlers
 from .. import setup_child
