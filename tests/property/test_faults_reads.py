@@ -1,6 +1,6 @@
-"""The fault machine's own reads and its clean-up (docs/fault-suites.md): what it checks
-is read once per step, not once per job, and an example that ends leaves no finished
-job behind in a store the examples share."""
+"""The fault suite's own reads and the machine's clean-up (docs/fault-suites.md): what
+it checks is read in one scan, not one `get` per job, and an example that ends leaves
+no finished job behind in a store the examples share."""
 
 from __future__ import annotations
 
@@ -9,21 +9,28 @@ from typing import Any
 from hypothesis import settings
 
 from adapters.memory import MemoryStore
+from fsm.testing.faults import run_models
 from fsm.testing.faults_late import fault_machine
 from fsm.testing.faults_machine import FaultMachine, FaultStats
+from fsm.testing.faults_models import Coverage, handles
 from fsm.testing.profiles import run_machine
 
 
 class CountingStore(MemoryStore):
-    """A memory store that counts the jobs read one by one."""
+    """A memory store that counts the jobs read one by one, and the scans."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gets = 0
+        self.scans = 0
 
     def get(self, job_id: str) -> Any:
         self.gets += 1
         return super().get(job_id)
+
+    def scan(self, request: Any) -> Any:
+        self.scans += 1
+        return super().scan(request)
 
 
 def _machine(store: MemoryStore) -> FaultMachine:
@@ -86,3 +93,21 @@ class _Unclosed:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def test_the_limits_model_reads_its_examples_jobs_by_scanning_their_queue() -> None:
+    # given the limits model on one memory store that counts its reads
+    store = CountingStore()
+    # when it runs at the quick size
+    run_models(
+        lambda: handles(lambda: store, shared=True),
+        size="quick",
+        stats=FaultStats(),
+        coverage=Coverage(),
+        seed=1,
+        only=["limits"],
+    )
+    # then its checks read the jobs in scans: what is left by id is the Engine's own
+    # reads for its transitions (one get per job per check before: 2223 to 0 scans)
+    assert store.scans > 0
+    assert store.gets < store.scans
