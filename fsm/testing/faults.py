@@ -193,6 +193,15 @@ def _with_query(url: str, **params: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+#: the session setting of the run's own PostgreSQL connections, unless the URL passes
+#: libpq `options` itself: a commit returns before its WAL reaches the disk. Commits
+#: stay atomic and visible to every other connection at once; only a crash of the
+#: server itself (which no fault model causes) could lose the last ones. The schema is
+#: scratch, as the SQLite files are (`synchronous=NORMAL`).
+#: (`--name=value`: no space, which a store URL's query would carry as `+`)
+SCRATCH_PG_OPTIONS = "--synchronous_commit=off"
+
+
 def _opener(scheme: str) -> Callable[[str], Store]:
     """The store opener registered for `scheme`, resolved once (entry points are slow)."""
     for ep in entry_points(group=STORE_GROUP):
@@ -220,8 +229,10 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
     URL's options and `synchronous=NORMAL` unless the URL sets it (scratch data).
     postgresql://... -> a store on the URL's `?schema=` (default: a new schema
     `jobfsm_faults_<run>`); examples do not see each other because each works in
-    its own queue. The schema is dropped afterwards if the store offers
-    `drop_schema()`; otherwise it is left for you to drop.
+    its own queue. Its connections commit without waiting for the WAL flush
+    (`SCRATCH_PG_OPTIONS`) unless the URL passes libpq `options`. The schema is
+    dropped afterwards if the store offers `drop_schema()`; otherwise it is left for
+    you to drop.
     """
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
@@ -245,7 +256,8 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
     if scheme in ("postgresql", "postgres"):
         query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         schema = query.get("schema") or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
-        per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4")
+        session = {} if "options" in query else {"options": SCRATCH_PG_OPTIONS}
+        per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4", **session)
         # once the run's first store migrated the schema, the next ones only check it
         # (no DDL and no migration lock per example: the schema is the same)
         checked = _with_query(per_example, migrate="false")

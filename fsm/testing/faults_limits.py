@@ -41,7 +41,7 @@ from ..errors import BadInput
 from ..inputs import KindPolicy
 from ..lifecycle.limits import Limit, job_keys
 from ..lifecycle.spec import lifecycle
-from ..ports import LimitsClaims, Store
+from ..ports import LimitsClaims, ScanRequest, Store
 from ..records import AuditEntry, Job, Owner
 from ..service.engine import Engine
 from ..service.limits import limit_changes, limit_rows, worker_caps, worker_limits
@@ -297,19 +297,30 @@ class _Example:
 
     # --- steps -----------------------------------------------------------------------
 
-    def _job(self, i: int) -> Job | None:
-        return self.store.get(self.ids[i % len(self.ids)])
+    def _read(self, ids: Sequence[str], queue: str | None = None) -> dict[str, Job | None]:
+        """The jobs `ids` of the example's queue (or `queue`) as stored, in one scan of
+        it, not one `get` each (the queue is the example's own); None: not stored."""
+        listed = self.store.scan(
+            ScanRequest(states=self.engine.spec.states, queues=(queue or self.queue,), limit=10_000)
+        )
+        by_id = {j.id: j for j in listed}
+        return {jid: by_id.get(jid) for jid in ids}
+
+    def _jobs(self) -> list[Job]:
+        """The example's jobs in this queue as stored, in the order they were submitted."""
+        return [j for j in self._read(self.ids).values() if j is not None]
 
     def _held(self, i: int, states: Sequence[str]) -> Job | None:
         """The first job from index i on (wrapping) in one of `states`."""
+        read = self._read(self.ids)
         for k in range(len(self.ids)):
-            job = self._job(i + k)
+            job = read[self.ids[(i + k) % len(self.ids)]]
             if job is not None and job.state in states:
                 return job
         return None
 
     def _claim(self, limit: int, start: bool) -> None:
-        before = {jid: self.store.get(jid) for jid in self.ids}
+        before = self._read(self.ids)
         begin: Callable[[Job], dict[str, Any]] | None = (lambda job: {}) if start else None
         owner = Owner(host="limits-sim", pid=7, incarnation="limits-a")
         got = self.engine.claim(owner, (self.queue,), limit=limit, start=begin)
@@ -320,7 +331,7 @@ class _Example:
             self._check_fair(got, limit)
 
     def _race(self, claimers: int, limit: int) -> None:
-        before = {jid: self.store.get(jid) for jid in self.ids}
+        before = self._read(self.ids)
         # each claimer keeps its store handle from race to race, as a worker does: a
         # handle that claimed before may count ahead of the key locks (PostgreSQL)
         while len(self.claimers) < claimers:
@@ -363,7 +374,7 @@ class _Example:
         assert isinstance(store, LimitsClaims)
         limits = store.limits()
         granted = {k for job in got for k in job_keys(job) if k in limits}
-        jobs = [j for j in (store.get(i) for i in self.ids) if j is not None]
+        jobs = self._jobs()
         for key in granted:
             cap = limits[key].concurrency
             held = sum(1 for j in jobs if j.state in HELD and key in job_keys(j))
@@ -378,7 +389,7 @@ class _Example:
         as if no limit existed (L4: a limit blocks nothing outside its kind or queue)."""
         due = [
             j
-            for j in (self.store.get(i) for i in self.others)
+            for j in self._read(self.others, self.other_queue).values()
             if j is not None and j.state in self.sources
         ]
         owner = Owner(host="limits-sim", pid=9, incarnation="limits-elsewhere")
@@ -439,7 +450,7 @@ class _Example:
 
     def _capped_claim(self, cap: int, limit: int) -> None:
         """A worker with its own cap on the capped kind (`--limit`), holding none yet."""
-        before = {jid: self.store.get(jid) for jid in self.ids}
+        before = self._read(self.ids)
         owner = Owner(host="limits-sim", pid=9, incarnation="limits-capped")
         holding = [j for j in before.values() if j is not None and j.owner == owner]
         caps = worker_caps(worker_limits({self.kinds["capped"]: cap}), _by_key(holding))
@@ -472,7 +483,7 @@ class _Example:
         self.ctx.stats.faults["bad limit"] += 1
 
     def _status(self) -> None:
-        jobs = [j for j in (self.store.get(i) for i in self.ids) if j is not None]
+        jobs = self._jobs()
         for key, held, waits in limit_rows(self.engine):
             if key not in (self.capped, self.rated, f"queue:{self.queue}"):
                 continue
@@ -500,10 +511,11 @@ class _Example:
         self.ctx.stats.checks["L5 every change of a limit is audited"] += 1
 
     def _check_untouched(self, before: dict[str, Job | None], taken: set[str], what: str) -> None:
+        now = self._read(list(before))
         for jid, job in before.items():
             if job is None or jid in taken:
                 continue
-            after = self.store.get(jid)
+            after = now[jid]
             if after != job:
                 raise AssertionError(
                     f"L3 {what} changed job {jid} ({job.kind}, {job.state}) it did not "
@@ -531,7 +543,7 @@ class _Example:
 
     def _check_fair(self, got: Sequence[Job], asked: int) -> None:
         now = self.clock.now()
-        jobs = [j for j in (self.store.get(i) for i in self.ids) if j is not None]
+        jobs = self._jobs()
         store = self.store
         assert isinstance(store, LimitsClaims)
         limits = store.limits()
@@ -559,7 +571,7 @@ class _Example:
 
     def _check_trails(self) -> None:
         trails = {jid: self.store.history(jid) for jid in self.ids}
-        jobs = {jid: self.store.get(jid) for jid in self.ids}
+        jobs = self._read(self.ids)
         by_key: dict[str, list[tuple[float, float]]] = {}
         leases: dict[str, list[float]] = {}
         for jid, trail in trails.items():

@@ -45,7 +45,7 @@ from ..lifecycle.invariants import (
 )
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
-from ..ports import ScanRequest, Store, TracksDependencies
+from ..ports import PruneRequest, ScanRequest, Store, TracksDependencies
 from ..records import Job, Owner
 from ..service import maintenance as recovery
 from ..service.engine import Engine
@@ -65,6 +65,8 @@ SENT_LOG = 16
 SETTLE_ROUNDS = 40
 #: seconds per settle round: past the lease TTL (30 s) and the backoff cap (60 s)
 SETTLE_STEP = 100.0
+#: jobs deleted per prune batch when an example clears its queue (`_clear_queue`)
+CLEAR_BATCH = 500
 #: each example works in its own queue, so a store shared between examples (or one
 #: holding other jobs) is fine: the suite looks only at its own queue
 QUEUE_PREFIX = "fault-suite"
@@ -298,6 +300,9 @@ class FaultMachine(RuleBasedStateMachine):
         self.workers = [self._new_worker() for _ in range(N_WORKERS)]
         self.jobs: list[str] = []
         self.index: dict[str, int] = {}
+        #: job id -> its kind, as submitted (a job's kind never changes): the rules that
+        #: only need the kind do not re-read the job for it
+        self.kind_of: dict[str, str] = {}
         self.keys: dict[str, str] = {}
         self.seq = 0
         self.seen: dict[str, tuple[int, int, int]] = {}
@@ -375,6 +380,7 @@ class FaultMachine(RuleBasedStateMachine):
             return
         self.index[job.id] = len(self.jobs)
         self.jobs.append(job.id)
+        self.kind_of[job.id] = job.kind
         if job.idempotency_key is not None:
             self.keys[job.idempotency_key] = job.id
 
@@ -443,20 +449,19 @@ class FaultMachine(RuleBasedStateMachine):
     def _start_call(self, jid: str, fence: int) -> Job:
         """`start`, with the kind policy a worker that runs the kind passes (the
         worker's own `kind_policy_arg`)."""
-        job = self.real.get(jid)
-        kind = self.engine.kinds.get(job.kind) if job is not None else None
-        if job is None or kind is None:
+        name = self.kind_of.get(jid)
+        kind = self.engine.kinds.get(name) if name is not None else None
+        if name is None or kind is None:
             return self.engine.start(jid, fence)
         policy = kind_policy_arg(
             kind,
             default_recoveries=self.policy.recovery.max_recoveries,
-            reconciler=job.kind in self.marking,  # its kind has a reconciler
+            reconciler=name in self.marking,  # its kind has a reconciler
         )
         return self.engine.transition(jid, "start", fence=fence, kind_policy=policy)
 
     def _marks(self, jid: str) -> bool:
-        job = self.real.get(jid)
-        return job is not None and job.kind in self.marking
+        return self.kind_of.get(jid) in self.marking
 
     def _mark(self, jid: str, fence: int) -> bool:
         """The handler's `ctx.mark` before its outside call; False: it must not call."""
@@ -505,8 +510,8 @@ class FaultMachine(RuleBasedStateMachine):
     def _outcome(self, worker: SimWorker, jid: str, roll: int) -> tuple[str, dict[str, Any]]:
         """How `jid`'s handler ends this time (its kind's mix), as a report."""
         held = worker.held[jid]
-        job = self.real.get(jid)
-        kind = self.kinds_by_name.get(job.kind) if job is not None else None
+        name = self.kind_of.get(jid)
+        kind = self.kinds_by_name.get(name) if name is not None else None
         outcome = (kind or self.kind_specs[0]).pick(roll)
         if held.effect_done and outcome != "ambiguous":
             outcome = "succeed"  # a handler past its outside call returns (or says unknown)
@@ -1289,14 +1294,19 @@ class FaultMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.jobs)
     @rule()
     def prune(self) -> None:
-        """Retention: only finished jobs past their retention may disappear."""
-        before = {jid: self.real.get(jid) for jid in self.jobs}
+        """Retention: only finished jobs past their retention may disappear.
+
+        The example's jobs are read in one scan before and one after (not one `get`
+        each); a job the second scan misses is gone only if `get` agrees."""
+        before = self._stored()
         with contextlib.suppress(TransientStoreError):
             self.engine.prune()
         now = self.clock.now()
         retention = self.policy.limits.retention
-        for jid, job in before.items():
-            if job is None or self.real.get(jid) is not None:
+        after = self._stored()
+        for jid in list(self.jobs):
+            job = before.get(jid)
+            if job is None or jid in after or self.real.get(jid) is not None:
                 continue
             keep = retention.get(job.state)
             if (
@@ -1309,8 +1319,16 @@ class FaultMachine(RuleBasedStateMachine):
             self._forget(jid)
             self._fault("finished job pruned")
 
+    def _stored(self) -> dict[str, Job]:
+        """The example's jobs as stored, by id, in one read."""
+        listed = self.real.scan(
+            ScanRequest(states=self.spec.states, queues=(self.queue,), limit=10_000)
+        )
+        return {j.id: j for j in listed}
+
     def _forget(self, jid: str) -> None:
         self.jobs.remove(jid)
+        self.kind_of.pop(jid, None)
         self.index = {x: i for i, x in enumerate(self.jobs)}
         self.seen.pop(jid, None)
         self.states.pop(jid, None)
@@ -1484,13 +1502,24 @@ class FaultMachine(RuleBasedStateMachine):
             self._fail(f"I3 liveness: after {SETTLE_ROUNDS} fault-free rounds, not final: {stuck}")
         self.stats.checks["I3 liveness: every job terminal or in investigate"] += 1
         self.invariants_hold()
+        self._clear_queue()
+
+    def _clear_queue(self) -> None:
+        """Once its last check held, delete the example's finished jobs and their trails
+        (the production prune, its queue only, any age). A store shared by the examples
+        (PostgreSQL's schema) then holds one example's jobs at a time, not every earlier
+        one: `counts()`, which the check after every step reads, groups the whole table."""
+        request = PruneRequest(
+            cutoffs=dict.fromkeys(sorted(self.spec.terminal), float("inf")),
+            queues=(self.queue,),
+            limit=CLEAR_BATCH,
+        )
+        while self.real.prune(request) >= CLEAR_BATCH:
+            pass
 
     def _tracked(self) -> list[Job]:
         """The example's jobs as stored, in one read (pruned ones are gone)."""
-        listed = self.real.scan(
-            ScanRequest(states=self.spec.states, queues=(self.queue,), limit=10_000)
-        )
-        by_id = {j.id: j for j in listed}
+        by_id = self._stored()
         return [by_id[jid] for jid in self.jobs if jid in by_id]
 
     def _drive(self, worker: SimWorker, jid: str, rnd: int) -> None:

@@ -108,6 +108,18 @@ class _Race:
     def _count(self, name: str) -> None:
         self.ctx.stats.checks[name] += 1
 
+    def _read(self) -> list[Job]:
+        """The example's jobs as stored, in the order they were submitted: one scan of
+        its queue (the example's own), not one `get` each."""
+        listed = self.engine.scan(
+            ScanRequest(states=self.spec.states, queues=(self.queue,), limit=10_000)
+        )
+        by_id = {j.id: j for j in listed}
+        lost = [jid for jid in self.ids if jid not in by_id]
+        if lost:
+            self._fail(f"I3 jobs {lost} are no longer stored")
+        return [by_id[jid] for jid in self.ids]
+
     def play(self, plan: dict[str, Any]) -> None:
         for kind, deadline, target in plan["jobs"]:
             self._setup(kind, deadline, target)
@@ -153,7 +165,7 @@ class _Race:
 
     def _round(self, rnd: dict[str, Any]) -> None:
         now = self.clock.advance(rnd["advance"])
-        read = [self.engine.get(i) for i in self.ids]
+        read = self._read()
         decisions = [d for d in (self._decision(j, rnd["event"], now) for j in read) if d]
         if not decisions:
             return
@@ -208,13 +220,13 @@ class _Race:
     def _sweep(self) -> None:
         """Past every deadline (leases still valid), one sweep fails every job past its
         deadline; past every lease, one more sweep takes every lapsed lease back."""
-        deadlines = [j.deadline for j in (self.engine.get(i) for i in self.ids) if j.deadline]
+        deadlines = [j.deadline for j in self._read() if j.deadline]
         if deadlines:
             now = self.clock.advance(max(0.0, max(deadlines) - self.clock.now()) + 0.5)
             self._renew_all()
             recovery.sweep(self.engine)
-            for jid in self.ids:
-                job = self.engine.get(jid)
+            for job in self._read():
+                jid = job.id
                 self._count("R3 the sweep fails every job past its deadline")
                 if (
                     job.deadline is not None
@@ -236,14 +248,14 @@ class _Race:
     def _renew_all(self) -> None:
         held = {
             j.id: j.fence
-            for j in (self.engine.get(i) for i in self.ids)
+            for j in self._read()
             if j.owner == OWNER and j.state in ("leased", "running", "cancelling")
         }
         self.other.heartbeat(OWNER, held)
 
     def _check(self, *, final: bool = False) -> None:
-        for jid in self.ids:
-            job = self.engine.get(jid)
+        for job in self._read():
+            jid = job.id
             history = self.store.history(jid)
             problems = trail_problems(job, history, self.spec, self.policy)
             if problems:
