@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import attrs
 import psycopg
@@ -162,7 +162,9 @@ def parse(url: str) -> Settings:
     for name, text in flags.items():
         if text not in TRUE + FALSE:
             raise BadStoreURL(f"store URL {shown}: {name} must be true or false, got {text!r}")
-    plain = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    # %20 for a space: libpq decodes percent escapes but not "+" (urlencode's default)
+    encoded = urlencode(rest, quote_via=quote)
+    plain = urlunsplit(("postgresql", parts.netloc, parts.path, encoded, ""))
     params: dict[str, Any] = {}
     try:
         params = conninfo_to_dict(plain)

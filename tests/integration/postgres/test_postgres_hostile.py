@@ -267,3 +267,17 @@ def test_a_liveness_session_moved_by_a_pooler_counts_as_lost_and_says_why(
 def test_a_state_name_that_is_not_a_plain_identifier_is_refused(state: str) -> None:
     with pytest.raises(BadInput, match="state names"):
         state_list(("leased", state))
+
+
+def test_a_libpq_parameter_with_a_space_reaches_the_server_as_written(pg_url: str) -> None:
+    # given a store URL whose libpq `options` holds a space (percent-encoded, as URLs do)
+    store = open_store(f"{pg_url}?options=-c%20statement_timeout%3D4321")
+    try:
+        # when the store's own connection asks the server for the setting
+        with store.connection("test") as conn:
+            row = conn.execute("SHOW statement_timeout").fetchone()
+    finally:
+        store.close()
+    # then libpq passed it on (a "+" in place of the space was refused by libpq)
+    assert row is not None
+    assert row[0] == "4321ms"
