@@ -47,12 +47,13 @@ def servers_cpu(names: dict[str, str] = SERVERS) -> dict[str, float]:
     """CPU seconds so far of every server process here, by server (`names` maps a
     command name to its server).
 
-    A sum that never goes down while the servers run: PostgreSQL starts a process
-    per connection and the postmaster reaps it when the connection ends, so a live
-    process counts its own CPU and a server process also what its reaped children
-    spent. Summing the live processes alone lost a closed connection's whole CPU and
-    could read less at the end of a window than at its start (other clients' short
-    connections ending meanwhile)."""
+    PostgreSQL starts a process per connection and the postmaster reaps it when the
+    connection ends: a live process counts its own CPU, and a server process also what
+    its reaped children spent, so a connection that ended stays counted (summing the
+    live processes alone lost its whole CPU, and a window could read less at its end
+    than at its start). A scan of /proc is not atomic: a process reaped between the
+    reads of its parent and of itself is missed by that one reading, which errs by at
+    most that process's CPU."""
     out = dict.fromkeys(names.values(), 0.0)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

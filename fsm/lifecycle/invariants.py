@@ -101,6 +101,8 @@ def trail_problems(
             bad("I4", f"{where}: left reconciling without a reconciler answer")
         if e.code is None or e.code not in spec.codes:
             bad("I8", f"{where}: reason code {e.code!r} is not one of the spec's [codes]")
+        if e.event == "expire" and e.lost_owner is None:
+            bad("I8", f"{where}: a recovery's entry must name the owner that lost the run")
         if e.to_state == "retry_wait" and deadline is not None and e.event == "fail":
             delay = e.data.get("delay")
             if isinstance(delay, int | float) and e.at + delay >= deadline:

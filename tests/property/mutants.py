@@ -676,6 +676,22 @@ PATCHES: tuple[Patch, ...] = (
     ),
     # --- issue 36: the mechanisms the fault suite did not model before ------------------
     Patch(
+        "recovery-names-only-a-running-owner",
+        "core",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                '    if s.job.owner is not None:\n        s.data["lost_owner"]',
+                '    if s.job.owner is not None and s.job.state == "running":\n'
+                '        s.data["lost_owner"]',
+            ),
+        ),
+        ("memory",),
+        "a recovery names the owner that lost the run only when it lost a running job: "
+        "the recovery of a lease that never started, or of a cancelling or reconciling "
+        "run, says nothing of who lost it (the Workers page loses it)",
+    ),
+    Patch(
         "registry-drop-by-job-id",
         "registry",
         "fsm/service/identity.py",

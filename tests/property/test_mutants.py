@@ -99,6 +99,7 @@ CI_PATCHES = (
     "reconcile-failure-read-as-not-started",  # reconcile: I7 (lose_marked_run)
     "core-stale-fence-accepted",  # fences: I7 (lease_taken_over_once)
     "registry-drop-by-job-id",  # held registry: I1 (old_run_ends_after_reclaim)
+    "recovery-names-only-a-running-owner",  # recoveries name the lost owner: I8 (races)
     "reconcile-answer-under-current-fence",  # reconcile: I7 (late_reconcile_answer)
     "postgres-claim-by-ids-ignores-kinds",  # kind filters: Q1 (the claims model)
     "postgres-unknown-commit-taken-as-own",  # async/sync unknown commit: U1 (commits)

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.machine import (
     CLIENT,
+    CLOCK_TICKS,
     CORES,
     MACHINE_FACT,
     OTHER,
@@ -145,7 +146,7 @@ for _ in range(int(sys.argv[2])):
 """
 
 
-def test_a_servers_cpu_counts_its_ended_children_so_it_never_goes_down() -> None:
+def test_a_servers_cpu_keeps_counting_its_ended_children() -> None:
     # given a server whose children end one after another, each after some CPU work
     comm = f"jf{uuid.uuid4().hex[:12]}"
     names = {comm: "server"}
@@ -165,7 +166,10 @@ def test_a_servers_cpu_counts_its_ended_children_so_it_never_goes_down() -> None
         finally:
             if server.poll() is None:
                 server.kill()
-    # then no reading is below the one before it (an ended child's CPU stays counted),
-    # and the readings grew by about what the 20 children spent (1 s of CPU in all)
-    assert all(b >= a for a, b in itertools.pairwise(readings)), readings
+    # then the readings grew by about what the 20 children spent (1 s of CPU in all:
+    # an ended child's CPU stays counted), and no reading is below the one before it by
+    # more than one child's CPU (a scan of /proc is not atomic: a child reaped between
+    # the reads of its parent and of itself is missed by that one reading)
     assert readings[-1] - readings[0] >= 0.5
+    one_child = 0.05 + 2 / CLOCK_TICKS
+    assert all(b >= a - one_child for a, b in itertools.pairwise(readings)), readings

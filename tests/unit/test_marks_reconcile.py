@@ -3,9 +3,11 @@ reason codes: the engine over the memory store on fake time, the production swee
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+import attrs
 import pytest
 
 from adapters.memory import MemoryStore
@@ -92,6 +94,27 @@ def test_an_owner_confirmed_dead_is_coded_by_the_verdict_and_a_lapse_as_lease_la
     clock.advance(POLICY.lease.ttl + 1)
     sweep(engine)
     assert engine.history(other.id)[-1].code == "lease_lapsed"
+
+
+def test_a_recovery_entry_that_does_not_name_the_lost_owner_breaks_i8() -> None:
+    # given a run lost by owner A and recovered by the sweep
+    engine, clock = engine_with_clock()
+    job = running(engine)
+    clock.advance(POLICY.lease.ttl + 1)
+    sweep(engine)
+    history = engine.history(job.id)
+    assert history[-1].event == "expire"
+    assert history[-1].lost_owner == A
+    sound(engine, job.id)
+    # when the trail's recovery entry is read without the owner it names
+    data = {k: v for k, v in history[-1].data.items() if k != "lost_owner"}
+    stripped = [*history[:-1], attrs.evolve(history[-1], data_json=json.dumps(data))]
+    # then the trail breaks I8, naming the entry
+    problems = trail_problems(engine.get(job.id), stripped, lifecycle(), POLICY)
+    assert problems == [
+        f"I8 job {job.id}: entry {len(history) - 1} (expire running->{history[-1].to_state} "
+        f"v{history[-1].version}): a recovery's entry must name the owner that lost the run"
+    ]
 
 
 # --- marks -------------------------------------------------------------------------
