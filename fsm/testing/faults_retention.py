@@ -20,7 +20,10 @@ the lease until when, never from the store's lease table:
   is more than their state's retention; a pass that ended below its bound leaves no
   job past its retention behind;
 - G3 bounded: a pass runs at most `max_batches` batches and deletes at most
-  `batch x max_batches` jobs; a worker that does not hold the lease deletes nothing.
+  `batch x max_batches` jobs; a worker that does not hold the lease deletes nothing;
+- G4 counted: a pass that held the lease tells its observers (the retention metrics,
+  `Observer.on_retention`) what it deleted, by (queue, state), at the pass's time, and
+  a refused pass tells nothing.
 
 On a store shared by every example (PostgreSQL's run schema) each example keeps to a
 queue of its own: the plan's retention applies to that queue (`Limits.queue_retention`)
@@ -32,6 +35,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -45,6 +50,7 @@ from ..ports import LeasesServices, ScanRequest
 from ..records import Job, Owner
 from ..service.engine import Engine
 from ..service.maintenance.retention import Retention, RetentionPlan
+from ..telemetry.observers import ObserverBase
 from .faults_commits import quiet
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
@@ -102,6 +108,16 @@ class RetentionModel:
             one()
 
 
+class _Told(ObserverBase):
+    """What a worker's retention told its observers, pass by pass."""
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[dict[tuple[str, str], int], float]] = []
+
+    def on_retention(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
+        self.passes.append((dict(pruned), at))
+
+
 class _World:
     def __init__(self, ctx: ModelRun, opener: Any, example: dict[str, Any], start: float) -> None:
         self.ctx = ctx
@@ -127,9 +143,10 @@ class _World:
             max_batches=example["max_batches"],
             lease_for=example["lease_for"],
         )
+        self.told = [_Told() for _ in range(example["workers"])]
         self.engines = [
-            Engine(opener(), clock=self.clock, policy=policy, kinds=kinds)
-            for _ in range(example["workers"])
+            Engine(opener(), clock=self.clock, policy=policy, kinds=kinds, observers=[told])
+            for told in self.told
         ]
         self.tag = tag
         self.lives = itertools.count()
@@ -198,6 +215,7 @@ class _World:
         others = [until for owner, until in self.grants.items() if owner != worker.owner]
         taken = any(until > now for until in others)
         before = self._jobs()
+        told = len(self.told[i].passes)
         report = worker.run_once()
         after = self._jobs()
         gone = [before[k] for k in before if k not in after]
@@ -230,6 +248,16 @@ class _World:
         if report.pruned != len(gone):
             raise AssertionError(f"G3 {who} reported {report.pruned} pruned, {len(gone)} gone")
         checks["G3 a pass stays within its bound"] += 1
+        passes = self.told[i].passes[told:]
+        if worker.holding or passes:
+            deleted = dict(Counter((job.queue, job.state) for job in gone))
+            if passes != [(deleted, now)]:
+                raise AssertionError(
+                    f"G4 {who} deleted {deleted or 'nothing'} and told its observers "
+                    f"{passes or 'nothing'} (a pass that held the lease tells once what "
+                    "it deleted, by queue and state, at its time; a refused one nothing)"
+                )
+        checks["G4 a pass tells what it deleted, by queue and state"] += 1
         if gone:
             stats.faults["retention: a pass pruned jobs"] += 1
         if len(gone) == bound:

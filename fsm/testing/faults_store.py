@@ -24,6 +24,7 @@ from ..errors import TransientStoreError, VersionConflict
 from ..ports import (
     Capacity,
     ClaimRequest,
+    CountsPrunes,
     PruneRequest,
     RenewRequest,
     ScanRequest,
@@ -31,6 +32,7 @@ from ..ports import (
     TracksDependencies,
 )
 from ..records import AuditEntry, Decision, Job
+from ..service.maintenance.retention import UNKNOWN
 
 #: store methods a fault can be armed on (reads fail only "before")
 FAULTABLE = (
@@ -160,6 +162,19 @@ class FaultyStore:
     def prune(self, request: PruneRequest) -> int:
         when = self.before("prune")
         out = self.inner.prune(request)
+        self.after("prune", when)
+        return out
+
+    def prune_counts(self, request: PruneRequest) -> dict[tuple[str, str], int]:
+        """`fsm.ports.CountsPrunes`, faulted as `prune` (one armed fault fires on either):
+        the inner store's counts, or its `prune` under the retention service's "unknown"
+        key for a store that does not tell."""
+        when = self.before("prune")
+        inner = self.inner
+        if isinstance(inner, CountsPrunes):
+            out = inner.prune_counts(request)
+        else:
+            out = {(UNKNOWN, UNKNOWN): inner.prune(request)}
         self.after("prune", when)
         return out
 

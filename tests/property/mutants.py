@@ -961,6 +961,19 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a retention pass runs batches until nothing is due, past its bound",
     ),
+    Patch(
+        "retention-metrics-count-the-last-batch",
+        "retention",
+        "fsm/service/maintenance/retention.py",
+        (
+            (
+                "                pruned[key] = pruned.get(key, 0) + n\n",
+                "                pruned[key] = n\n",
+            ),
+        ),
+        ("memory",),
+        "a pass's metrics count, per queue and state, only its last batch's deletions",
+    ),
     # --- typed payloads (issue 33 item 5, docs/typed-payloads.md) ----------------------
     Patch(
         "payloads-int-takes-a-bool",

@@ -31,6 +31,7 @@ from fsm import (
 )
 from fsm.lifecycle.invariants import trail_problems
 from fsm.lifecycle.spec import lifecycle
+from fsm.ports import PruneRequest
 from fsm.service.maintenance import sweep
 from fsm.testing.faults_store import FaultyStore
 
@@ -381,3 +382,27 @@ def test_s03_a_waiting_job_past_its_deadline_is_failed_by_the_recovery_sweep() -
     # then the job is failed for its deadline (it can never be leased any more)
     assert report.deadlines == 1
     assert engine.get(job.id).state == "failed"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_s07_a_faulted_prune_batch_that_counts_deleted_what_its_commit_says(when: str) -> None:
+    # given two finished jobs of one queue behind a store that fails the next prune
+    store = FaultyStore(MemoryStore())
+    engine, clock = make_engine(store)
+    for _ in range(2):
+        job = engine.submit("safe", {})
+        (leased,) = engine.claim(A)
+        engine.start(job.id, leased.fence)
+        engine.succeed(job.id, leased.fence, None)
+    clock.advance(10)
+    request = PruneRequest(cutoffs={"succeeded": clock.now()}, limit=10)
+    store.arm("prune", when)
+    # when retention's counting prune meets the fault, then runs again clean
+    with pytest.raises(TransientStoreError):
+        store.prune_counts(request)
+    again = store.prune_counts(request)
+    # then a fault before the commit deleted nothing (the clean batch deletes both); a
+    # lost reply deleted both (the clean batch finds none): never a job counted twice
+    assert again == ({("default", "succeeded"): 2} if when == "before" else {})
+    assert engine.counts() == {}
+    assert store.fired == {f"store error {when} commit (prune)": 1}
