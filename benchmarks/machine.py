@@ -22,6 +22,11 @@ CORES = os.cpu_count() or 1
 
 #: the command names (/proc/<pid>/comm) of the servers' processes
 SERVERS = {"postgres": "PostgreSQL server", "beam.smp": "RabbitMQ server"}
+#: a command name other programs share, and what a server's command line holds: every
+#: rabbitmqctl runs its own Erlang VM, also named beam.smp (a test that changes a broker
+#: setting beside a benchmark started one, and its CPU, lost when it ended, made the
+#: server's share negative); the broker boots with `-s rabbit boot`
+MARKS = {"beam.smp": b"rabbit boot"}
 WORKERS = "worker processes"
 CLIENT = "this benchmark process (enqueue, wait)"
 OTHER = "rest of the machine (kernel, other processes)"
@@ -43,9 +48,12 @@ def process_cpu(pid: int | str = "self", reaped: bool = False) -> float:
     return (own + children) / CLOCK_TICKS
 
 
-def servers_cpu(names: dict[str, str] = SERVERS) -> dict[str, float]:
+def servers_cpu(
+    names: dict[str, str] = SERVERS, marks: dict[str, bytes] = MARKS
+) -> dict[str, float]:
     """CPU seconds so far of every server process here, by server (`names` maps a
-    command name to its server).
+    command name to its server; a process of a command in `marks` counts only if its
+    command line holds the mark).
 
     PostgreSQL starts a process per connection and the postmaster reaps it when the
     connection ends: a live process counts its own CPU, and a server process also what
@@ -59,9 +67,13 @@ def servers_cpu(names: dict[str, str] = SERVERS) -> dict[str, float]:
         if not entry.name.isdigit():
             continue
         try:
-            name = names.get((entry / "comm").read_text().strip())
-            if name is not None:
-                out[name] += process_cpu(entry.name, reaped=True)
+            comm = (entry / "comm").read_text().strip()
+            name = names.get(comm)
+            if name is None:
+                continue
+            if comm in marks and marks[comm] not in (entry / "cmdline").read_bytes():
+                continue
+            out[name] += process_cpu(entry.name, reaped=True)
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return out

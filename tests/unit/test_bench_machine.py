@@ -173,3 +173,49 @@ def test_a_servers_cpu_keeps_counting_its_ended_children() -> None:
     assert readings[-1] - readings[0] >= 0.5
     one_child = 0.05 + 2 / CLOCK_TICKS
     assert all(b >= a - one_child for a, b in itertools.pairwise(readings)), readings
+
+
+#: burns `sys.argv[2]` seconds of CPU under the command name `sys.argv[1]`, then waits
+BURNER = """
+import sys, time
+with open("/proc/self/comm", "w") as comm:
+    comm.write(sys.argv[1])
+until = time.process_time() + float(sys.argv[2])
+while time.process_time() < until:
+    pass
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_servers_cpu_counts_only_the_processes_that_carry_the_servers_mark() -> None:
+    # given a server and another program under the same command name (as rabbitmqctl
+    # runs an Erlang VM named beam.smp beside the broker's), only the server's command
+    # line holding the mark
+    comm = f"jf{uuid.uuid4().hex[:12]}"
+    mark = f"mark-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-c", BURNER, comm]
+    procs = [
+        subprocess.Popen([*argv, seconds, *extra], stdout=subprocess.PIPE)
+        for seconds, extra in (("0.1", [mark]), ("0.4", []))
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == b"ready"
+        # when the servers' CPU is read
+        server = servers_cpu({comm: "server"}, {comm: mark.encode()})["server"]
+        unmarked = servers_cpu({comm: "server"}, {})["server"]
+        own = [process_cpu(proc.pid, reaped=True) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+    # then the server's share is its own CPU, not the other program's; without the mark
+    # both count
+    tick = 2 / CLOCK_TICKS
+    assert server == pytest.approx(own[0], abs=tick)
+    assert unmarked == pytest.approx(own[0] + own[1], abs=2 * tick)
+    assert own[1] > own[0] + 0.2
