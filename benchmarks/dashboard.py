@@ -41,7 +41,8 @@ from benchmarks.rows import inserts  # noqa: E402
 from benchmarks.services import create_database, drop_database  # noqa: E402
 from fsm import Engine, Owner, open_store  # noqa: E402
 from fsm.dashboard import views  # noqa: E402
-from fsm.ports import JobBrowser, ListRequest  # noqa: E402
+from fsm.dashboard.history import window_of  # noqa: E402
+from fsm.ports import History, JobBrowser, ListRequest  # noqa: E402
 from fsm.service.schedules import Schedules, schedule  # noqa: E402
 
 TARGET_MS = 500.0
@@ -284,11 +285,19 @@ def main() -> None:
         def query(**kw: Any) -> Callable[[], int]:
             return lambda: len(browser.list_jobs(ListRequest(**kw)).jobs)
 
+        def history_counts(window: str) -> Callable[[], int]:
+            """The History page's store read alone (`fsm.ports.History`)."""
+            store = engine.store
+            assert isinstance(store, History)
+            return lambda: len(store.history_counts(window_of(window, time.time())[1]).events)
+
         cases += [
             ("query list_jobs, first page", query()),
             ("query recent_transitions(1 h)",
              lambda: len(browser.recent_transitions(time.time() - 3600))),
             ("query Store.counts()", lambda: len(engine.counts())),
+            ("query history_counts(1 h)", history_counts("1h")),
+            ("query history_counts(1 d)", history_counts("1d")),
             ("query overview reads, counts uncached", lambda: len(views.overview(engine).queues)),
         ]  # fmt: skip
         print(f"{'what':<46} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'bytes':>9}  "

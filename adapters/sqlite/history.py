@@ -27,7 +27,8 @@ class SqliteHistory:
     def history_counts(self, request: HistoryRequest) -> HistoryCounts:
         first = self._first_seq_at(request.since)
         start = f"e.seq >= {int(first)} AND "
-        d = Dialect("?", "job_events", "jobs", _BUCKET, start, _RUN_AFTER, "MAX")
+        job_of = "JOIN jobs j ON j.id = e.job_id"  # SQLite's join probes the primary key
+        d = Dialect("?", "job_events", "jobs", _BUCKET, start, _RUN_AFTER, "MAX", job_of)
         sql, params = events_sql(request, d)
         events = event_rows(self._read("history counts", sql, params))
         sql, params = latency_sql(request, d)
