@@ -25,7 +25,8 @@ SERVERS = {"postgres": "PostgreSQL server", "beam.smp": "RabbitMQ server"}
 #: a command name other programs share, and what a server's command line holds: every
 #: rabbitmqctl runs its own Erlang VM, also named beam.smp (a test that changes a broker
 #: setting beside a benchmark started one, and its CPU, lost when it ended, made the
-#: server's share negative); the broker boots with `-s rabbit boot`
+#: server's share negative); the broker boots with `-s rabbit boot`. A mark is matched
+#: against the arguments joined by spaces (/proc/<pid>/cmdline separates them by NULs)
 MARKS = {"beam.smp": b"rabbit boot"}
 WORKERS = "worker processes"
 CLIENT = "this benchmark process (enqueue, wait)"
@@ -71,12 +72,17 @@ def servers_cpu(
             name = names.get(comm)
             if name is None:
                 continue
-            if comm in marks and marks[comm] not in (entry / "cmdline").read_bytes():
+            if comm in marks and marks[comm] not in command_line(entry):
                 continue
             out[name] += process_cpu(entry.name, reaped=True)
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return out
+
+
+def command_line(entry: Path) -> bytes:
+    """A process's arguments joined by spaces."""
+    return (entry / "cmdline").read_bytes().replace(b"\0", b" ")
 
 
 def machine_cpu() -> tuple[float, float]:

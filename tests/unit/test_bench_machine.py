@@ -191,20 +191,20 @@ time.sleep(60)
 def test_a_servers_cpu_counts_only_the_processes_that_carry_the_servers_mark() -> None:
     # given a server and another program under the same command name (as rabbitmqctl
     # runs an Erlang VM named beam.smp beside the broker's), only the server's command
-    # line holding the mark
+    # line holding the mark, in two arguments (as the broker's `-s rabbit boot`)
     comm = f"jf{uuid.uuid4().hex[:12]}"
-    mark = f"mark-{uuid.uuid4().hex[:8]}"
+    mark = ["mark", uuid.uuid4().hex[:8]]
     argv = [sys.executable, "-c", BURNER, comm]
     procs = [
         subprocess.Popen([*argv, seconds, *extra], stdout=subprocess.PIPE)
-        for seconds, extra in (("0.1", [mark]), ("0.4", []))
+        for seconds, extra in (("0.1", mark), ("0.4", []))
     ]
     try:
         for proc in procs:
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == b"ready"
         # when the servers' CPU is read
-        server = servers_cpu({comm: "server"}, {comm: mark.encode()})["server"]
+        server = servers_cpu({comm: "server"}, {comm: " ".join(mark).encode()})["server"]
         unmarked = servers_cpu({comm: "server"}, {})["server"]
         own = [process_cpu(proc.pid, reaped=True) for proc in procs]
     finally:

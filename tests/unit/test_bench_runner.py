@@ -141,7 +141,8 @@ import os, signal, sys, time
 if os.environ.get("IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ.get("FORK") and os.fork() == 0:  # a child in the same process group
-    open(os.environ["FORK"], "w").write(str(os.getpid()))
+    open(os.environ["FORK"] + ".part", "w").write(str(os.getpid()))
+    os.rename(os.environ["FORK"] + ".part", os.environ["FORK"])  # whole when it appears
     while True:
         time.sleep(0.05)
 print("up", os.environ.get("GREETING"), "PYTHONPATH" in os.environ, flush=True)
