@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -15,10 +16,13 @@ from ..display.terminal import print_table, progress_bar
 from ..registry import load_delivery_faults
 from ..secrets import redact_url
 from ..text import printable
+from .faults_parallel import run_parts, serve_as_part
 from .logsetup import setup_logging
 from .options import log_options
 
 PROFILES = ("dev", "ci", "thorough")
+#: most processes `--jobs` takes by itself (more cores than that: say --jobs N)
+MAX_AUTO_JOBS = 4
 
 
 @click.command("faults")
@@ -121,6 +125,14 @@ PROFILES = ("dev", "ci", "thorough")
     help="Also write the report (checks, faults, coverage, timings) as JSON to this file.",
 )
 @click.option(
+    "--jobs",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="Processes that run the machine and the fault models side by side [default: "
+    "the machine's cores, at most 4; 1 with --quick]. A run on a PostgreSQL URL that "
+    "names its ?schema= runs in one process (the parts would share the schema).",
+)
+@click.option(
     "--verbose",
     is_flag=True,
     help="Show what the run's components log (warnings of rejected reports and broken "
@@ -130,6 +142,7 @@ PROFILES = ("dev", "ci", "thorough")
 @log_options("WARNING")
 def faults(
     *,
+    jobs: int | None,
     verbose: bool,
     size: str | None,
     models: tuple[str, ...],
@@ -156,6 +169,7 @@ def faults(
     after commit. Exits 0 only if every invariant held; otherwise prints the shrunk
     failing step sequence as a runnable program.
     """
+    serve_as_part()  # a child of `--jobs N`: ends with its parent
     if with_coverage:
         _measured()  # runs this same command again, under coverage.py; exits
     if exhaustive:
@@ -203,21 +217,42 @@ def faults(
         if machine_bar:
             machine_bar[0].update(min(stats.examples, total))
 
-    with _quiet(verbose):
-        report = run_faults(
-            store,
-            examples=examples,
-            steps=steps,
-            seed=seed,
-            profile=chosen,
-            progress=progress,
-            shrink=not no_shrink,
-            size=size,
-            models=[m for m in models if m != "machine"] if models else None,
-            machine=not models or "machine" in models,
-            engine=engine,
-            announce=announce,
+    chosen_parts = [name for name in known if not models or name in models]
+    processes = _processes(jobs, store, size)
+    if processes > 1 and len(chosen_parts) > 1:
+        report = _side_by_side(
+            chosen_parts,
+            processes,
+            _part_options(
+                store=store,
+                examples=examples,
+                steps=steps,
+                seed=seed,
+                no_shrink=no_shrink,
+                profile=profile,
+                size=size,
+                engine=engine,
+                verbose=verbose,
+                log_level=log_level,
+                log_format=log_format,
+            ),
         )
+    else:
+        with _quiet(verbose):
+            report = run_faults(
+                store,
+                examples=examples,
+                steps=steps,
+                seed=seed,
+                profile=chosen,
+                progress=progress,
+                shrink=not no_shrink,
+                size=size,
+                models=[m for m in models if m != "machine"] if models else None,
+                machine=not models or "machine" in models,
+                engine=engine,
+                announce=announce,
+            )
     per_example = steps or (SIZES[size][1] if size else None)
     per_example = per_example or settings_of(chosen).stateful_step_count
     # The suite counts invariant passes (report.steps): one after each example's set-up and
@@ -260,6 +295,70 @@ def faults(
         click.echo("\nshrunk failing sequence (runnable):\n", err=True)
         click.echo(report.reproduction, err=True)
     sys.exit(1)
+
+
+def _processes(jobs: int | None, store: str, size: str | None) -> int:
+    """How many processes run the parts: `jobs`, else the cores (at most 4), or one for
+    `--quick` (a process's start-up costs more than its share of a quick run saves); one
+    when a PostgreSQL URL names its schema (every part would work in it)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    if dict(parse_qsl(urlsplit(store).query)).get("schema"):
+        return 1
+    if jobs is not None:
+        return jobs
+    if size == "quick":
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_JOBS))
+
+
+def _part_options(
+    *,
+    store: str,
+    examples: int | None,
+    steps: int | None,
+    seed: int | None,
+    no_shrink: bool,
+    profile: str | None,
+    size: str | None,
+    engine: str,
+    verbose: bool,
+    log_level: str,
+    log_format: str,
+) -> list[str]:
+    """The options every child of `--jobs` runs with: the parent's own."""
+    out = ["--store", store, "--engine", engine, "--log-level", log_level]
+    out += ["--log-format", log_format]
+    for flag, value in (("--examples", examples), ("--steps", steps), ("--seed", seed)):
+        if value is not None:
+            out += [flag, str(value)]
+    if profile is not None:
+        out += ["--profile", profile]
+    if size in ("quick", "thorough"):
+        out.append(f"--{size}")
+    if no_shrink:
+        out.append("--no-shrink")
+    if verbose:
+        out.append("--verbose")
+    return out
+
+
+def _side_by_side(parts: list[str], processes: int, options: list[str]) -> Any:
+    """The run's `parts` in `processes` children (fsm.cli.faults_parallel); one report."""
+    import time
+
+    import attrs
+
+    from ..testing.faults_parts import merge, report_of, split
+
+    started = time.monotonic()
+    groups = split(parts, processes)
+    reports = [report_of(data) for data in run_parts(options, groups)]
+    merged = merge(reports, time.monotonic() - started)
+    # in the order one process runs them: the models, then the machine
+    order = [name for name in parts if name != "machine"] + ["machine"]
+    timed = {name: merged.models[name] for name in order if name in merged.models}
+    return attrs.evolve(merged, models=timed)
 
 
 @contextmanager
@@ -366,6 +465,7 @@ def _measured() -> None:
     if "faults" not in sys.argv:
         raise click.UsageError("--coverage runs from the command line (jobfsm faults ...)")
     args = [a for a in sys.argv[sys.argv.index("faults") :] if a != "--coverage"]
+    args += ["--jobs", "1"]  # every line it runs in the one process coverage.py watches
     with tempfile.TemporaryDirectory(prefix="jobfsm-coverage-") as tmp:
         data = Path(tmp) / "faults"
         code = measured_run(args, data)

@@ -1,0 +1,121 @@
+"""`jobfsm faults --jobs N`: the run's parts in N child processes, side by side.
+
+Each child is `jobfsm faults` itself with `--jobs 1`, the parent's options and the
+`--model`s of its part (`fsm.testing.faults_parts.split`), writing its report with
+`--json`. The parent waits for them, shows one bar per child, and adds their reports
+into one (`merge`). The first child that fails ends the others and its own output is
+passed through as it wrote it (the failing model, `FAILED: ...`, the reproduction).
+
+A child ends with its parent: it asks the kernel for SIGTERM when the parent dies
+(`PART_ENV` names the parent), and SIGTERM ends it through its `finally` blocks, so
+that its PostgreSQL schema is dropped even when the parent was killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+from ..display.terminal import progress_bar
+
+#: set in a child's environment to its parent's pid
+PART_ENV = "JOBFSM_FAULTS_PARENT"
+#: how long a child is given to drop what it made after SIGTERM, before SIGKILL
+STOP_GRACE = 10.0
+#: Linux prctl(2) option: the signal a process gets when its parent ends
+_PR_SET_PDEATHSIG = 1
+
+
+def serve_as_part() -> None:
+    """In a child (`PART_ENV` set): end with the parent, and end cleanly on SIGTERM.
+    Does nothing in a run that is not a part of another."""
+    parent = os.environ.get(PART_ENV)
+    if parent is None:
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if str(os.getppid()) != parent:  # the parent ended before the request took effect
+        sys.exit(128 + signal.SIGTERM)
+
+
+def run_parts(common: Sequence[str], groups: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """Run one child per group of parts with the options `common`; their JSON reports,
+    in the order of `groups`. Exits 1 (after ending the others) with the output of the
+    first child that fails. A child's output and report go to unnamed temporary files
+    (`tempfile.TemporaryFile`): nothing is left on disk, whatever ends the parent."""
+    env = {**os.environ, PART_ENV: str(os.getpid())}
+    children: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]] = []
+    with contextlib.ExitStack() as files:
+        try:
+            for group in groups:
+                report, out, err = (files.enter_context(tempfile.TemporaryFile()) for _ in "ror")
+                cmd = [sys.executable, "-m", "fsm.cli", "faults", *common, "--jobs", "1"]
+                cmd += ["--json", f"/dev/fd/{report.fileno()}"]
+                for name in group:
+                    cmd += ["--model", name]
+                child = subprocess.Popen(
+                    cmd, stdout=out, stderr=err, env=env, pass_fds=(report.fileno(),)
+                )
+                children.append((child, report, out, err))
+            _wait(children, groups)
+            reports = []
+            for _child, written, _out, _err in children:
+                written.seek(0)
+                reports.append(json.loads(written.read().decode("utf-8")))
+            return reports
+        finally:
+            _stop([child for child, _, _, _ in children])
+
+
+def _wait(
+    children: Sequence[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]],
+    groups: Sequence[Sequence[str]],
+) -> None:
+    """Until every child ended; the first that fails ends the run (see `run_parts`)."""
+    title = f"  {len(groups)} processes: " + " | ".join(", ".join(g) for g in groups)
+    with progress_bar(title, len(children)) as bar:
+        running = set(range(len(children)))
+        while running:
+            for i in sorted(running):
+                child, _report, out, err = children[i]
+                code = child.poll()
+                if code is None:
+                    continue
+                running.discard(i)
+                bar.update(len(children) - len(running))
+                if code != 0:
+                    _stop([c for c, _, _, _ in children])
+                    for file, stream in ((out, sys.stdout), (err, sys.stderr)):
+                        file.seek(0)
+                        stream.write(file.read().decode("utf-8", errors="replace"))
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    sys.exit(1 if code == 1 else 2)
+            time.sleep(0.1)
+
+
+def _stop(children: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to every child still running, SIGKILL to any still there after
+    `STOP_GRACE` seconds; each is waited for."""
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + STOP_GRACE
+    for child in children:
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
