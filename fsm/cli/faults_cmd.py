@@ -236,6 +236,7 @@ def faults(
                 log_level=log_level,
                 log_format=log_format,
             ),
+            json_out,
         )
     else:
         with _quiet(verbose):
@@ -301,9 +302,9 @@ def _processes(jobs: int | None, store: str, size: str | None) -> int:
     """How many processes run the parts: `jobs`, else the cores (at most 4), or one for
     `--quick` (a process's start-up costs more than its share of a quick run saves); one
     when a PostgreSQL URL names its schema (every part would work in it)."""
-    from urllib.parse import parse_qsl, urlsplit
+    from ..testing.faults import named_schema
 
-    if dict(parse_qsl(urlsplit(store).query)).get("schema"):
+    if named_schema(store):
         return 1
     if jobs is not None:
         return jobs
@@ -343,8 +344,11 @@ def _part_options(
     return out
 
 
-def _side_by_side(parts: list[str], processes: int, options: list[str]) -> Any:
-    """The run's `parts` in `processes` children (fsm.cli.faults_parallel); one report."""
+def _side_by_side(
+    parts: list[str], processes: int, options: list[str], json_out: str | None
+) -> Any:
+    """The run's `parts` in `processes` children (fsm.cli.faults_parallel); one report.
+    A failing child's report goes to `json_out` before the run exits."""
     import time
 
     import attrs
@@ -353,7 +357,7 @@ def _side_by_side(parts: list[str], processes: int, options: list[str]) -> Any:
 
     started = time.monotonic()
     groups = split(parts, processes)
-    reports = [report_of(data) for data in run_parts(options, groups)]
+    reports = [report_of(data) for data in run_parts(options, groups, json_out)]
     merged = merge(reports, time.monotonic() - started)
     # in the order one process runs them: the models, then the machine
     order = [name for name in parts if name != "machine"] + ["machine"]

@@ -220,6 +220,15 @@ def _opener(scheme: str) -> Callable[[str], Store]:
 _SCRATCH = "/dev/shm"
 
 
+def named_schema(url: str) -> str | None:
+    """The PostgreSQL schema a run on `url` works in when the URL names it (`?schema=`);
+    None when each run makes its own (or the store is not PostgreSQL)."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        return None
+    return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True)).get("schema") or None
+
+
 @contextmanager
 def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[[], Store]]:
     """A factory that opens a fresh store per call (per example) for `url`'s kind.
@@ -255,7 +264,7 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
         return
     if scheme in ("postgresql", "postgres"):
         query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-        schema = query.get("schema") or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
+        schema = named_schema(url) or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
         session = {} if "options" in query else {"options": SCRATCH_PG_OPTIONS}
         per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4", **session)
         # once the run's first store migrated the schema, the next ones only check it
