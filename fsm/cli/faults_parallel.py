@@ -50,11 +50,15 @@ def serve_as_part() -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-def run_parts(common: Sequence[str], groups: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+def run_parts(
+    common: Sequence[str], groups: Sequence[Sequence[str]], json_out: str | None = None
+) -> list[dict[str, Any]]:
     """Run one child per group of parts with the options `common`; their JSON reports,
     in the order of `groups`. Exits 1 (after ending the others) with the output of the
-    first child that fails. A child's output and report go to unnamed temporary files
-    (`tempfile.TemporaryFile`): nothing is left on disk, whatever ends the parent."""
+    first child that fails, and its report written to `json_out` (as a run in one
+    process writes its report when it fails). A child's output and report go to unnamed
+    temporary files (`tempfile.TemporaryFile`): nothing is left on disk, whatever ends
+    the parent."""
     env = {**os.environ, PART_ENV: str(os.getpid())}
     children: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]] = []
     with contextlib.ExitStack() as files:
@@ -69,7 +73,7 @@ def run_parts(common: Sequence[str], groups: Sequence[Sequence[str]]) -> list[di
                     cmd, stdout=out, stderr=err, env=env, pass_fds=(report.fileno(),)
                 )
                 children.append((child, report, out, err))
-            _wait(children, groups)
+            _wait(children, groups, json_out)
             reports = []
             for _child, written, _out, _err in children:
                 written.seek(0)
@@ -82,6 +86,7 @@ def run_parts(common: Sequence[str], groups: Sequence[Sequence[str]]) -> list[di
 def _wait(
     children: Sequence[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], IO[bytes]]],
     groups: Sequence[Sequence[str]],
+    json_out: str | None,
 ) -> None:
     """Until every child ended; the first that fails ends the run (see `run_parts`)."""
     title = f"  {len(groups)} processes: " + " | ".join(", ".join(g) for g in groups)
@@ -89,7 +94,7 @@ def _wait(
         running = set(range(len(children)))
         while running:
             for i in sorted(running):
-                child, _report, out, err = children[i]
+                child, report, out, err = children[i]
                 code = child.poll()
                 if code is None:
                     continue
@@ -102,6 +107,11 @@ def _wait(
                         stream.write(file.read().decode("utf-8", errors="replace"))
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    report.seek(0)
+                    written = report.read()
+                    if json_out and written:  # none when the child failed before its report
+                        with open(json_out, "wb") as fh:
+                            fh.write(written)
                     sys.exit(1 if code == 1 else 2)
             time.sleep(0.1)
 
