@@ -14,11 +14,17 @@ does), until no job is left. The modes alternate within each repeat:
   every claim counts the jobs holding a slot (on PostgreSQL ahead of the key's
   advisory lock, which it takes with its writes and commit);
 - `concurrency + rate`: the same and a rate far above the claims' pace, so every
-  claim also counts (and extends) the key's sliding window.
+  claim also counts (and extends) the key's sliding window;
+- `beside capped kind`: the same `--jobs` of the unlimited kind, behind `--capped`
+  queued jobs of a kind limited to `CAPPED_SLOTS` concurrent runs whose slots are all
+  held (started by another owner that never finishes them in the round), so every
+  claim meets jobs a limit holds back first and must reach the unlimited ones behind
+  them (docs/flow-control.md: a limited kind never blocks the other kinds of its
+  queue). Its rate is that of the unlimited kind's jobs.
 
 It prints the median rate of each mode over the repeats and the ratio of each limited
-mode to the baseline of the same run. No limit ever holds a job back here: the figures
-are the cost of counting, not of waiting.
+mode to the baseline of the same run. No limit holds a job of the kind measured back:
+the figures are the cost of counting, and of passing the held-back jobs.
 """
 
 from __future__ import annotations
@@ -34,22 +40,39 @@ from benchmarks.services import fresh_store_url
 from fsm import Engine, open_store
 from fsm.records import Job, Owner
 
-MODES = ("no limits", "concurrency limit", "concurrency + rate")
+MODES = ("no limits", "concurrency limit", "concurrency + rate", "beside capped kind")
 #: limits far above what the run reaches: they count, they never hold a job back
 NEVER_BINDING = {"concurrency": 1_000_000, "rate": 10_000_000, "period": 1.0}
+#: the concurrency of the capped kind (`beside capped kind`), every slot held all round
+CAPPED_SLOTS = 5
 
 
 def _no_args(job: Job) -> dict[str, Any]:
     return {}
 
 
-def one_round(store: str, mode: str, jobs: int, claimers: int, batch: int) -> float:
+def _hold_capped(setup: Engine, capped: int) -> None:
+    """Submit `capped` jobs of kind `capped` ahead of every other, limit the kind to
+    CAPPED_SLOTS runs at once and start that many under an owner that never ends them."""
+    setup.submit_many([("capped", i, {}) for i in range(capped)])
+    setup.set_limit("kind:capped", concurrency=CAPPED_SLOTS, actor="bench", reason="a held cap")
+    holder = Owner(f"holder-{uuid.uuid4().hex[:6]}", 999, "inc-holder")
+    held = setup.claim(holder, limit=CAPPED_SLOTS, kinds=["capped"], start=_no_args)
+    if len(held) != CAPPED_SLOTS:
+        raise SystemExit(f"beside capped kind: {len(held)} of {CAPPED_SLOTS} slots held")
+
+
+def one_round(
+    store: str, mode: str, jobs: int, claimers: int, batch: int, *, capped: int = 0
+) -> float:
     """Jobs per second of one mode on a fresh store of kind `store`."""
     with fresh_store_url(store) as url:
         setup = Engine(open_store(url))
         try:
+            if mode == "beside capped kind":
+                _hold_capped(setup, capped)
             setup.submit_many([("bench", i, {}) for i in range(jobs)])
-            if mode != MODES[0]:
+            if mode in MODES[1:3]:
                 limits: dict[str, Any] = {"concurrency": NEVER_BINDING["concurrency"]}
                 if mode == MODES[2]:
                     limits |= {"rate": NEVER_BINDING["rate"], "period": NEVER_BINDING["period"]}
@@ -94,11 +117,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claimers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--capped", type=int, default=500, help="held-back jobs ahead (beside capped kind)"
+    )
     args = parser.parse_args(argv)
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
         for mode in MODES:
-            rates[mode].append(one_round(args.store, mode, args.jobs, args.claimers, args.batch))
+            rate = one_round(
+                args.store, mode, args.jobs, args.claimers, args.batch, capped=args.capped
+            )
+            rates[mode].append(rate)
     print(
         f"{args.store}: {args.jobs} jobs, {args.claimers} claimers, batches of {args.batch}, "
         f"median of {args.repeats}"

@@ -154,15 +154,8 @@ class PostgresClaims(PostgresLimits):
                 gate: Gate | None = None
                 if counting is not None:
                     limited = True
-                    ahead = self.admit_ahead(request, counting, {r[0]: r[8] for r in found})
-                    if ahead is not None:
-                        request, pre, gate = ahead
-                    else:  # a limit binds: count again under the key locks
-                        with conn.pipeline():
-                            counting = self.count_under_limits(
-                                conn, request, limits, counted, params
-                            )
-                        request, pre = self.admit_counted(conn, request, counting)
+                    totals = {r[0]: r[8] for r in found}
+                    request, pre, gate = self.admit_ahead(conn, request, counting, totals)
                     pairs = [(j, ()) for j in pre]
                 elif limited:  # count under the key locks, in a round trip of its own
                     with conn.pipeline():

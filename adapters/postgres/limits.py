@@ -14,8 +14,10 @@ without limits take no such lock. Two ways to hold it:
   writes and the commit, and check there that no more leases were granted under
   each key since the count (`limits.leased`, a running total every claim under
   limits adds to) than the room the count left. The locks are then held for one
-  round trip of the server's work, not for the claim's decisions. A claim whose
-  count holds a job back, or whose check fails, counts again under the locks.
+  round trip of the server's work, not for the claim's decisions, and only the locks
+  of the keys it leases under: a job its count holds back stays queued, and a kind
+  held at its cap costs the claims of the other kinds no lock and no wait. A claim
+  whose check fails counts again under the locks.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ _CHANGE = "seq, key, at, actor, reason, origin, before, after"
 class Counting:
     """A claim's counts under `limits`, sent and not yet read: the jobs holding a slot
     by (column, cursor), the leases of each rate window by (key, cursor), and the first
-    candidates, locked by `lock` with `params`."""
+    candidates, locked by `lock` with `params`, leaving out the kinds in `guess` (those
+    the handle's last claim found spent: `PostgresLimits.spent_kinds`)."""
 
     limits: Sequence[Limit]
     lock: str
@@ -63,6 +66,7 @@ class Counting:
     held: list[tuple[str, Any]]
     recent: list[tuple[str, Any]]
     first: Any
+    guess: tuple[str, ...] = ()
 
     def read(self) -> tuple[dict[str, int], dict[str, int], list[Job]]:
         """(jobs holding a slot, leases in the rate window, by key; the candidates)."""
@@ -105,6 +109,12 @@ def lock_id(schema: str, key: str) -> int:
 
 class PostgresLimits(Connected):
     """Mixed into PostgresStore."""
+
+    #: the kinds whose budget this handle's last claim under limits spent: its next
+    #: claim leaves them out of its first candidates, so a kind held at its cap costs
+    #: the claims of the other kinds no second fetch (a guess only: `_admit` fetches
+    #: again when one of them has room now)
+    spent_kinds: tuple[str, ...] = ()
 
     def _limits_table(self, name: str) -> str:
         return f"{migrations.quote(self.schema)}.{name}"
@@ -246,8 +256,9 @@ class PostgresLimits(Connected):
                         ),
                     )
                 )
-        first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": []})
-        return Counting(limits, lock, params, held_reads, rate_reads, first)
+        guess = self.spent_kinds
+        first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": list(guess)})
+        return Counting(limits, lock, params, held_reads, rate_reads, first, guess)
 
     def admit_counted(
         self, conn: Conn, request: ClaimRequest, counting: Counting
@@ -260,6 +271,37 @@ class PostgresLimits(Connected):
         The rate windows were counted from the time read before the lock: a window that
         starts earlier holds every lease the true one does, so the count is never
         short (a lease at the edge of the window may wait for the next claim)."""
+        request, got, _, _ = self._admit(conn, request, counting)
+        return request, got
+
+    def admit_ahead(
+        self, conn: Conn, request: ClaimRequest, counting: Counting, leased: dict[str, int]
+    ) -> tuple[ClaimRequest, list[Job], Gate]:
+        """Read the answers of `count_under_limits(..., locked=False)`, sent before the
+        key locks with the limits and their running totals of leases (`leased`, read
+        before the counts), read the clock again and let the budget admit, past the
+        kinds and queues it holds back as `admit_counted` does. Returns the retimed
+        request, the pre-images to lease and the gate their commit must pass under the
+        key locks (`send_gate`): only the limits of the jobs granted, so a kind held at
+        its cap costs the claims of the other kinds no lock and no wait.
+
+        Every job holding a slot at the time of these leases either held it at the
+        count (counted) or was leased since (in the key's total when the gate runs): a
+        lease is read after the count, so a job that left its slot before the count
+        left it earlier. The rate windows hold the same argument (counted from the time
+        read before the count, so never short). A key no job is granted under is not
+        leased under, so its count needs no check: a job it held back stays queued."""
+        request, got, held, recent = self._admit(conn, request, counting)
+        granted = Counter(k for job in got for k in job_keys(job))
+        under = [lim for lim in counting.limits if granted[lim.key]]
+        allowed = [allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) for lim in under]
+        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], allowed)
+
+    def _admit(
+        self, conn: Conn, request: ClaimRequest, counting: Counting
+    ) -> tuple[ClaimRequest, list[Job], dict[str, int], dict[str, int]]:
+        """Read `counting`'s answers, retime `request` and let the budget admit
+        (`claim_within`); the counts come back with the retimed request and the jobs."""
         limits, lock, params = counting.limits, counting.lock, counting.params
         held, recent, first = counting.read()
         prefetched: list[Job] | None = first
@@ -277,7 +319,13 @@ class PostgresLimits(Connected):
             nonlocal prefetched
             if prefetched is not None:  # the first round: the rows locked with the counts
                 rows, prefetched = prefetched, None
-                if not taken and all(j.kind not in blocked and j.queue in open_ for j in rows):
+                # usable if the kinds they left out are still spent (else a kind with
+                # room now was passed over) and they hold none the budget spent since
+                if (
+                    not taken
+                    and set(counting.guess) <= set(blocked)
+                    and all(j.kind not in blocked and j.queue in open_ for j in rows)
+                ):
                     return rows[:wanted]
             values = {
                 **base,
@@ -289,34 +337,9 @@ class PostgresLimits(Connected):
             }
             return [job_from_values(r) for r in conn.execute(lock, values).fetchall()]
 
-        return request, claim_within(request, budget, fetch)
-
-    def admit_ahead(
-        self, request: ClaimRequest, counting: Counting, leased: dict[str, int]
-    ) -> tuple[ClaimRequest, list[Job], Gate] | None:
-        """Read the answers of `count_under_limits(..., locked=False)`, sent before the
-        key locks with the limits and their running totals of leases (`leased`, read
-        before the counts), read the clock again and let the budget admit the first
-        candidates. Returns the retimed request, the pre-images to lease and the gate
-        their commit must pass under the key locks (`send_gate`); None when the budget
-        held a candidate back (the claim then counts under the locks, `admit_counted`).
-
-        Every job holding a slot at the time of these leases either held it at the
-        count (counted) or was leased since (in the key's total when the gate runs): a
-        lease is read after the count, so a job that left its slot before the count
-        left it earlier. The rate windows hold the same argument (counted from the time
-        read before the count, so never short)."""
-        held, recent, first = counting.read()
-        if request.retime is not None:
-            request = request.retime()
-        budget = Budget.of(counting.limits, held, recent, request.caps)
-        got, held_back = budget.admit(first, request.limit)
-        if held_back:
-            return None
-        granted = Counter(k for job in got for k in job_keys(job))
-        under = [lim for lim in counting.limits if granted[lim.key]]
-        allowed = [allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) for lim in under]
-        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], allowed)
+        got = claim_within(request, budget, fetch)
+        self.spent_kinds = tuple(budget.blocked("kind"))
+        return request, got, held, recent
 
     def gate_count(self, gate: Gate | None) -> tuple[str, list[Any]]:
         """A query of one row and column `n` and its parameters: how many limits of

@@ -118,6 +118,29 @@ RATE_WINDOW_EDGE: dict[str, Any] = {
     ],
 }
 
+#: checked first too: a claim spends the capped kind and the rated kind's budgets; a
+#: capped run ends and the same handle claims again: the kind its last claim found
+#: spent has room now and must be leased (PostgreSQL leaves the kinds its handle last
+#: found spent out of its first candidates and must fetch again), and once the rate
+#: window has passed the rated kind too
+SPENT_THEN_FREED: dict[str, Any] = {
+    "capped": 3,
+    "rated": 4,
+    "free": 1,
+    "free_priority": 0,
+    "concurrency": 1,
+    "rate": 2,
+    "period": 1.0,
+    "queue_limit": None,
+    "steps": [
+        ("claim", 10, False),
+        ("finish", 0),
+        ("claim", 10, True),
+        ("advance", 1.0),
+        ("claim", 10, False),
+    ],
+}
+
 #: checked first too: four claimers of one job each race to a concurrency limit of 3,
 #: the slots free up, and the same claimers (their store handles kept) race again:
 #: each counts room for its one job, and the fourth must not lease it (PostgreSQL
@@ -205,6 +228,7 @@ class LimitsModel:
         @ctx.settings(self.examples[ctx.size])
         @given(example=_example)
         @example(example=RATE_WINDOW_EDGE)
+        @example(example=SPENT_THEN_FREED)
         @example(example=RACE_AGAIN)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:

@@ -10,11 +10,13 @@ import pytest
 
 from ._cli import ROOT, run_module
 
-ROW = re.compile(r"^\s+(no limits|concurrency limit|concurrency \+ rate)\s+([\d,]+) jobs/s$")
+MODES = ("no limits", "concurrency limit", "concurrency + rate", "beside capped kind")
+ROW = re.compile(r"^\s+(" + "|".join(re.escape(m) for m in MODES) + r")\s+([\d,]+) jobs/s$")
 
 
 def test_every_mode_runs_and_the_ratios_follow_from_the_rows() -> None:
     args = ("--store", "sqlite", "--jobs", "120", "--claimers", "2", "--repeats", "1")
+    args += ("--capped", "40")
     done = run_module("benchmarks.limits_claim", *args, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = {
@@ -22,11 +24,11 @@ def test_every_mode_runs_and_the_ratios_follow_from_the_rows() -> None:
         for line in done.stdout.splitlines()
         if (m := ROW.match(line))
     }
-    assert sorted(rows) == ["concurrency + rate", "concurrency limit", "no limits"]
+    assert sorted(rows) == sorted(MODES)
     assert all(rate > 0 for rate in rows.values())
     summary = done.stdout.splitlines()[-1]
-    ratios = re.search(r"concurrency limit ([\d.]+)x, concurrency \+ rate ([\d.]+)x", summary)
-    assert ratios is not None, summary
     base = rows["no limits"]
-    assert float(ratios.group(1)) == pytest.approx(rows["concurrency limit"] / base, abs=0.02)
-    assert float(ratios.group(2)) == pytest.approx(rows["concurrency + rate"] / base, abs=0.02)
+    for mode in MODES[1:]:
+        ratio = re.search(re.escape(mode) + r" ([\d.]+)x", summary)
+        assert ratio is not None, summary
+        assert float(ratio.group(1)) == pytest.approx(rows[mode] / base, abs=0.02)

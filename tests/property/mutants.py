@@ -857,6 +857,31 @@ PATCHES: tuple[Patch, ...] = (
         "leases granted since its count: racing claimers each lease the room they counted",
     ),
     Patch(
+        "postgres-limits-gate-on-held-back-keys",
+        "limits",
+        "adapters/postgres/limits.py",
+        (
+            (
+                "        under = [lim for lim in counting.limits if granted[lim.key]]",
+                "        under = [lim for lim in counting.limits if not granted[lim.key]]",
+            ),
+        ),
+        ("postgres",),
+        "a PostgreSQL claim counted ahead of the key locks checks, at its commit, the limits "
+        "of the kinds it held back instead of those it leased under: racing claimers each "
+        "lease the room they counted",
+    ),
+    Patch(
+        "postgres-limits-stale-spent-guess",
+        "limits",
+        "adapters/postgres/limits.py",
+        (("                    and set(counting.guess) <= set(blocked)\n", ""),),
+        ("postgres",),
+        "a PostgreSQL claim keeps the candidates it fetched leaving out the kinds its "
+        "handle last found spent, although one of them has room now: a due job of that "
+        "kind is passed over while the claim leases fewer than it asked",
+    ),
+    Patch(
         "postgres-limits-other-queue-starved",
         "limits",
         "adapters/postgres/claim.py",

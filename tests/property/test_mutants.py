@@ -109,6 +109,7 @@ CI_PATCHES = (
     "limits-rate-window-short",  # rate windows: L2 (the limits model)
     "postgres-limits-gate-ignores-leases-since",  # claims counted ahead: L1 (limits)
     "postgres-limits-other-queue-starved",  # another queue's limit: L4 (limits)
+    "postgres-limits-stale-spent-guess",  # a handle's spent kinds: L4 (limits)
     "unique-live-scope-drops-retry-wait",  # unique submits: N2 (the unique model)
     "retention-lease-ignores-expiry",  # automatic retention: G1 (the retention model)
     "payloads-int-takes-a-bool",  # typed payloads: Y1 (the payloads model)

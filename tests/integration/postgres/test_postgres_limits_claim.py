@@ -2,20 +2,22 @@
 before another committed leases of its key checks under the lock and counts again; a
 limit of another queue leaves the plain claims alone; racing claimers on their own
 handles, with jobs finishing beside them, never hold more than the limit by the audit
-trail."""
+trail; a kind held at its cap costs the claims of the other kinds no lock of its key,
+and a kind a handle last found spent is not passed over once it has room."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+import psycopg
 import pytest
 
 from adapters.postgres import open_store
-from adapters.postgres.limits import PostgresLimits
+from adapters.postgres.limits import PostgresLimits, lock_id
 from fsm import Engine
 from fsm.errors import TransientStoreError
-from fsm.records import Owner
+from fsm.records import Job, Owner
 from fsm.testing.faults_limits import concurrency_breaches, holding_intervals
 
 pytestmark = pytest.mark.postgres
@@ -76,6 +78,64 @@ def test_a_limit_of_another_queue_leaves_the_claims_of_this_one_alone(
         assert len(engine.claim(_owner(1), limit=4)) == 1  # and once the handle has read it
     finally:
         engine.store.close()
+
+
+def _hold_cap(engine: Engine, slots: int, queued: int) -> list[Job]:
+    """`queued` jobs of kind `capped` (ahead of any submitted later), the kind limited
+    to `slots` running, every slot held by runs another owner started."""
+    engine.submit_many([("capped", i, {}) for i in range(queued)])
+    engine.set_limit("kind:capped", concurrency=slots, actor=ACTOR, reason=REASON)
+    held = engine.claim(_owner(50), limit=slots, kinds=["capped"], start=lambda job: {})
+    assert len(held) == slots
+    return held
+
+
+def test_a_claim_beside_a_kind_at_its_cap_takes_no_lock_of_that_kinds_key(
+    pg_schema_url: str,
+) -> None:
+    # given a kind at its cap with jobs queued ahead of 4 jobs of another kind, a
+    # handle that has read the limit, and the capped key's lock held by another session
+    claimer, setup = Engine(open_store(pg_schema_url)), Engine(open_store(pg_schema_url))
+    locker = psycopg.connect(pg_schema_url.split("?", maxsplit=1)[0], autocommit=True)
+    got: list[Job] = []
+    thread = threading.Thread(target=lambda: got.extend(claimer.claim(_owner(1), limit=4)))
+    try:
+        _hold_cap(setup, slots=2, queued=10)
+        setup.submit_many([("free", i, {}) for i in range(4)])
+        _warm(claimer)
+        schema = claimer.store.schema  # type: ignore[attr-defined]
+        locker.execute("SELECT pg_advisory_lock(%s)", (lock_id(schema, "kind:capped"),))
+        # when it claims 4
+        thread.start()
+        thread.join(timeout=15)
+        # then it leases the 4 other jobs without waiting for the capped key's lock
+        assert not thread.is_alive(), "the claim waited for the lock of a kind it leases none of"
+        assert sorted(j.kind for j in got) == ["free"] * 4
+    finally:
+        locker.close()  # ends the session: its lock goes, a waiting claim goes on
+        if thread.ident is not None:
+            thread.join(timeout=30)
+        claimer.store.close()
+        setup.store.close()
+
+
+def test_a_kind_the_last_claim_found_spent_is_leased_once_it_has_room(
+    pg_schema_url: str,
+) -> None:
+    # given a kind at its cap and a handle whose last claim found it spent
+    claimer, setup = Engine(open_store(pg_schema_url)), Engine(open_store(pg_schema_url))
+    try:
+        held = _hold_cap(setup, slots=2, queued=6)
+        _warm(claimer)
+        setup.submit_many([("free", 0, {})])
+        # when one run of the kind ends and the handle claims more than is due elsewhere
+        setup.succeed(held[0].id, held[0].fence)
+        got = claimer.claim(_owner(1), limit=4)
+        # then it leases the freed slot's job too, not only the other kind's
+        assert sorted(j.kind for j in got) == ["capped", "free"]
+    finally:
+        claimer.store.close()
+        setup.store.close()
 
 
 def test_racing_handles_finishing_jobs_never_hold_more_than_the_limit(
