@@ -77,7 +77,7 @@ MAX_AUTO_JOBS = 4
     metavar="NAME",
     help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
     "concurrency, executor, worker, claims, commits, transactions, schedules, limits, "
-    "unique, retention, payloads.",
+    "unique, retention, payloads; delivery (with --delivery) for the broker's model.",
 )
 @click.option(
     "--delivery",
@@ -182,12 +182,25 @@ def faults(
     from ..testing.profiles import load_profile, settings_of
 
     known = ("machine", *(m.name for m in MODELS))
-    unknown = sorted(set(models) - set(known))
+    unknown = sorted(set(models) - {*known, "delivery"})
     if unknown:
         raise click.BadParameter(
-            f"unknown fault model {', '.join(unknown)}; known: {', '.join(known)}",
+            f"unknown fault model {', '.join(unknown)}; known: {', '.join(known)}, delivery",
             param_hint="--model",
         )
+    if "delivery" in models and delivery is None:
+        raise click.BadParameter(
+            "the delivery model runs against a broker: give its URL with --delivery amqp://...",
+            param_hint="--model",
+        )
+    if models and set(models) == {"delivery"}:  # the broker's model alone
+        assert delivery is not None
+        setup_logging(log_level, log_format)
+        with _quiet(verbose):
+            _delivery_faults(delivery, size or "default", seed)
+        click.echo("ok: every invariant held")
+        return
+    models = tuple(m for m in models if m != "delivery")
     check_engine(engine, store)  # before the progress bar: a clear error, nothing run
     setup_logging(log_level, log_format)
     chosen = load_profile(profile)

@@ -54,6 +54,13 @@ def test_jobfsm_faults_names_an_unknown_fault_model() -> None:
     assert "races" in done.stderr
 
 
+def test_jobfsm_faults_refuses_the_delivery_model_without_a_broker_url() -> None:
+    done = jobfsm("faults", "--store", "memory://", "--model", "delivery")
+    assert done.returncode == 2
+    assert "--delivery amqp://" in done.stderr
+    assert "invariant" not in done.stdout  # nothing ran
+
+
 def test_jobfsm_faults_writes_its_report_as_json(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     done = jobfsm(

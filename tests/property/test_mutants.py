@@ -85,35 +85,38 @@ def test_the_fault_suite_catches_a_broken_sqlite_store(tmp_path: Path) -> None:
 
 # --- production-code mutants (tests/property/mutants.py PATCHES) ---------------------
 
-#: the subset CI runs (one per promise family; the full set: python -m benchmarks.mutation)
-CI_PATCHES = (
-    "core-retry-deadline-without-delay",
-    "core-backoff-cap-ignored",
-    "core-expire-running-uncounted",
-    "memory-renew-keeps-version",
-    "sqlite-audit-second-transaction",
-    "sqlite-begin-deferred",
-    "rabbitmq-ack-on-hand-out",  # `jobfsm faults --delivery amqp://...` (the real broker)
-    "rabbitmq-outbox-failure-forgotten",  # outbox liveness: A4 (publish_outage)
-    "core-release-on-any-success",  # dependencies: D1
-    "reconcile-failure-read-as-not-started",  # reconcile: I7 (lose_marked_run)
-    "core-stale-fence-accepted",  # fences: I7 (lease_taken_over_once)
-    "registry-drop-by-job-id",  # held registry: I1 (old_run_ends_after_reclaim)
-    "recovery-names-only-a-running-owner",  # recoveries name the lost owner: I8 (races)
-    "reconcile-answer-under-current-fence",  # reconcile: I7 (late_reconcile_answer)
-    "postgres-claim-by-ids-ignores-kinds",  # kind filters: Q1 (the claims model)
-    "postgres-unknown-commit-taken-as-own",  # async/sync unknown commit: U1 (commits)
-    "schedules-last-tick-to-pass-time",  # schedules: T3 (the schedules model)
-    "session-submit-outside-its-transaction",  # transactional submit: J1 (transactions)
-    "limits-claim-ignores-concurrency-by-one",  # global limits: L1 (the limits model)
-    "limits-rate-window-short",  # rate windows: L2 (the limits model)
-    "postgres-limits-gate-ignores-leases-since",  # claims counted ahead: L1 (limits)
-    "postgres-limits-other-queue-starved",  # another queue's limit: L4 (limits)
-    "postgres-limits-stale-spent-guess",  # a handle's spent kinds: L4 (limits)
-    "unique-live-scope-drops-retry-wait",  # unique submits: N2 (the unique model)
-    "retention-lease-ignores-expiry",  # automatic retention: G1 (the retention model)
-    "payloads-int-takes-a-bool",  # typed payloads: Y1 (the payloads model)
-)
+#: the subset CI runs (one per promise family; the full set: python -m benchmarks.mutation),
+#: each with the fault model that covers its promise: CI runs that model alone at the
+#: default size (`jobfsm faults --model NAME`); the whole suite's time to kill is in the
+#: table of docs/fault-suites.md (a RabbitMQ mutant: `--model delivery --delivery URL`)
+CI_PATCHES: dict[str, str] = {
+    "core-retry-deadline-without-delay": "policy",
+    "core-backoff-cap-ignored": "policy",
+    "core-expire-running-uncounted": "policy",
+    "memory-renew-keeps-version": "races",
+    "sqlite-audit-second-transaction": "crash",
+    "sqlite-begin-deferred": "concurrency",
+    "rabbitmq-ack-on-hand-out": "delivery",  # the real broker: A1 (the delivery model)
+    "rabbitmq-outbox-failure-forgotten": "delivery",  # outbox liveness: A4 (publish_outage)
+    "core-release-on-any-success": "machine",  # dependencies: D1
+    "reconcile-failure-read-as-not-started": "machine",  # reconcile: I7 (lose_marked_run)
+    "core-stale-fence-accepted": "machine",  # fences: I7 (lease_taken_over_once)
+    "registry-drop-by-job-id": "machine",  # held registry: I1 (old_run_ends_after_reclaim)
+    "recovery-names-only-a-running-owner": "races",  # recoveries name the lost owner: I8 (races)
+    "reconcile-answer-under-current-fence": "machine",  # reconcile: I7 (late_reconcile_answer)
+    "postgres-claim-by-ids-ignores-kinds": "claims",  # kind filters: Q1 (the claims model)
+    "postgres-unknown-commit-taken-as-own": "commits",  # async/sync unknown commit: U1 (commits)
+    "schedules-last-tick-to-pass-time": "schedules",  # schedules: T3 (the schedules model)
+    "session-submit-outside-its-transaction": "transactions",  # transactional submit: J1
+    "limits-claim-ignores-concurrency-by-one": "limits",  # global limits: L1 (the limits model)
+    "limits-rate-window-short": "limits",  # rate windows: L2 (the limits model)
+    "postgres-limits-gate-ignores-leases-since": "limits",  # claims counted ahead: L1 (limits)
+    "postgres-limits-other-queue-starved": "limits",  # another queue's limit: L4 (limits)
+    "postgres-limits-stale-spent-guess": "limits",  # a handle's spent kinds: L4 (limits)
+    "unique-live-scope-drops-retry-wait": "unique",  # unique submits: N2 (the unique model)
+    "retention-lease-ignores-expiry": "retention",  # automatic retention: G1 (the retention model)
+    "payloads-int-takes-a-bool": "payloads",  # typed payloads: Y1 (the payloads model)
+}
 
 
 def test_the_mutant_set_holds_at_least_25_patches_and_each_applies_to_the_tree(
@@ -141,9 +144,14 @@ def test_jobfsm_faults_at_default_size_kills_a_production_mutant(name: str) -> N
     from benchmarks.mutation import PG_DEFAULT, run_one
 
     (patch,) = [p for p in mutants.PATCHES if p.name == name]
+    model = CI_PATCHES[name]
     for store in patch.stores:
-        # when `jobfsm faults --store ...` runs from that copy at the default size
-        row = run_one(patch, store, size="default", timeout=240, pg=PG_DEFAULT)
-        # then it fails, naming a promise
+        # when `jobfsm faults --store ...` (the model that covers its promise) runs from
+        # that copy at the default size
+        row = run_one(
+            patch, store, size="default", timeout=240, pg=PG_DEFAULT, extra=("--model", model)
+        )
+        # then it fails in that model, naming a promise
         assert row["killed"], row
         assert row["promise"], row
+        assert row["model"] == model, row
