@@ -1,11 +1,11 @@
-"""A real worker (its threads, the thread executor, a SQLite file) observes each start's
-wait in `jobfsm_queue_wait_seconds{queue}`: from when the job was due, on the engine's
-fake clock, so each wait is known to the second and lands in a known bucket."""
+"""A real worker (its threads, the thread executor, a SQLite file or a PostgreSQL
+database) observes each start's wait in `jobfsm_queue_wait_seconds{queue}`: from when
+the job was due, on the engine's fake clock, so each wait is known to the second and
+lands in a known bucket."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.utils import floatToGoString
@@ -30,12 +30,12 @@ def _bucket(metrics: PrometheusMetrics, queue: str, le: float) -> float | None:
 
 
 def test_each_start_waits_from_when_the_job_was_due_and_a_retry_from_its_run_after(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    # given a worker of queue "mail" on a SQLite file, its engine on a fake clock,
+    # given a worker of queue "mail" on a fresh store, its engine on a fake clock,
     clock = FakeClock(T0)
     metrics = PrometheusMetrics()
-    store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    store = open_store(store_url)
     engine = Engine(store, clock=clock, metrics=metrics)
 
     def flaky(ctx: Context) -> Any:
