@@ -25,6 +25,7 @@ class Metrics(Protocol):
     def delivery_recovery(self, delivery: str, reason: str) -> None: ...
     def transition_code(self, kind: str, event: str, to_state: str, code: str) -> None: ...
     def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None: ...
+    def queue_wait(self, queue: str, seconds: float) -> None: ...
 
 
 class MetricsBase:
@@ -57,6 +58,10 @@ class MetricsBase:
     def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
         """A retention pass that held the lease ended at `at` (seconds since the epoch),
         having deleted `pruned`: (queue, state) -> jobs (docs/retention.md)."""
+
+    def queue_wait(self, queue: str, seconds: float) -> None:
+        """An attempt of a job of `queue` started `seconds` after the job was due
+        (`fsm.telemetry.observers.wait_seconds`)."""
 
 
 class CountingMetrics(MetricsBase):

@@ -9,7 +9,7 @@ observers jobfsm ships and `Observers`, the fan-out a kernel holds:
   every rejected stale report;
 - `MetricsObserver`: feeds a `fsm.telemetry.metrics.Metrics` (counters of
   transitions, reason codes, rejected reports, attempts, renewals, recoveries,
-  retention passes);
+  retention passes, and each start's wait, `wait_seconds`);
 - `fsm.telemetry.tracing.TracingObserver`: OpenTelemetry spans of attempts and of
   operator actions.
 
@@ -222,6 +222,17 @@ class LogObserver(ObserverBase):
 UNREGISTERED = "unregistered"
 
 
+def wait_seconds(job: Job, entry: AuditEntry) -> float:
+    """How long the attempt that `entry` (a `start`) began waited: from when the job
+    was due, the later of its submit (`created_at`) and its `run_after`, to the start.
+
+    A retry is due at the `run_after` its failure set, so its wait counts from there,
+    not from its submit; a job submitted to run later waits from its `run_after`. The
+    clocks of the submitter and the worker may differ: a start that seems to come
+    before the job was due waited 0 s."""
+    return max(0.0, entry.at - max(job.created_at, job.run_after))
+
+
 class MetricsObserver(ObserverBase):
     """Feeds a `Metrics` (its hooks keep their names: a Metrics class is an observer's
     back end, so metrics written for earlier versions keep working).
@@ -249,6 +260,8 @@ class MetricsObserver(ObserverBase):
         self.metrics.transition(kind, entry.event, entry.from_state, entry.to_state)
         if entry.code is not None:
             self.metrics.transition_code(kind, entry.event, entry.to_state, entry.code)
+        if entry.event == "start":
+            self.metrics.queue_wait(job.queue, wait_seconds(job, entry))
 
     def on_attempt(self, job: Job, status: str, error: str | None, seconds: float) -> None:
         self.metrics.attempt_seconds(self._kind(job.kind), status, seconds)

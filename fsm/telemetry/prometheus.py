@@ -33,6 +33,14 @@ TOP_QUEUES = 100
 OTHER_QUEUES = "other"
 #: attempt duration buckets (seconds): sub-millisecond handlers up to the 30 min default timeout
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 120, 600, 1800)
+#: queue wait buckets (seconds): from a worker woken at once (10 ms: a wake-up by
+#: LISTEN/NOTIFY or RabbitMQ and one claim), through the default 1 s poll interval and
+#: a few polls, to backlogs of minutes and hours (past 4 h a queue is down rather than
+#: slow). 300 s is a bound because the shipped JobfsmQueueLatencyHigh alert compares
+#: p95 with 300 s: whether a quantile is above a bound is exact, while a threshold
+#: between two bounds is compared with an interpolated guess. 12 bounds: with +Inf,
+#: _sum and _count, 15 series per queue label.
+WAIT_BUCKETS = (0.01, 0.05, 0.25, 1, 2.5, 10, 30, 60, 300, 900, 3600, 14400)
 
 
 def _client() -> Any:
@@ -133,6 +141,26 @@ class _StoreLimits:
         yield waiting
 
 
+class _FirstQueues:
+    """Queue labels of an event-fed series: the first `top` queues seen are labelled by
+    name, later ones OTHER_QUEUES (a counter cannot forget a queue as the store counts
+    of `jobfsm_jobs` do), so the series stay at most `top + 1` per other label."""
+
+    def __init__(self, top: int = TOP_QUEUES) -> None:
+        self._top = top
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def label(self, queue: str) -> str:
+        with self._lock:
+            if queue in self._seen:
+                return queue
+            if len(self._seen) < self._top:
+                self._seen.add(queue)
+                return queue
+        return OTHER_QUEUES
+
+
 class PrometheusMetrics(MetricsBase):
     """`fsm.telemetry.metrics.Metrics` as Prometheus counters and histograms (thread-safe)."""
 
@@ -204,10 +232,17 @@ class PrometheusMetrics(MetricsBase):
             "When this process's last retention pass holding the lease ended (Unix time)",
             registry=r,
         )
-        #: queues named in `jobfsm_retention_pruned` (the first TOP_QUEUES seen; the
-        #: later ones are counted under OTHER_QUEUES, as `jobfsm_jobs` bounds its series)
-        self._pruned_queues: set[str] = set()
-        self._pruned_lock = threading.Lock()
+        self._waits = pc.Histogram(
+            "jobfsm_queue_wait_seconds",
+            "How long after it was due each attempt started (its wait in the queue), by queue",
+            ["queue"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        #: queues named in `jobfsm_retention_pruned` and `jobfsm_queue_wait_seconds`,
+        #: each its own first TOP_QUEUES seen (later ones are OTHER_QUEUES)
+        self._pruned_queues = _FirstQueues()
+        self._wait_queues = _FirstQueues()
 
     # --- Metrics ------------------------------------------------------------------------
 
@@ -238,18 +273,12 @@ class PrometheusMetrics(MetricsBase):
 
     def retention_pass(self, pruned: Mapping[tuple[str, str], int], at: float) -> None:
         for (queue, state), n in sorted(pruned.items()):
-            self._pruned.labels(self._pruned_queue(queue), state).inc(n)
+            self._pruned.labels(self._pruned_queues.label(queue), state).inc(n)
         self._passes.inc()
         self._last_pass.set(at)
 
-    def _pruned_queue(self, queue: str) -> str:
-        with self._pruned_lock:
-            if queue in self._pruned_queues:
-                return queue
-            if len(self._pruned_queues) < TOP_QUEUES:
-                self._pruned_queues.add(queue)
-                return queue
-        return OTHER_QUEUES
+    def queue_wait(self, queue: str, seconds: float) -> None:
+        self._waits.labels(self._wait_queues.label(queue)).observe(seconds)
 
     # --- store gauges and serving -------------------------------------------------------
 

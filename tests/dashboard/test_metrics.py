@@ -58,6 +58,7 @@ def test_worker_metrics_match_the_audit_trail(sqlite_url: str, tmp_path: Path) -
             time.sleep(0.1)
         audit: Counter[tuple[str, str]] = Counter()
         starts: Counter[str] = Counter()
+        queue_starts: Counter[str] = Counter()
         for job_id in ids:
             job = engine.get(job_id)
             for e in engine.history(job_id):
@@ -65,6 +66,7 @@ def test_worker_metrics_match_the_audit_trail(sqlite_url: str, tmp_path: Path) -
                     audit[(e.event, e.to_state)] += 1
                 if e.outcome == "applied" and e.event == "start":
                     starts[job.kind] += 1
+                    queue_starts[job.queue] += 1
         # then the worker's counters say exactly what the audit trail says
         while True:
             samples = scrape(port)
@@ -74,11 +76,16 @@ def test_worker_metrics_match_the_audit_trail(sqlite_url: str, tmp_path: Path) -
             attempts: Counter[str] = Counter()
             for labels, value in samples.get("jobfsm_attempt_seconds_count", []):
                 attempts[labels["kind"]] += int(value)
-            if (counted, attempts) == (audit, starts) or time.monotonic() > deadline:
+            waits: Counter[str] = Counter()
+            for labels, value in samples.get("jobfsm_queue_wait_seconds_count", []):
+                waits[labels["queue"]] += int(value)
+            seen = (counted, attempts, waits)
+            if seen == (audit, starts, queue_starts) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert counted == audit
         assert attempts == starts
+        assert waits == queue_starts  # one wait observed per start, by queue
         assert audit[("succeed", "succeeded")] == 7
         assert audit[("ambiguous", "investigate")] == 1
         jobs = {
@@ -106,6 +113,8 @@ def test_new_hooks_have_no_op_defaults_and_the_exporter_counts_them() -> None:
     m.delivery_recovery("rabbitmq", "reconnect")
     old.transition_code("mail", "expire", "retry_wait", "lease_lapsed")
     m.transition_code("mail", "expire", "retry_wait", "owner_dead_pid_gone")
+    old.queue_wait("mail", 12.0)
+    m.queue_wait("mail", 12.0)
     text = m.render()[0].decode()
     for line in (
         "jobfsm_lease_renewals_total 5.0",
@@ -116,6 +125,9 @@ def test_new_hooks_have_no_op_defaults_and_the_exporter_counts_them() -> None:
         'jobfsm_delivery_recoveries_total{delivery="rabbitmq",reason="reconnect"} 1.0',
         'jobfsm_transition_codes_total{code="owner_dead_pid_gone",event="expire",'
         'kind="mail",to_state="retry_wait"} 1.0',
+        'jobfsm_queue_wait_seconds_bucket{le="10.0",queue="mail"} 0.0',
+        'jobfsm_queue_wait_seconds_bucket{le="30.0",queue="mail"} 1.0',
+        'jobfsm_queue_wait_seconds_sum{queue="mail"} 12.0',
     ):
         assert line in text
 

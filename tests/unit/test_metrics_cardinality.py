@@ -87,3 +87,25 @@ def test_retention_counts_of_queues_beyond_the_top_n_are_one_series_named_other(
     assert by_queue[OTHER_QUEUES] == 50 * 3
     assert metrics.registry.get_sample_value("jobfsm_retention_passes_total") == 2
     assert metrics.registry.get_sample_value("jobfsm_retention_last_pass_timestamp_seconds") == 2.0
+
+
+def test_queue_waits_of_queues_beyond_the_top_n_are_one_series_named_other() -> None:
+    # given starts in 150 queues, 2 each, queue by queue
+    metrics = PrometheusMetrics()
+    for i in range(150):
+        metrics.queue_wait(f"q{i:03d}", 1.5)
+        metrics.queue_wait(f"q{i:03d}", 1.5)
+    metrics.queue_wait("q000", 0.5)  # a queue named before stays named
+
+    # then the first 100 queues seen have a histogram each and the 50 later ones one more
+    counts = {
+        s.labels["queue"]: s.value
+        for family in metrics.registry.collect()
+        if family.name == "jobfsm_queue_wait_seconds"
+        for s in family.samples
+        if s.name.endswith("_count")
+    }
+    assert len(counts) == TOP_QUEUES + 1
+    assert counts["q000"] == 3
+    assert counts["q099"] == 2
+    assert counts[OTHER_QUEUES] == 50 * 2
