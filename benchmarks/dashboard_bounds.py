@@ -98,11 +98,30 @@ def measure(get: Callable[[], bytes], samples: int) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=100_000)
-    parser.add_argument("--queues", type=int, default=10_000)
-    parser.add_argument("--samples", type=int, default=10)
-    parser.add_argument("--postgres", action="store_true")
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument(
+        "--entries",
+        type=int,
+        default=100_000,
+        help="audit entries of the one long job (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--queues",
+        type=int,
+        default=10_000,
+        help="queues, one queued job each (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=10,
+        help="timed requests after the first; the median is shown (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="a fresh PostgreSQL database instead of a SQLite file",
+    )
     args = parser.parse_args()
     from starlette.testclient import TestClient
 

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from benchmarks import throughput
 from benchmarks.harness import Config, Measurement, Task
 from benchmarks.machine import OTHER, Meter
-from benchmarks.peers import dramatiq_bench
 
 ROUNDS = 3
 JOBFSM_THREADS = 256
@@ -54,6 +53,10 @@ def drain(system: str, cfg: Config, workers: int) -> tuple[float, float]:
     """(jobs/s, named machine CPU per job in us) of one drain of `system`."""
     meter = Meter()
     if system == "dramatiq":
+        # imported here: dramatiq comes from the bench extra, which this module's
+        # arithmetic (rounds, rows) does not need
+        from benchmarks.peers import dramatiq_bench
+
         rate = dramatiq_bench.process_rate(
             cfg.jobs, workers, cfg.tmp, DRAMATIQ_THREADS[workers], meter=meter
         )[0]

@@ -18,7 +18,7 @@ starts before the first message is produced and stops when the last job is done)
 
 dramatiq keeps no state: a job it loses is gone. jobfsm writes every job and every
 transition to the store (PostgreSQL by default) with an audit trail; that is the
-price the ratio shows. Needs the `bench` extra (`pip install -e '.[bench]'`, part of `dev`).
+price the ratio shows. Needs the `bench` extra (`pip install -e '.[bench]'`, not part of `dev`).
 The machine has 2 cores and other work runs beside it: figures move between runs.
 """
 

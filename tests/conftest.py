@@ -11,10 +11,16 @@ cannot drift. The suite runs on pytest-xdist workers (pyproject.toml); every tes
 that touches RabbitMQ runs on one worker, one at a time (`xdist_group`), because
 some stop the broker or lower its consumer timeout, which no other test may meet.
 PostgreSQL tests each get their own database and run anywhere.
+
+Benchmark peers: a test that needs procrastinate, dramatiq or celery (the `bench`
+extra, not part of `dev`) is marked `peers`; before it runs, `need_peers` fails it in
+CI and skips it elsewhere with the command that installs them. `pytest -m "not peers"`
+runs everything else after `pip install -e '.[dev]'`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -58,6 +64,33 @@ def need_program(name: str, install: str) -> None:
     if IN_CI:
         pytest.fail(f"{message}; CI requires it (.ci/run installs it)")
     pytest.skip(f"{message}; install it to run this test (CI never skips it)")
+
+
+#: the benchmark peers of the `bench` extra, and the install that brings them with dev
+PEERS = ("procrastinate", "dramatiq", "celery")
+PEERS_INSTALL = "pip install -e '.[dev,bench]' -c constraints.txt"
+
+
+def need_module(name: str, install: str) -> None:
+    """A Python package of an extra outside `dev`: a failure in CI, a skip elsewhere."""
+    if importlib.util.find_spec(name) is not None:
+        return
+    message = f"the `{name}` package is not installed ({install})"
+    if IN_CI:
+        pytest.fail(f"{message}; CI requires it (the README's test command installs it)")
+    pytest.skip(f"{message}; install it to run this test (CI never skips it)")
+
+
+def need_peers() -> None:
+    """Every benchmark peer, for a test marked `peers`."""
+    for name in PEERS:
+        need_module(name, PEERS_INSTALL)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("peers") is not None:
+        need_peers()
 
 
 @pytest.fixture

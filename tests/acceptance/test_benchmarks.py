@@ -41,6 +41,7 @@ PEER_RECOVERY = (
 @pytest.mark.timeout(QUICK_TIMEOUT + 60)
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
+@pytest.mark.peers
 def test_quick_run_completes_with_every_compared_figure(
     tmp_path: Path, pg_server: str, rabbit_url: str
 ) -> None:

@@ -2,10 +2,11 @@
 lowest allowed version.
 
 A fresh virtualenv gets each runtime dependency and each extra's (postgres, rabbitmq,
-testing, web) pinned to its lower bound, jobfsm itself without dependencies, and then runs
-the CLI: submit, list, status, a worker run, the fault suite, the psycopg API the LISTEN
-code needs, and the dashboard's log-in page on the web floors (raised past the web stack's
-advisories, see pyproject.toml).
+testing, web, metrics, tracing, pydantic) pinned to its lower bound, jobfsm itself without
+dependencies, and then runs the CLI: submit, list, status, a worker run, the fault suite,
+the psycopg API the LISTEN code needs, the dashboard's log-in page on the web floors
+(raised past the web stack's advisories, see pyproject.toml), and a pydantic payload, the
+Prometheus exposition and an attempt's span.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ _BOUND = re.compile(r"^([A-Za-z0-9_.-]+(?:\[[A-Za-z0-9_,-]+\])?)>=([0-9][0-9A-Za
 
 
 def lowest_pins() -> list[str]:
-    """`name[extras]==low` for the runtime dependencies and the postgres, rabbitmq,
-    testing and web extras (the dev and bench sets are tools, not what the code needs)."""
+    """`name[extras]==low` for the runtime dependencies and the postgres, rabbitmq, testing,
+    web, metrics, tracing and pydantic extras (the dev, bench, examples and django sets are
+    tools, examples and a framework a project brings, not what the code needs)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     specs = [*project["dependencies"], *extras["postgres"], *extras["rabbitmq"]]
     specs += [*extras["testing"], *extras["web"]]
+    specs += [*extras["metrics"], *extras["tracing"], *extras["pydantic"]]
     pins = []
     for spec in specs:
         m = _BOUND.match(spec.replace(" ", ""))
@@ -99,6 +102,8 @@ def test_jobfsm_works_with_every_dependency_at_its_lower_bound(tmp_path: Path) -
     assert "timeout" in notifies
     assert "stop_after" in notifies
     assert _run([py, "-c", _DASHBOARD_LOGIN_PAGE], tmp_path, env).split() == ["status", "200"]
+    extras = _run([py, "-c", _EXTRAS_AT_THEIR_FLOORS], tmp_path, env).splitlines()
+    assert extras == ["payload True", "refused True", "series True", "tracing True"]
 
 
 _WAIT_SUCCEEDED = """
@@ -137,4 +142,36 @@ scope = {
 }
 asyncio.run(app(scope, receive, send))
 print("status", sent[0]["status"])
+"""
+
+_EXTRAS_AT_THEIR_FLOORS = """
+import json
+
+import pydantic
+
+from fsm import BadInput, Engine, KindPolicy, open_store
+from fsm.telemetry import tracing
+from fsm.telemetry.prometheus import PrometheusMetrics
+
+
+class Quote(pydantic.BaseModel):
+    symbol: str
+
+
+metrics = PrometheusMetrics()
+kinds = {"quote": KindPolicy(payload_type=Quote)}
+engine = Engine(open_store("memory://"), kinds=kinds, metrics=metrics)
+metrics.watch_store(engine.counts)
+parent = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+job = engine.submit("quote", Quote(symbol="A"), correlation_id=parent)
+print("payload", json.loads(job.payload_json) == {"symbol": "A"})
+try:
+    engine.submit("quote", {"sym": "B"})
+except BadInput as err:
+    print("refused", "symbol" in str(err))
+body = metrics.render()[0].decode()
+print("series", 'jobfsm_jobs{queue="default",state="queued"} 1.0' in body)
+with tracing.attempt_span(job) as span:  # a no-op span without an SDK: the API's calls
+    tracing.set_outcome(span, "failed", "postgresql://app:secret@db/app is down")
+print("tracing", tracing.available())
 """

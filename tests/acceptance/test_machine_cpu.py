@@ -25,6 +25,7 @@ def _number(cell: str) -> float:
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.postgres
 @pytest.mark.rabbitmq
+@pytest.mark.peers
 def test_every_system_drains_and_the_table_adds_up(pg_server: str, rabbit_url: str) -> None:
     args = ("--jobs", "400", "--repeats", "1", "--jobfsm", "1x16", "--dramatiq", "1x4")
     done = run_module("benchmarks.machine_cpu", *args, "--markdown", cwd=ROOT, timeout=TIMEOUT)

@@ -59,3 +59,27 @@ def test_handlers_is_imported_one_way_across_the_docs() -> None:
                 imports.add(line.split(" import ")[0].strip())
 
     assert imports == {"from fsm"}
+
+
+def test_every_test_a_page_names_exists() -> None:
+    """`tests/...py::name` on a page names a function of that file."""
+    named = re.compile(r"`(tests/[\w/]+\.py)::(\w+)")
+    missing = []
+    for page in PAGES:
+        for path, name in named.findall(page.read_text(encoding="utf-8")):
+            source = ROOT / path
+            if not source.exists() or f"def {name}(" not in source.read_text(encoding="utf-8"):
+                missing.append(f"{page.name}: {path}::{name}")
+
+    assert not missing, "\n".join(missing)
+
+
+def test_the_security_checks_name_tests_for_each_of_the_17_findings() -> None:
+    text = (ROOT / "docs" / "dashboard-security-checks.md").read_text(encoding="utf-8")
+    findings = re.split(r"^\*\*(\d+)\. ", text, flags=re.M)[1:]
+    numbers = [int(n) for n in findings[::2]]
+    bodies = findings[1::2]
+
+    assert numbers == list(range(1, 18))
+    for n, body in zip(numbers, bodies, strict=True):
+        assert re.search(r"^- `tests/\S+\.py::test_\w+`", body, re.M), f"finding {n} names no test"

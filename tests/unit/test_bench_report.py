@@ -310,6 +310,7 @@ def test_the_machine_cpu_table_lists_each_metered_row_part_by_part() -> None:
     assert "throughput.raw.postgres.batched.process" not in table  # nothing measured: no row
 
 
+@pytest.mark.peers
 def test_a_peer_row_label_names_only_the_shapes_it_picked_from(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

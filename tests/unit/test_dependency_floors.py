@@ -81,4 +81,26 @@ def test_ci_runs_the_readmes_test_command_verbatim() -> None:
     ]
     assert "-c constraints.txt" in command
     assert command in ci.splitlines()
-    assert re.search(r"pip install -e '\.\[dev\]' -c constraints\.txt", command)
+    assert re.search(r"pip install -e '\.\[dev,bench\]' -c constraints\.txt", command)
+
+
+def _extra_names(extras: dict[str, list[str]], extra: str) -> set[str]:
+    """The packages `jobfsm[extra]` installs directly, through its jobfsm[...] references."""
+    names = set()
+    for spec in extras[extra]:
+        req = Requirement(spec)
+        if req.name == "jobfsm":
+            names |= {n for e in req.extras for n in _extra_names(extras, e)}
+        else:
+            names.add(req.name.lower())
+    return names
+
+
+def test_the_dev_extra_leaves_the_benchmark_peers_to_bench() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    peers = _extra_names(extras, "bench")
+
+    assert peers == {"procrastinate", "dramatiq", "celery"}
+    assert not _extra_names(extras, "dev") & peers
+    assert "playwright" in _extra_names(extras, "dev")  # the dashboard's browser tests

@@ -17,6 +17,7 @@ MY_PAGES = (
     "operations.md",
     "troubleshooting.md",
     "security.md",
+    "dashboard-security-checks.md",
 )
 
 
