@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from fsm import Engine
-from fsm.testing.faults import fresh_stores
+from fsm.testing.faults import fresh_stores, run_faults
 
 pytestmark = pytest.mark.postgres
 
@@ -64,3 +64,31 @@ def test_a_faults_run_on_a_named_schema_drops_only_that_schema(pg_url: str) -> N
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP SCHEMA IF EXISTS jobfsm_faults_not_mine CASCADE")
+
+
+def test_a_transactions_run_leaves_no_schema_behind(pg_url: str) -> None:
+    # given a server (the test's own database) with no scratch schema of a run
+    before = _schemas(pg_url)
+    # when the transactions model runs alone, which makes a caller's table of its own
+    report = run_faults(pg_url, models=["transactions"], machine=False, size="quick")
+    # then it held, and its schema went with the table: nothing left, nothing to say
+    assert report.ok, report.failure
+    assert report.checks, "the transactions model ran no check"
+    assert _schemas(pg_url) == before
+    assert not [n for n in report.notes if "left schema" in n], report.notes
+
+
+def test_a_schema_kept_for_tables_jobfsm_did_not_make_is_named_in_a_note(pg_url: str) -> None:
+    # given a run's named schema that also holds a table of someone else's
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA jobfsm_faults_shared")
+        conn.execute("CREATE TABLE jobfsm_faults_shared.theirs (x int)")
+    notes: list[str] = []
+    # when the run's stores are dropped
+    with fresh_stores(f"{pg_url}?schema=jobfsm_faults_shared", notes) as opener:
+        Engine(opener()).submit("k", 1)
+    # then the schema stays with their table, and a note says so by name
+    assert _schemas(pg_url) == {"jobfsm_faults_shared"}
+    assert notes == [
+        "left schema 'jobfsm_faults_shared' behind: it holds tables jobfsm did not make (theirs)"
+    ]
