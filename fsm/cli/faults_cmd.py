@@ -16,7 +16,7 @@ from ..display.terminal import print_table, progress_bar
 from ..registry import load_delivery_faults
 from ..secrets import redact_url
 from ..text import printable
-from .faults_parallel import run_parts, serve_as_part
+from .faults_parallel import run_parts, serve_as_part, sigterm_ends_run
 from .logsetup import setup_logging
 from .options import log_options
 
@@ -174,7 +174,7 @@ def faults(
         _measured()  # runs this same command again, under coverage.py; exits
     if exhaustive:
         setup_logging(log_level, log_format)
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _exhaustive(store, scope, json_out)
         return
     # fsm.testing.faults names the testing extra (MissingExtra) when hypothesis is missing
@@ -196,7 +196,7 @@ def faults(
     if models and set(models) == {"delivery"}:  # the broker's model alone
         assert delivery is not None
         setup_logging(log_level, log_format)
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _delivery_faults(delivery, size or "default", seed)
         click.echo("ok: every invariant held")
         return
@@ -252,7 +252,7 @@ def faults(
             json_out,
         )
     else:
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             report = run_faults(
                 store,
                 examples=examples,
@@ -297,7 +297,7 @@ def faults(
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(attrs.asdict(report), fh, indent=2, sort_keys=True)
     if report.ok and delivery is not None:
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _delivery_faults(delivery, size or "default", seed)
     if report.ok:
         click.echo("ok: every invariant held")

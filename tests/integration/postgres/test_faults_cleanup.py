@@ -4,6 +4,11 @@ once left its schema (626 jobs) behind on a shared server."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import psycopg
 import pytest
 
@@ -92,3 +97,29 @@ def test_a_schema_kept_for_tables_jobfsm_did_not_make_is_named_in_a_note(pg_url:
     assert notes == [
         "left schema 'jobfsm_faults_shared' behind: it holds tables jobfsm did not make (theirs)"
     ]
+
+
+def test_a_one_process_run_ended_by_sigterm_drops_its_schema(pg_url: str) -> None:
+    # given a default-size run in one process on the test's own database (minutes of work)
+    cmd = [sys.executable, "-m", "fsm.cli", "faults", "--store", pg_url, "--jobs", "1"]
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _schemas(pg_url) and run.poll() is None:
+            time.sleep(0.2)
+        assert _schemas(pg_url), "the run made no scratch schema"
+        time.sleep(2)  # well inside the run: its stores open, examples under way
+        assert run.poll() is None, "the run ended before it was sent SIGTERM"
+        # when it is sent SIGTERM
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        # then its schema is gone, and it ended with SIGTERM's status
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _schemas(pg_url):
+            time.sleep(0.2)
+        assert _schemas(pg_url) == set()
+        assert run.returncode == 128 + signal.SIGTERM, err.decode()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
