@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..display.terminal import print_table, progress_bar
+from ..errors import MissingExtra
 from ..registry import load_delivery_faults
 from ..secrets import redact_url
 from ..text import printable
@@ -440,7 +441,12 @@ def _coverage(report: Any) -> None:
 
 def _exhaustive(store: str, scope: str, json_out: str | None) -> None:
     """`--exhaustive`: every interleaving of the scope's world; exit 1 on a broken invariant."""
-    from ..testing.explore import explore, scope_named
+    try:
+        from ..testing.explore import explore, scope_named
+    except ModuleNotFoundError as err:  # fsm.testing needs hypothesis
+        raise MissingExtra(
+            f"jobfsm faults --exhaustive ({err.name} is missing)", "testing"
+        ) from err
 
     chosen = scope_named(scope)  # before anything runs: a clear error
     click.echo(f"scope {chosen.name}: {chosen.about}")
