@@ -324,7 +324,15 @@ def _processes(jobs: int | None, store: str, size: str | None) -> int:
         return jobs
     if size == "quick":
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_JOBS))
+    return max(1, min(_cores(), MAX_AUTO_JOBS))
+
+
+def _cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one
+    (Linux), else the machine's count (macOS has no `os.sched_getaffinity`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _part_options(
