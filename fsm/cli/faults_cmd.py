@@ -232,7 +232,7 @@ def faults(
             machine_bar[0].update(min(stats.examples, total))
 
     chosen_parts = [name for name in known if not models or name in models]
-    processes = _processes(jobs, store, size)
+    processes = part_processes(jobs, store, size)
     if processes > 1 and len(chosen_parts) > 1:
         report = _side_by_side(
             chosen_parts,
@@ -312,7 +312,7 @@ def faults(
     sys.exit(1)
 
 
-def _processes(jobs: int | None, store: str, size: str | None) -> int:
+def part_processes(jobs: int | None, store: str, size: str | None) -> int:
     """How many processes run the parts: `jobs`, else the cores (at most 4), or one for
     `--quick` (a process's start-up costs more than its share of a quick run saves); one
     when a PostgreSQL URL names its schema (every part would work in it)."""

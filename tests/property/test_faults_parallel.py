@@ -68,7 +68,7 @@ def test_the_default_processes_come_from_the_cpu_count_where_there_is_no_affinit
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     # when a default-size run chooses its processes
-    chosen = faults_cmd._processes(None, "sqlite:///x.db", None)
+    chosen = faults_cmd.part_processes(None, "sqlite:///x.db", None)
     # then it takes the cores, at most MAX_AUTO_JOBS
     assert chosen == min(cores, faults_cmd.MAX_AUTO_JOBS)
 
