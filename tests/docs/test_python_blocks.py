@@ -54,7 +54,6 @@ SHOP = Path(__file__).resolve().parent / "django_shop"
 IN_SHOP = "JOBFSM_DOCS_IN_SHOP"
 #: the blocks that say why they are not run, per page: change it with the docs
 SKETCHES = {
-    "embedding.md": 1,
     "rabbitmq.md": 2,
 }
 #: seconds a block's `worker.run()` serves before it is stopped
