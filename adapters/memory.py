@@ -392,8 +392,9 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
         with self._lock:
             return dict(self._paused)
 
-    def drop_schema(self) -> None:
-        """Remove every job and audit entry (the memory store has no other schema)."""
+    def drop_schema(self) -> tuple[str, ...]:
+        """Remove every job and audit entry (the memory store has no other schema);
+        nothing is left (an empty tuple)."""
         with self._lock:
             self._paused.clear()
             self._limits.clear()
@@ -408,6 +409,7 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
             self._by_state.clear()
             self._deps.clear()
             self._dependents.clear()
+        return ()
 
     def close(self) -> None:
         """Nothing to release."""

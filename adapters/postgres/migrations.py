@@ -362,21 +362,34 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[int]:
     return applied
 
 
-def drop(conn: psycopg.Connection[Any], schema: str) -> None:
+def drop(conn: psycopg.Connection[Any], schema: str) -> tuple[str, ...]:
     """Drop jobfsm's tables (their indexes and identity sequences go with them), then
-    the schema itself unless it is `public` or still holds anything else."""
+    the schema itself unless it is `public` or still holds anything else; the names of
+    what is left in it (empty when the schema is gone)."""
     s = quote(schema)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (MIGRATE_CLASS, key32(schema)))
         for table in TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {s}.{table}")
-        if schema == "public":
-            return
-        try:
-            with conn.transaction():  # a savepoint: a schema with other objects stays
-                conn.execute(f"DROP SCHEMA IF EXISTS {s} RESTRICT")
-        except pgerrors.DependentObjectsStillExist:
-            pass
+        if schema != "public":
+            try:
+                with conn.transaction():  # a savepoint: a schema with other objects stays
+                    conn.execute(f"DROP SCHEMA IF EXISTS {s} RESTRICT")
+            except pgerrors.DependentObjectsStillExist:
+                pass
+        return left_in(conn, schema)
+
+
+def left_in(conn: psycopg.Connection[Any], schema: str) -> tuple[str, ...]:
+    """The tables, views, sequences and functions in `schema` (none if it is gone)."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') "
+        "UNION ALL SELECT p.proname || '()' FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s ORDER BY 1",
+        (schema, schema),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
 
 
 def check(conn: psycopg.Connection[Any], schema: str) -> None:

@@ -193,9 +193,10 @@ class PostgresStore(
             rows = conn.execute(f"SELECT queue, actor, reason, at FROM {table}").fetchall()
         return {r[0]: QueuePause(*r) for r in rows}
 
-    def drop_schema(self) -> None:
+    def drop_schema(self) -> tuple[str, ...]:
         """Remove everything jobfsm created: its tables (with their indexes and
         sequences), then the schema unless it is `public` or holds anything else.
+        Returns the names of what is left in the schema (empty when it is gone).
         Closes the store. Call it when no other process uses the schema."""
         self.liveness.close()
         self._listener.close()
@@ -203,10 +204,11 @@ class PostgresStore(
         with self.connect() as conn:
             try:
                 drop_trigger(conn, self.schema)
-                migrations.drop(conn, self.schema)
+                left = migrations.drop(conn, self.schema)
             except psycopg.Error as err:
                 raise translate(self.settings, err, "drop schema") from err
         self.close()
+        return left
 
     def close(self) -> None:
         if self._closed:

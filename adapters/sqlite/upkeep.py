@@ -141,9 +141,10 @@ class SqliteUpkeep:
             rows = self._conn().execute("SELECT queue, actor, reason, at FROM queue_pauses")
             return {r[0]: QueuePause(*r) for r in rows.fetchall()}
 
-    def drop_schema(self) -> None:
+    def drop_schema(self) -> tuple[str, ...]:
         """Remove jobfsm's tables; then, if nothing else is left in the file, the file
-        itself with its -wal and -shm files. Closes the store.
+        itself with its -wal and -shm files. Returns the names of what is left in the
+        file (empty when it is gone). Closes the store.
 
         Call it when no other process uses the file (`jobfsm faults` cleans up so).
         """
@@ -162,11 +163,16 @@ class SqliteUpkeep:
             )
             for table in (*tables, "schema_version"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
-            left = conn.execute(
-                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
-            ).fetchone()[0]
+            left = tuple(
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' "
+                    "ESCAPE '\\' ORDER BY name"
+                ).fetchall()
+            )
         self.close()  # the last connection to close checkpoints and removes -wal, -shm
-        if left == 0:
+        if not left:
             for suffix in ("", "-wal", "-shm", "-journal"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self.path + suffix)
+        return left

@@ -13,10 +13,11 @@ from typing import Any
 import click
 
 from ..display.terminal import print_table, progress_bar
+from ..errors import MissingExtra
 from ..registry import load_delivery_faults
 from ..secrets import redact_url
 from ..text import printable
-from .faults_parallel import run_parts, serve_as_part
+from .faults_parallel import run_parts, serve_as_part, sigterm_ends_run
 from .logsetup import setup_logging
 from .options import log_options
 
@@ -174,7 +175,7 @@ def faults(
         _measured()  # runs this same command again, under coverage.py; exits
     if exhaustive:
         setup_logging(log_level, log_format)
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _exhaustive(store, scope, json_out)
         return
     # fsm.testing.faults names the testing extra (MissingExtra) when hypothesis is missing
@@ -196,7 +197,7 @@ def faults(
     if models and set(models) == {"delivery"}:  # the broker's model alone
         assert delivery is not None
         setup_logging(log_level, log_format)
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _delivery_faults(delivery, size or "default", seed)
         click.echo("ok: every invariant held")
         return
@@ -231,7 +232,7 @@ def faults(
             machine_bar[0].update(min(stats.examples, total))
 
     chosen_parts = [name for name in known if not models or name in models]
-    processes = _processes(jobs, store, size)
+    processes = part_processes(jobs, store, size)
     if processes > 1 and len(chosen_parts) > 1:
         report = _side_by_side(
             chosen_parts,
@@ -252,7 +253,7 @@ def faults(
             json_out,
         )
     else:
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             report = run_faults(
                 store,
                 examples=examples,
@@ -297,7 +298,7 @@ def faults(
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(attrs.asdict(report), fh, indent=2, sort_keys=True)
     if report.ok and delivery is not None:
-        with _quiet(verbose):
+        with _quiet(verbose), sigterm_ends_run():
             _delivery_faults(delivery, size or "default", seed)
     if report.ok:
         click.echo("ok: every invariant held")
@@ -311,7 +312,7 @@ def faults(
     sys.exit(1)
 
 
-def _processes(jobs: int | None, store: str, size: str | None) -> int:
+def part_processes(jobs: int | None, store: str, size: str | None) -> int:
     """How many processes run the parts: `jobs`, else the cores (at most 4), or one for
     `--quick` (a process's start-up costs more than its share of a quick run saves); one
     when a PostgreSQL URL names its schema (every part would work in it)."""
@@ -323,7 +324,15 @@ def _processes(jobs: int | None, store: str, size: str | None) -> int:
         return jobs
     if size == "quick":
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_JOBS))
+    return max(1, min(_cores(), MAX_AUTO_JOBS))
+
+
+def _cores() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one
+    (Linux), else the machine's count (macOS has no `os.sched_getaffinity`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _part_options(
@@ -440,7 +449,12 @@ def _coverage(report: Any) -> None:
 
 def _exhaustive(store: str, scope: str, json_out: str | None) -> None:
     """`--exhaustive`: every interleaving of the scope's world; exit 1 on a broken invariant."""
-    from ..testing.explore import explore, scope_named
+    try:
+        from ..testing.explore import explore, scope_named
+    except ModuleNotFoundError as err:  # fsm.testing needs hypothesis
+        raise MissingExtra(
+            f"jobfsm faults --exhaustive ({err.name} is missing)", "testing"
+        ) from err
 
     chosen = scope_named(scope)  # before anything runs: a clear error
     click.echo(f"scope {chosen.name}: {chosen.about}")

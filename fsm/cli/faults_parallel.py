@@ -7,8 +7,9 @@ into one (`merge`). The first child that fails ends the others and its own outpu
 passed through as it wrote it (the failing model, `FAILED: ...`, the reproduction).
 
 A child ends with its parent: it asks the kernel for SIGTERM when the parent dies
-(`PART_ENV` names the parent), and SIGTERM ends it through its `finally` blocks, so
-that its PostgreSQL schema is dropped even when the parent was killed.
+(`PART_ENV` names the parent), and SIGTERM ends it through its `finally` blocks
+(`sigterm_ends_run`, as it ends a run in one process), so that its PostgreSQL schema
+is dropped even when the parent was killed.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from ..display.terminal import progress_bar
@@ -48,6 +50,36 @@ def serve_as_part() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if str(os.getppid()) != parent:  # the parent ended before the request took effect
         sys.exit(128 + signal.SIGTERM)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread while a run lasts (`sigterm_ends_run`). Not a
+    `SystemExit`: hypothesis takes a `SystemExit` raised in an example for the
+    example's failure, replays it and reports the run as failed, while it lets any
+    other `BaseException` through at once, as it does `KeyboardInterrupt`."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def sigterm_ends_run() -> Iterator[None]:
+    """While the run in this process lasts, SIGTERM ends it through its `finally`
+    blocks (which drop its PostgreSQL schema and remove its scratch files), then exits
+    with status 143, in one process as in a child of `--jobs N`. The previous handler
+    is restored after; off the main thread, where no handler can be set, nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    except Terminated:
+        sys.exit(128 + signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_parts(

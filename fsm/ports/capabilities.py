@@ -35,9 +35,13 @@ class Migratable(Protocol):
 
 @runtime_checkable
 class SchemaDroppable(Protocol):
-    """A store that can remove everything it created (the fault suite cleans up with it)."""
+    """A store that can remove everything it created (the fault suite cleans up with it).
 
-    def drop_schema(self) -> None: ...
+    `drop_schema` returns the names of what is left where the store kept its data
+    (a PostgreSQL schema, a SQLite file) that the store did not make, and that kept
+    that place from being removed; empty when nothing is left."""
+
+    def drop_schema(self) -> tuple[str, ...]: ...
 
 
 @runtime_checkable

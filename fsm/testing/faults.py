@@ -241,7 +241,7 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
     its own queue. Its connections commit without waiting for the WAL flush
     (`SCRATCH_PG_OPTIONS`) unless the URL passes libpq `options`. The schema is
     dropped afterwards if the store offers `drop_schema()`; otherwise it is left for
-    you to drop.
+    you to drop. Either way a schema left behind is named in `notes`.
     """
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
@@ -282,7 +282,12 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
             yield pg_factory
         finally:
             if last and isinstance(last[0], SchemaDroppable):
-                last[0].drop_schema()
+                kept = last[0].drop_schema()
+                if kept and notes is not None:
+                    notes.append(
+                        f"left schema {schema!r} behind: it holds tables jobfsm did not "
+                        f"make ({', '.join(kept)})"
+                    )
             elif last and notes is not None:
                 notes.append(f"left schema {schema!r} behind: DROP SCHEMA {schema} CASCADE")
         return

@@ -166,12 +166,20 @@ class _World:
             conn.commit()
 
     def close(self) -> None:
-        if self.loop is not None:
-            try:
-                if self.aengine is not None:
-                    self.loop.run_until_complete(self.aengine.aclose())
-            finally:
-                self.loop.close()
+        """Close the asyncio engine, then drop the caller's table this world made: the
+        store's `drop_schema()` removes only jobfsm's own tables, and keeps a schema
+        that still holds another."""
+        try:
+            if self.loop is not None:
+                try:
+                    if self.aengine is not None:
+                        self.loop.run_until_complete(self.aengine.aclose())
+                finally:
+                    self.loop.close()
+        finally:
+            with self.where.connect() as conn:
+                conn.execute(f"DROP TABLE IF EXISTS {self.where.table}")
+                conn.commit()
 
     def _items(self, count: int) -> list[tuple[str, Any, dict[str, Any]]]:
         items: list[tuple[str, Any, dict[str, Any]]] = []

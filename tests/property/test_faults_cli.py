@@ -110,14 +110,17 @@ def test_run_faults_against_a_broken_store_reports_the_invariant_and_a_runnable_
         exec(compile(report.reproduction, "repro.py", "exec"), {})
 
 
-def test_jobfsm_faults_without_the_testing_extra_names_the_extra() -> None:
+@pytest.mark.parametrize("mode", [["--quick"], ["--exhaustive", "--scope", "tiny"]])
+def test_jobfsm_faults_without_the_testing_extra_names_the_extra(mode: list[str]) -> None:
     # given an interpreter where hypothesis cannot be imported (the extra not installed)
+    argv = ["jobfsm", "faults", "--store", "memory://", *mode]
     code = (
         "import sys; sys.modules['hypothesis'] = None\n"
         "from fsm.cli import main\n"
-        "sys.argv = ['jobfsm', 'faults', '--store', 'memory://', '--quick']\n"
+        f"sys.argv = {argv!r}\n"
         "main()\n"
     )
+    # when the command runs, sampling or exhaustive
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fsm.cli import faults_cmd
 from fsm.testing.faults import MODELS, FaultReport
 from fsm.testing.faults_parts import WEIGHTS, merge, split
 
@@ -57,6 +58,19 @@ def test_split_into_two_loads_both_processes_within_one_part_of_each_other() -> 
     # then their loads differ by no more than the heaviest part (greedy, heaviest first)
     load = [sum(WEIGHTS[p] for p in g) for g in groups]
     assert abs(load[0] - load[1]) <= max(WEIGHTS.values())
+
+
+@pytest.mark.parametrize("cores", [1, 3, 64])
+def test_the_default_processes_come_from_the_cpu_count_where_there_is_no_affinity(
+    monkeypatch: pytest.MonkeyPatch, cores: int
+) -> None:
+    # given a system without os.sched_getaffinity (macOS), with `cores` cores
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    # when a default-size run chooses its processes
+    chosen = faults_cmd.part_processes(None, "sqlite:///x.db", None)
+    # then it takes the cores, at most MAX_AUTO_JOBS
+    assert chosen == min(cores, faults_cmd.MAX_AUTO_JOBS)
 
 
 def test_merge_adds_the_counts_and_keeps_the_first_failure() -> None:

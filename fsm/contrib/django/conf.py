@@ -45,6 +45,8 @@ KEYS = frozenset(
         "CHILD_ENV",
     }
 )
+#: the values of a store URL's `?migrate=` that turn migration on open off
+FALSE = ("false", "0", "no")
 #: Django backends a store URL can be derived from -> the store's scheme
 POSTGRES_BACKEND = "django.db.backends.postgresql"
 SQLITE_BACKEND = "django.db.backends.sqlite3"
@@ -107,14 +109,15 @@ def store_url_of(alias: str) -> str:
 def database_store_url(alias: str, params: Mapping[str, Any]) -> str:
     """The store URL of a database of DATABASES (`params`, the entry of `alias`)."""
     backend = params.get("ENGINE", "")
+    if in_memory(params):
+        raise ImproperlyConfigured(
+            f"JOBFSM: database {alias!r} is SQLite in memory (or a URI): a worker process "
+            "could not reach it; use a file, or set JOBFSM['STORE']. Under Django's test "
+            "runner, whose SQLite test database is in memory by default, name a file in "
+            f"DATABASES[{alias!r}]['TEST']['NAME']"
+        )
     if backend == SQLITE_BACKEND:
-        name = str(params.get("NAME") or "")
-        if not name or name == ":memory:" or name.startswith("file:"):
-            raise ImproperlyConfigured(
-                f"JOBFSM: database {alias!r} is SQLite in memory (or a URI): a worker process "
-                "could not reach it; use a file, or set JOBFSM['STORE']"
-            )
-        return f"sqlite:///{Path(name).resolve()}"
+        return f"sqlite:///{Path(str(params['NAME'])).resolve()}"
     if backend == POSTGRES_BACKEND:
         user = quote(str(params.get("USER") or ""), safe="")
         password = quote(str(params.get("PASSWORD") or ""), safe="")
@@ -127,6 +130,15 @@ def database_store_url(alias: str, params: Mapping[str, Any]) -> str:
         f"JOBFSM: database {alias!r} uses {backend!r}; jobfsm stores are PostgreSQL "
         f"({POSTGRES_BACKEND}, with psycopg 3) and SQLite ({SQLITE_BACKEND})"
     )
+
+
+def in_memory(params: Mapping[str, Any]) -> bool:
+    """Whether a database of DATABASES (`params`) is SQLite in memory, or named by a URI
+    (as Django names an in-memory test database): no store can be derived from it."""
+    if params.get("ENGINE", "") != SQLITE_BACKEND:
+        return False
+    name = str(params.get("NAME") or "")
+    return not name or name == ":memory:" or name.startswith("file:")
 
 
 def _text(raw: Mapping[str, Any], key: str) -> str | None:

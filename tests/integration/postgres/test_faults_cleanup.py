@@ -4,11 +4,16 @@ once left its schema (626 jobs) behind on a shared server."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import psycopg
 import pytest
 
 from fsm import Engine
-from fsm.testing.faults import fresh_stores
+from fsm.testing.faults import fresh_stores, run_faults
 
 pytestmark = pytest.mark.postgres
 
@@ -64,3 +69,57 @@ def test_a_faults_run_on_a_named_schema_drops_only_that_schema(pg_url: str) -> N
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP SCHEMA IF EXISTS jobfsm_faults_not_mine CASCADE")
+
+
+def test_a_transactions_run_leaves_no_schema_behind(pg_url: str) -> None:
+    # given a server (the test's own database) with no scratch schema of a run
+    before = _schemas(pg_url)
+    # when the transactions model runs alone, which makes a caller's table of its own
+    report = run_faults(pg_url, models=["transactions"], machine=False, size="quick")
+    # then it held, and its schema went with the table: nothing left, nothing to say
+    assert report.ok, report.failure
+    assert report.checks, "the transactions model ran no check"
+    assert _schemas(pg_url) == before
+    assert not [n for n in report.notes if "left schema" in n], report.notes
+
+
+def test_a_schema_kept_for_tables_jobfsm_did_not_make_is_named_in_a_note(pg_url: str) -> None:
+    # given a run's named schema that also holds a table of someone else's
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA jobfsm_faults_shared")
+        conn.execute("CREATE TABLE jobfsm_faults_shared.theirs (x int)")
+    notes: list[str] = []
+    # when the run's stores are dropped
+    with fresh_stores(f"{pg_url}?schema=jobfsm_faults_shared", notes) as opener:
+        Engine(opener()).submit("k", 1)
+    # then the schema stays with their table, and a note says so by name
+    assert _schemas(pg_url) == {"jobfsm_faults_shared"}
+    assert notes == [
+        "left schema 'jobfsm_faults_shared' behind: it holds tables jobfsm did not make (theirs)"
+    ]
+
+
+def test_a_one_process_run_ended_by_sigterm_drops_its_schema(pg_url: str) -> None:
+    # given a default-size run in one process on the test's own database (minutes of work)
+    cmd = [sys.executable, "-m", "fsm.cli", "faults", "--store", pg_url, "--jobs", "1"]
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _schemas(pg_url) and run.poll() is None:
+            time.sleep(0.2)
+        assert _schemas(pg_url), "the run made no scratch schema"
+        time.sleep(2)  # well inside the run: its stores open, examples under way
+        assert run.poll() is None, "the run ended before it was sent SIGTERM"
+        # when it is sent SIGTERM
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        # then its schema is gone, and it ended with SIGTERM's status
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _schemas(pg_url):
+            time.sleep(0.2)
+        assert _schemas(pg_url) == set()
+        assert run.returncode == 128 + signal.SIGTERM, err.decode()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()

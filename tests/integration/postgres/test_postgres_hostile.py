@@ -181,7 +181,7 @@ def test_drop_schema_removes_the_schema_and_everything_in_it(pg_url: str, admin:
     store = open_store(f"{pg_url}?schema=doomed")
     Engine(store).submit("k", 1)
     store.liveness.hold(Owner("h", 1, "doomed-owner"), lambda: None)
-    store.drop_schema()
+    assert store.drop_schema() == ()
     assert admin.one("SELECT count(*) FROM pg_namespace WHERE nspname = 'doomed'") == 0
 
 
@@ -194,7 +194,7 @@ def test_drop_schema_of_public_or_a_shared_schema_removes_only_jobfsm_tables(
         admin.run(f"CREATE TABLE {schema}.mine (x int)")
         store = open_store(f"{pg_url}?schema={schema}")
         Engine(store).submit("k", 1)
-        store.drop_schema()
+        assert store.drop_schema() == ("mine",)
         left = admin.all(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", schema
         )

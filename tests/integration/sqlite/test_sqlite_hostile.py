@@ -202,7 +202,7 @@ def test_drop_schema_removes_the_file_with_its_wal_and_shm(tmp_path: Path) -> No
     engine = Engine(store)
     job = engine.submit("k", 1)
     engine.claim(Owner("h", 1, "i"), queues=[job.queue])
-    store.drop_schema()
+    assert store.drop_schema() == ()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -213,7 +213,7 @@ def test_drop_schema_keeps_a_file_that_holds_other_tables(tmp_path: Path) -> Non
     conn.execute("CREATE TABLE mine (x INTEGER)")
     conn.commit()
     conn.close()
-    store.drop_schema()
+    assert store.drop_schema() == ("mine",)
     conn = sqlite3.connect(path)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     conn.close()
