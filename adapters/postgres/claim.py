@@ -273,23 +273,33 @@ class PostgresClaims(PostgresLimits):
         `gate` holds: a claim that reads no answer before its commit checks in the
         server."""
         writes = [c.write for c in claimed]
-        holds, gate_params = self.gate_count(gate)
         # OFFSET 0: a primary-key lookup per row written, never a scan of the table
         # joined by hash (the planner's choice on a young table)
-        conn.execute(
+        written = (
             "WITH written AS (SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[]) "
             f"AS w(id, version), LATERAL (SELECT 1 FROM {self.sql.jobs} AS j "
-            f"WHERE j.id = w.id AND j.version = w.version OFFSET 0) AS found), gate AS ({holds}) "
-            f"SELECT CASE WHEN written.n <> %s THEN ('{_UNWRITTEN} ' || written.n)::int "
+            f"WHERE j.id = w.id AND j.version = w.version OFFSET 0) AS found)"
+        )
+        params: list[Any] = [[w.job.id for w in writes], [w.job.version for w in writes]]
+        unwritten = f"WHEN written.n <> %s THEN ('{_UNWRITTEN} ' || written.n)::int"
+        if gate is None or not gate.limits:
+            # no gate, no branch of it: a gate of constants would make its failure a
+            # constant the planner may evaluate ahead of the CASE (it did: a claim under
+            # no limit of its jobs failed as "limits moved since the count 0")
+            conn.execute(
+                f"{written} SELECT CASE {unwritten} ELSE 0 END FROM written",
+                [
+                    *params,
+                    len(writes),
+                ],
+            )
+            return
+        holds, gate_params = self.gate_count(gate)
+        conn.execute(
+            f"{written}, gate AS ({holds}) SELECT CASE {unwritten} "
             f"WHEN gate.n <> %s THEN ('{GATE_CLOSED} ' || gate.n)::int ELSE 0 END "
             "FROM written, gate",
-            [
-                [w.job.id for w in writes],
-                [w.job.version for w in writes],
-                *gate_params,
-                len(writes),
-                0 if gate is None else len(gate.limits),
-            ],
+            [*params, *gate_params, len(writes), len(gate.limits)],
         )
 
 

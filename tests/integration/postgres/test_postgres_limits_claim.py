@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from adapters.postgres import claim as claim_module
 from adapters.postgres import open_store
 from adapters.postgres.limits import PostgresLimits, lock_id
 from fsm import Engine
@@ -133,6 +134,39 @@ def test_a_kind_the_last_claim_found_spent_is_leased_once_it_has_room(
         got = claimer.claim(_owner(1), limit=4)
         # then it leases the freed slot's job too, not only the other kind's
         assert sorted(j.kind for j in got) == ["capped", "free"]
+    finally:
+        claimer.store.close()
+        setup.store.close()
+
+
+def test_claims_beside_a_kind_at_its_cap_never_roll_back(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a kind at its cap and 3,000 jobs of another kind behind it
+    claimer, setup = Engine(open_store(pg_schema_url)), Engine(open_store(pg_schema_url))
+    rollbacks: list[str] = []
+    roll_back = claim_module.roll_back
+
+    def counted(conn: Any) -> None:
+        rollbacks.append("claim")
+        roll_back(conn)
+
+    monkeypatch.setattr(claim_module, "roll_back", counted)
+    try:
+        _hold_cap(setup, slots=2, queued=10)
+        setup.submit_many([("free", i, {}) for i in range(3000)])
+        # when one handle claims and finishes them 16 at a time
+        done = 0
+        while got := claimer.claim(_owner(1), limit=16, start=lambda job: {}):
+            claimer.report_many(
+                [(j, "succeed", {"fence": j.fence, "result_json": None}) for j in got]
+            )
+            done += len(got)
+        # then every claim committed at once: none was rolled back and claimed again
+        # (the check of a claim under no limit of its jobs once failed as "limits moved
+        # since the count 0" in one claim of ten, by a constant the planner evaluated)
+        assert done == 3000
+        assert rollbacks == []
     finally:
         claimer.store.close()
         setup.store.close()
