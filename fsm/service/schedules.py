@@ -146,7 +146,8 @@ class Schedule:
         return jsonio.decode(self.payload_json, what=f"payload of schedule {self.name!r}")
 
     def to_json(self) -> str:
-        return json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
+        """The stored definition: canonical JSON, compared as text by `declare`."""
+        return jsonio.canonical(attrs.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:

@@ -163,14 +163,32 @@ def _tests_membership_in_the_table(node: ast.Compare) -> bool:
     )
 
 
+def _encodes_canonically(node: ast.AST) -> bool:
+    """`json.dumps(..., sort_keys=True, separators=...)`: compact sorted JSON, the
+    canonical form (indented or unsorted text, made for people, is not)."""
+    if not isinstance(node, ast.Call) or ast.unparse(node.func) not in ("json.dumps", "json.dump"):
+        return False
+    given = {k.arg: k.value for k in node.keywords}
+    sorted_keys = given.get("sort_keys")
+    return (
+        isinstance(sorted_keys, ast.Constant)
+        and sorted_keys.value is True
+        and "separators" in given
+        and "indent" not in given
+    )
+
+
 def test_one_canonical_json_encoder() -> None:
     found = []
     for path in _files(*CODE):
         rel = str(path.relative_to(ROOT))
+        if rel == "fsm/jsonio.py":
+            continue
         text = path.read_text()
-        if rel != "fsm/jsonio.py" and ("c_make_encoder" in text or "JSONEncoder(" in text):
+        if "c_make_encoder" in text or "JSONEncoder(" in text:
             found.append(rel)
-    assert not found, f"JSON encoders outside fsm/jsonio.py: {found}"
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(_tree(path)) if _encodes_canonically(n)]
+    assert not found, f"canonical JSON made outside fsm.jsonio.canonical: {found}"
 
 
 # --- sizes ---------------------------------------------------------------------------
