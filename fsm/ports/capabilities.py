@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -38,6 +38,16 @@ class SchemaDroppable(Protocol):
     """A store that can remove everything it created (the fault suite cleans up with it)."""
 
     def drop_schema(self) -> None: ...
+
+
+@runtime_checkable
+class WrapsConnections(Protocol):
+    """A store whose statements all take their driver connection from one place, which
+    `wrap` may replace with a stand-in (SQLite's; the crash fault model wraps it to fail
+    the Nth statement). `wrap` is given the connection and returns what the statement
+    uses; the store keeps and closes the connection itself."""
+
+    def wrap_connections(self, wrap: Callable[[Any], Any]) -> None: ...
 
 
 @runtime_checkable

@@ -56,14 +56,51 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__") and name not in STDLIB_PRIVATE
 
 
+#: the functions that reach an attribute by a name given as a string
+BY_NAME = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+#: replacers by name (pytest's monkeypatch, unittest.mock), as `x.setattr(obj, "_name")`
+#: or `x.setattr("module._name")`
+PATCHERS = frozenset({"setattr", "delattr", "object", "patch"})
+
+
+def _named_private(node: ast.Call) -> str | None:
+    """The underscore name `node` reaches by string (`getattr(x, "_y")`,
+    `monkeypatch.setattr(X, "_y", ...)`, `monkeypatch.setattr("m._y", ...)`), else None."""
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in BY_NAME:
+        args = node.args[1:2]
+    elif isinstance(func, ast.Attribute) and func.attr in PATCHERS:
+        args = node.args[:2]
+    else:
+        return None
+    first = node.args[0] if node.args else None
+    if isinstance(first, ast.Name) and first.id in ("self", "cls"):
+        return None
+    for arg in args:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            name = arg.value.rsplit(".", 1)[-1]
+            if _private(name):
+                return name
+    return None
+
+
 def reach_ins(path: Path) -> list[str]:
     """Where the module at `path` reads another module's underscore names: an import of
-    one, or `x._name` where x is not self or cls and the module defines no `_name`."""
+    one, `x._name` where x is not self or cls and the module defines no `_name`, or such
+    a name given as a string to getattr/setattr (or monkeypatch.setattr and its kin)."""
     tree = _tree(path)
     own = _defined(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.Call):
+            # by string, even a name the module defines itself names another's private:
+            # the object is not self (a module's own `_conn` is not `store._conn`)
+            name = _named_private(node)
+            if name is not None:
+                found.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} names {name}: {ast.unparse(node)[:60]}"
+                )
+        elif isinstance(node, ast.ImportFrom):
             found += [
                 f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{a.name}"
                 for a in node.names
@@ -81,9 +118,37 @@ def reach_ins(path: Path) -> list[str]:
     return found
 
 
+#: underscore names reached by string that no public seam can replace, each with why:
+#: (file, name). Kept minimal: an entry nothing reaches any more fails the test below.
+#: (tests/property/mutants.py is not here: its deliberate mutants subclass MemoryStore
+#: and read its state through `self`, which a subclass may.)
+REACH_IN_ALLOWED: dict[tuple[str, str], str] = {
+    # pika's own private: a channel the broker closed keeps its reason nowhere public
+    ("adapters/rabbitmq/consumer.py", "_closing_reason"): "pika exposes no public reason",
+    # fault injection into the RabbitMQ consumer's I/O thread: a bug in its failure
+    # handling, a loop that returns unasked, acks and settles out of order; the thread's
+    # steps are not a seam an application should have
+    ("tests/integration/rabbitmq/test_rabbitmq_recovery.py", "_log_failure"): "injects a bug",
+    ("tests/integration/rabbitmq/test_rabbitmq_recovery.py", "_loop"): "a loop that returns",
+    ("tests/integration/rabbitmq/test_rabbitmq_faults.py", "_ack"): "acks out of order",
+    ("tests/integration/rabbitmq/test_rabbitmq_faults.py", "_acked"): "settles eagerly",
+}
+
+
+def _allowed(hit: str) -> tuple[str, str] | None:
+    rel = hit.split(":", 1)[0]
+    for key in REACH_IN_ALLOWED:
+        if key[0] == rel and f" names {key[1]}:" in hit:
+            return key
+    return None
+
+
 def test_no_module_reads_another_modules_underscore_names() -> None:
-    found = [hit for path in _files(*EVERYTHING) for hit in reach_ins(path)]
+    hits = [hit for path in _files(*EVERYTHING) for hit in reach_ins(path)]
+    found = [hit for hit in hits if _allowed(hit) is None]
     assert not found, "reach-ins:\n" + "\n".join(found)
+    unused = set(REACH_IN_ALLOWED) - {_allowed(hit) for hit in hits}
+    assert not unused, f"allowed reach-ins nothing makes any more: {sorted(unused)}"
 
 
 def test_the_reach_in_finder_finds_a_reach_in(tmp_path: Path) -> None:
@@ -97,6 +162,26 @@ def test_the_reach_in_finder_finds_a_reach_in(tmp_path: Path) -> None:
     # then both are found, and a read of its own self is not
     found = reach_ins_at(module)
     assert [h.split(" ", 1)[1] for h in found] == ["imports x._hidden", "reads engine._observe"]
+
+
+def test_the_reach_in_finder_finds_underscore_names_given_as_strings(tmp_path: Path) -> None:
+    # given a module that reaches private names by string, and its own by string too
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f(store, monkeypatch):\n"
+        "    getattr(store, '_conn')\n"
+        "    setattr(store, '_conn', None)\n"
+        "    monkeypatch.setattr(Store, '_conn', None)\n"
+        "    monkeypatch.setattr('adapters.sqlite._conn', None)\n"
+        "    getattr(store, 'public')\n"
+        "class C:\n"
+        "    def g(self, other):\n        self._conn = getattr(self, '_theirs', None)\n"
+        "        return getattr(other, '_conn')\n"
+    )
+    # then each reach into another's private is found, even one named like an attribute
+    # of its own; reaches into self and public names are not
+    found = [h.split(" ", 1)[1].split(":")[0] for h in reach_ins_at(module)]
+    assert found == ["names _conn"] * 5
 
 
 def reach_ins_at(path: Path) -> list[str]:
