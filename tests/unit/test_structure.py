@@ -15,6 +15,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from fsm.cli import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 #: where the code lives (tests and benchmarks are held to the underscore rule too)
 CODE = ("fsm", "adapters")
@@ -249,6 +251,29 @@ def test_no_import_cycle_between_any_modules_packages_included() -> None:
     graph = grimp.build_graph(*CODE, cache_dir=None)
     cycles = import_cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+#: the rooms of fsm/ an adapter may import besides the vocabulary: the core, the ports,
+#: the service, and running a handler (executors run handlers); never the worker, whose
+#: roles drive the adapters, nor a surface
+ADAPTERS_MAY_IMPORT = frozenset({"lifecycle", "ports", "service", "handling"})
+
+
+def test_adapters_import_only_the_vocabulary_core_ports_service_and_handling() -> None:
+    # the vocabulary: the modules the layer contract lists below the core
+    all_layers = layout.layers(ROOT)
+    core = next(i for i, layer in enumerate(all_layers) if "lifecycle" in layer)
+    allowed = ADAPTERS_MAY_IMPORT | {n for layer in all_layers[core + 1 :] for n in layer}
+    graph = grimp.build_graph(*CODE, cache_dir=None)
+    found = sorted(
+        f"{module} imports {imported}"
+        for module in graph.modules
+        if module.startswith("adapters")
+        for imported in graph.find_modules_directly_imported_by(module)
+        # `fsm` itself (its __init__ loads every room) counts as no allowed room
+        if imported.startswith("fsm") and f"{imported}.".split(".")[1] not in allowed
+    )
+    assert not found, "adapters reaching above their rooms:\n" + "\n".join(found)
 
 
 def test_the_cycle_finder_finds_a_package_importing_its_own_module_and_back() -> None:
