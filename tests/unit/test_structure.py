@@ -454,3 +454,140 @@ def test_every_module_path_and_dotted_name_in_the_architecture_page_exists() -> 
     missing = [p for p in sorted(paths) if not (ROOT / p.rstrip("/")).exists()]
     missing += [d for d in sorted(dotted) if not _resolves(d)]
     assert not missing, missing
+
+
+# --- docs/architecture.md: who calls each guarantee's home ------------------------------
+# The "who calls it" column of the page's "One home per guarantee" table, checked.
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_from(path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module an `ImportFrom` in the module at `path` imports from."""
+    if not node.level:
+        return node.module or ""
+    package = _dotted(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def callers(module: str, name: str, roots: tuple[str, ...] = (*CODE, "benchmarks")) -> set[str]:
+    """The files that call function `name` of `module`: imported by name (`from module
+    import name as n; n()`) or through its module (`from pkg import mod as m; m.name()`)."""
+    found = set()
+    for path in _files(*roots):
+        tree = _tree(path)
+        by_name, by_module = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _imported_from(path, node)
+                for alias in node.names:
+                    if base == module and alias.name == name:
+                        by_name.add(alias.asname or alias.name)
+                    if f"{base}.{alias.name}" == module:
+                        by_module.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id in by_name) or (
+                isinstance(func, ast.Attribute)
+                and func.attr == name
+                and isinstance(func.value, ast.Name)
+                and func.value.id in by_module
+            ):
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def importers(module: str, roots: tuple[str, ...] = (*CODE, "benchmarks")) -> set[str]:
+    """The files that import `module` (or a name from it), its own package's aside."""
+    found = set()
+    for path in _files(*roots):
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                base = _imported_from(path, node)
+                if base == module or any(f"{base}.{a.name}" == module for a in node.names):
+                    found.add(str(path.relative_to(ROOT)))
+            elif isinstance(node, ast.Import) and any(a.name == module for a in node.names):
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def method_callers(name: str) -> set[str]:
+    """The files of fsm/ and adapters/ that call a method `name` (`x.name(...)`)."""
+    return {
+        str(path.relative_to(ROOT))
+        for path in _files(*CODE)
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+    }
+
+
+def _room(path: str) -> str:
+    """`fsm/<room>` (a package or a top-level module, by name), `adapters`, `benchmarks`."""
+    parts = path.split("/")
+    return parts[1].removesuffix(".py") if parts[0] == "fsm" else parts[0]
+
+
+def _rooms(paths: set[str]) -> set[str]:
+    return {_room(p) for p in paths}
+
+
+def test_only_the_rescuer_judges_whether_an_owner_is_dead() -> None:
+    assert method_callers("judge") == {"fsm/service/maintenance/rescue.py"}
+
+
+def test_event_sources_and_destinations_are_asked_by_the_rooms_the_page_names() -> None:
+    asking = _rooms(method_callers("sources") | method_callers("dests")) - {"lifecycle"}
+    assert asking == {"service", "worker", "cli", "dashboard", "testing"}
+
+
+def test_new_jobs_are_made_by_the_kernel_and_a_schedules_check_only() -> None:
+    assert callers("fsm.inputs", "new_job") == {
+        "fsm/service/kernel.py",
+        "fsm/service/schedules.py",
+    }
+
+
+def test_recovery_is_run_by_the_sweeper_jobfsm_recover_and_the_fault_suite() -> None:
+    running = {
+        path
+        for name in ("sweep", "recovery_services")
+        for path in callers("fsm.service.maintenance", name)
+        if not path.startswith("fsm/service/maintenance/")
+    }
+    outside_the_suite = {p for p in running if not p.startswith("fsm/testing/")}
+    assert outside_the_suite == {"fsm/worker/sweeper.py", "fsm/cli/recover_cmd.py"}
+    assert running - outside_the_suite, "the fault suite runs no recovery"
+
+
+def test_the_invariant_checks_are_run_by_the_fault_suite_the_demo_and_chaos() -> None:
+    checking = importers("fsm.lifecycle.invariants")
+    outside_the_suite = {p for p in checking if not p.startswith("fsm/testing/")}
+    assert outside_the_suite == {"fsm/demo/run.py", "benchmarks/chaos.py"}
+    assert checking - outside_the_suite, "the fault suite checks no invariant"
+
+
+def test_error_text_is_cleaned_by_the_rooms_the_page_names() -> None:
+    cleaning = _rooms(callers("fsm.text", "clean_text"))
+    assert cleaning == {"lifecycle", "handling", "service", "worker", "telemetry"}
+
+
+def test_url_secrets_are_hidden_by_the_rooms_the_page_names() -> None:
+    assert _rooms(importers("fsm.secrets")) == {"adapters", "cli", "contrib", "demo", "telemetry"}
+
+
+def test_every_start_rule_enforces_the_kinds_policy() -> None:
+    from fsm.lifecycle.spec import lifecycle
+
+    starts = [r for rules in lifecycle().table.values() for r in rules if r.event == "start"]
+    assert starts
+    assert all("enforce_kind_policy" in r.effects for r in starts)
