@@ -28,9 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fsm.handling.child import MARK_OP, raise_mark_reply, run_child_init, run_target
 from fsm.ports import Attempt, Outcome
-from fsm.worker.context import MARK_OP, raise_mark_reply, run_target
-from fsm.worker.hooks import run_child_init
 
 from .child_env import scrub_environment
 

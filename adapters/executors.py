@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
+from fsm.errors import HookFailed
+from fsm.handling.child import mark_reply
 from fsm.ports import Attempt, ExecutorFull, Outcome
-from fsm.worker.context import mark_reply
-from fsm.worker.hooks import HookFailed
 
 from .child_env import child_allow_list
 from .child_pipe import INIT_FAILED_PREFIX, PROGRESS_PREFIX, READY, child_main, deliver_progress

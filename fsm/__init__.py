@@ -31,6 +31,7 @@ from .errors import (
     VersionConflict,
     WaitTimeout,
 )
+from .handling.attempt import Context, JobCancelled
 from .inputs import KindPolicy, Unique
 from .lifecycle.core import decide, replay
 from .lifecycle.spec import Lifecycle, check_spec, load_spec
@@ -55,7 +56,6 @@ from .service.maintenance.retention import RetentionPlan
 from .telemetry.metrics import CountingMetrics, Metrics
 from .telemetry.observers import ObserverBase
 from .worker import Worker
-from .worker.context import Context, JobCancelled
 from .worker.handlers import Handlers, HandlerSpec
 
 __all__ = [

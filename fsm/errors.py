@@ -169,6 +169,18 @@ class MissingExtra(JobFSMError, ImportError):
         )
 
 
+class HookFailed(JobFSMError):
+    """A worker's set-up or clean-up hook raised: the worker stops (or did not start).
+    Raised by the worker (`fsm.worker.hooks`) and by a process executor whose child's
+    `child_init` failed."""
+
+    def __init__(self, hook: str, target: str, error: str) -> None:
+        self.hook = hook
+        self.target = target
+        self.error = error
+        super().__init__(f"{hook} hook {target} failed: {error}; the worker stops")
+
+
 # --- outcomes a handler raises -------------------------------------------------
 
 

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,8 +87,18 @@ class SqliteStore(
         self._writer = threading.Lock()
         self._writer_pid = os.getpid()
         self._unclaimable = Unclaimable(log)
+        #: what every statement's connection is handed through (`wrap_connections`)
+        self._wrap: Callable[[sqlite3.Connection], sqlite3.Connection] | None = None
 
     # --- connections -----------------------------------------------------------
+
+    def wrap_connections(self, wrap: Callable[[sqlite3.Connection], sqlite3.Connection]) -> None:
+        """From now on, hand the connection of every statement this store sends through
+        `wrap` (over any wrap given before): the seam of `fsm.ports.WrapsConnections`, by
+        which the crash fault model fails the Nth statement. The store keeps, reuses and
+        closes the connections themselves as before."""
+        inner = self._wrap
+        self._wrap = wrap if inner is None else (lambda conn: wrap(inner(conn)))
 
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
@@ -116,11 +126,11 @@ class SqliteStore(
         return self._conn()
 
     def _conn(self) -> sqlite3.Connection:
-        # every statement of the store goes through here (the crash fault model wraps it)
+        # every statement of the store takes its connection here (`wrap_connections`)
         pid = os.getpid()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == pid:
-            return conn
+            return conn if self._wrap is None else self._wrap(conn)
         self._writer_lock()  # after fork, renews the locks another thread may have held
         conn = self._connect()
         me = threading.current_thread()
@@ -137,7 +147,7 @@ class SqliteStore(
             self._conns = keep
         self._local.conn = conn
         self._local.pid = pid
-        return conn
+        return conn if self._wrap is None else self._wrap(conn)
 
     def _writer_lock(self) -> threading.Lock:
         pid = os.getpid()

@@ -100,8 +100,9 @@ MAX_AUTO_JOBS = 4
     "--coverage",
     "with_coverage",
     is_flag=True,
-    help="Also measure which lines of fsm/service, fsm/worker, fsm/lifecycle and adapters/ "
-    "the run executed (coverage.py, in the testing extra) and print them per module.",
+    help="Also measure which lines of fsm/service, fsm/worker, fsm/handling, fsm/lifecycle "
+    "and adapters/ the run executed (coverage.py, in the testing extra) and print them "
+    "per module.",
 )
 @click.option(
     "--exhaustive",

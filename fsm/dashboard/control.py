@@ -181,7 +181,7 @@ class Control:
         event = "resolve" if action.startswith("resolve_") else action
         if action not in bulk.ACTIONS:
             raise BadInput(f"choose an action: {', '.join(bulk.ACTIONS)}")
-        if (state, event) not in self.d.engine.spec.table:
+        if state not in self.d.engine.spec.sources(event):
             raise BadInput(f"the lifecycle has no {event} from {state}: no job would change")
 
     def preview(self, values: dict[str, str]) -> dict[str, Any]:

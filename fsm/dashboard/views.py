@@ -300,7 +300,7 @@ ACTIONS = ("requeue", "resolve", "cancel")
 
 def operator_actions(engine: Engine, state: str) -> tuple[str, ...]:
     """The actions the spec allows from `state`."""
-    return tuple(a for a in ACTIONS if (state, a) in engine.spec.table)
+    return tuple(a for a in ACTIONS if state in engine.spec.sources(a))
 
 
 def trail_page(engine: Engine, request: TrailRequest) -> TrailPage:

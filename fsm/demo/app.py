@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from ..errors import Ambiguous, Permanent
-from ..worker.context import Context
+from ..handling.attempt import Context
 from ..worker.handlers import Handlers
 from .effects import Ledger
 

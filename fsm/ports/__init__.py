@@ -64,6 +64,7 @@ from .capabilities import (
     WaitsForJobs,
     Wakeable,
     WatchesJobs,
+    WrapsConnections,
 )
 from .delivery import (
     Delivery,
@@ -164,6 +165,7 @@ __all__ = [
     "Wakeup",
     "WatchesJobs",
     "WorkerDelivery",
+    "WrapsConnections",
     "check_queues",
     "page_of",
     "trail_of",

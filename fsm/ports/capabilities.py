@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -42,6 +42,16 @@ class SchemaDroppable(Protocol):
     that place from being removed; empty when nothing is left."""
 
     def drop_schema(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
+class WrapsConnections(Protocol):
+    """A store whose statements all take their driver connection from one place, which
+    `wrap` may replace with a stand-in (SQLite's; the crash fault model wraps it to fail
+    the Nth statement). `wrap` is given the connection and returns what the statement
+    uses; the store keeps and closes the connection itself."""
+
+    def wrap_connections(self, wrap: Callable[[Any], Any]) -> None: ...
 
 
 @runtime_checkable

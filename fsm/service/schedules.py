@@ -13,7 +13,7 @@ cron checks on): 5 fields (minute precision) or 6 (a leading seconds field), `L`
 
 Fixed intervals (`every`) are UTC ticks at whole multiples of the interval since the
 epoch, so every worker computes the same ticks whenever it starts; no timezone applies.
-When ticks fall and which a pass submits is `fsm.service.tick_times` (pure; its names
+When ticks fall and which a pass submits is `fsm.service.timetable` (pure; its names
 are re-exported here).
 
 `Schedules` keeps them in a store (declared in code or added by an operator); the
@@ -47,7 +47,7 @@ from ..ports import (
 from ..records import Job
 from . import plans
 from .kernel import Kernel, KernelSource
-from .tick_times import (
+from .timetable import (
     LATE_GRACE,
     MAX_EVERY,
     Due,
@@ -146,7 +146,8 @@ class Schedule:
         return jsonio.decode(self.payload_json, what=f"payload of schedule {self.name!r}")
 
     def to_json(self) -> str:
-        return json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
+        """The stored definition: canonical JSON, compared as text by `declare`."""
+        return jsonio.canonical(attrs.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:

@@ -14,7 +14,8 @@ account for.
 
 Reaching the statements needs the store's connection seam: a method that hands
 out its driver connection (`connection(what)` as a context manager, as the
-PostgreSQL store has, or `_conn()` returning a connection, as the SQLite store has).
+PostgreSQL store has), or the `fsm.ports.WrapsConnections` capability (the SQLite
+store's `wrap_connections`).
 The connection is wrapped, never the driver: `fsm` imports no driver. A store
 without such a seam (the memory store has no statements) is reported as not
 exercised by this model.
@@ -36,7 +37,7 @@ from ..errors import JobFSMError, TransientStoreError
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
-from ..ports import ScanRequest, Store
+from ..ports import ScanRequest, Store, WrapsConnections
 from ..records import Owner
 from ..service import maintenance as recovery
 from ..service.engine import Engine
@@ -103,15 +104,12 @@ def _crashing(context: Callable[[str], Any], plan: CrashPlan) -> Callable[[str],
 def install(store: Store, plan: CrashPlan) -> bool:
     """Route `store`'s statements through `plan`; False if it has no connection seam."""
     target: Any = store
-    for name in ("connection", "_connection"):
-        context = getattr(target, name, None)
-        if callable(context):
-            setattr(target, name, _crashing(context, plan))
-            return True
-    call = getattr(target, "_conn", None)
-    if callable(call):
-        opened: Callable[[], Any] = call
-        target._conn = lambda: _CrashingConnection(opened(), plan)
+    context = getattr(target, "connection", None)
+    if callable(context):
+        target.connection = _crashing(context, plan)
+        return True
+    if isinstance(store, WrapsConnections):
+        store.wrap_connections(lambda conn: _CrashingConnection(conn, plan))
         return True
     return False
 
@@ -140,8 +138,8 @@ class CrashModel:
             reachable = install(opener(), CrashPlan())
         if not reachable:
             ctx.notes.append(
-                "crash model not run: the store has no connection seam (connection or _conn) "
-                "through which a crash between its statements can be injected"
+                "crash model not run: the store has no connection seam (connection or "
+                "wrap_connections) through which a crash between its statements can be injected"
             )
             return
 

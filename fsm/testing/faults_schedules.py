@@ -48,7 +48,7 @@ from ..ports import HoldsSchedules, ScanRequest, Store
 from ..service.engine import Engine
 from ..service.maintenance.ticks import Ticks
 from ..service.schedules import Schedule, Schedules, schedule
-from ..service.tick_times import LATE_GRACE
+from ..service.timetable import LATE_GRACE
 from .faults_commits import quiet
 from .faults_machine import suite_policy
 from .faults_models import ModelRun

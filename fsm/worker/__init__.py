@@ -9,8 +9,8 @@ and how its exit becomes an outcome) are what a service's own code touches.
 
 from __future__ import annotations
 
+from ..handling.attempt import Context, Handler, JobCancelled
 from .claims import BATCH_WINDOW
-from .context import Context, Handler, JobCancelled
 from .handlers import Handlers, HandlerSpec
 from .hooks import HookFailed, Hooks
 from .leases import DEFAULT_CANCEL_GRACE

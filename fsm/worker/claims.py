@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import IllegalTransition, JobFSMError, LeaseLost, StoreError
+from ..handling.attempt import run_attempt, run_attempt_async
 from ..inputs import KindPolicy
 from ..lifecycle.limits import job_keys
 from ..ports import Attempt, ExecutorFull, Outcome, Wakeup
@@ -22,7 +23,6 @@ from ..records import Job
 from ..service.engine import Engine
 from ..service.limits import worker_caps
 from ..text import clean_text
-from .context import run_attempt, run_attempt_async
 from .handlers import HandlerSpec
 from .runs import Run
 from .state import Shared, backoff

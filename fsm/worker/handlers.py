@@ -8,11 +8,11 @@ from typing import Any
 import attrs
 
 from ..errors import BadInput
+from ..handling.attempt import Handler, handler_path, is_async, typed_path
 from ..inputs import KindPolicy, check_name
 from ..lifecycle.limits import Limit, checked
 from ..service.reconcile import DEFAULT_RECONCILE_TIMEOUT, Reconcile, Reconciler
 from ..service.schedules import Schedule, schedule
-from .context import Handler, handler_path, is_async, typed_path
 from .hooks import Hook, Hooks, check_hook
 
 

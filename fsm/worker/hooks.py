@@ -12,39 +12,36 @@
 A hook that raises stops the worker: `Worker.run()` raises `HookFailed` naming the
 hook, its function and the error (the CLI prints that one line and exits with status
 2). A `child_init` that fails in a child started later (to replace a dead one) stops
-the worker the same way, after a drain. docs/workers.md, "Set-up and clean-up hooks".
+the worker the same way, after a drain (the child runs it: `fsm.handling.child`).
+docs/workers.md, "Set-up and clean-up hooks".
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
-from ..errors import JobFSMError
-from .context import handler_path, resolve
+from ..errors import HookFailed
+from ..handling.attempt import handler_path
+from ..handling.child import describe
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "HOOK_NAMES",
+    "Hook",
+    "HookFailed",
+    "Hooks",
+    "InitsChildren",
+    "call_hook",
+    "check_hook",
+]
+
 Hook = Callable[[], object]
 HOOK_NAMES = ("worker_init", "worker_exit", "child_init")
-
-
-class HookFailed(JobFSMError):
-    """A worker's set-up or clean-up hook raised: the worker stops (or did not start)."""
-
-    def __init__(self, hook: str, target: str, error: str) -> None:
-        self.hook = hook
-        self.target = target
-        self.error = error
-        super().__init__(f"{hook} hook {target} failed: {error}; the worker stops")
-
-
-def describe(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def call_hook(hook: str, fn: Hook) -> None:
@@ -55,16 +52,6 @@ def call_hook(hook: str, fn: Hook) -> None:
         fn()
     except Exception as err:
         raise HookFailed(hook, target, describe(err)) from err
-
-
-def run_child_init(target: str) -> str | None:
-    """In a child: import `target` and call it once; the error text, or None if it ran."""
-    try:
-        fn: Any = resolve(target)
-        fn()
-    except BaseException as err:  # even SystemExit: the parent must hear why
-        return describe(err)
-    return None
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any
 
 from ..errors import BadInput, JobFSMError
+from ..handling.attempt import Handler, handler_path
 from ..ports import ConfirmsDeath, Executor, HoldsSchedules, WorkerDelivery
 from ..records import Job, Owner
 from ..registry import load_delivery, load_executor
@@ -38,7 +39,6 @@ from ..service.limits import declare, worker_limits
 from ..service.maintenance import RecoveryReport
 from ..service.maintenance.retention import Retention, RetentionPlan
 from .claims import Claims
-from .context import Handler, handler_path
 from .handlers import Handlers, HandlerSpec, registering
 from .hooks import Hook, HookFailed, Hooks, InitsChildren, call_hook
 from .leases import DEFAULT_CANCEL_GRACE, Leases

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 
+from ..handling.attempt import Context, Marker
 from ..records import Job
 from ..service.identity import Identity, RunKey
-from .context import Context, Marker
 from .handlers import HandlerSpec
 
 

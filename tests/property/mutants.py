@@ -751,7 +751,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "schedules-catch-up-one-short",
         "schedules",
-        "fsm/service/tick_times.py",
+        "fsm/service/timetable.py",
         (
             (
                 'keep = s.catch_up if s.missed == "catch_up" else 0',

@@ -10,7 +10,7 @@ while schedulers run (docs/schedules.md):
    the leader dies, another leads once its lead expires (`LEAD_FOR`, well under
    `LATE_GRACE`, so a takeover makes ticks late, never missed).
 2. The leader reads each schedule's `last_tick` (newest tick handled) and `checked_at`
-   (when a scheduler last handled it) and asks `fsm.service.tick_times.due` which
+   (when a scheduler last handled it) and asks `fsm.service.timetable.due` which
    ticks to submit: all of them unless no scheduler ran for more than LATE_GRACE.
 3. It submits them, each with the idempotency key `schedule:<name>:<tick in UTC ISO
    8601>`, so a tick submitted twice (a lead that overlapped, or a scheduler that died
@@ -34,7 +34,7 @@ from ...ports import HoldsSchedules, SchedulerBeat, ScheduleRecord
 from .. import plans
 from ..kernel import KernelSource
 from ..schedules import Schedule, holding, iso, live_kinds
-from ..tick_times import LATE_GRACE, Due, due
+from ..timetable import LATE_GRACE, Due, due
 from ..writes import run
 from .report import Report
 
