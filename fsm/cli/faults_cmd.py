@@ -497,7 +497,6 @@ def _measured() -> None:
     if "faults" not in sys.argv:
         raise click.UsageError("--coverage runs from the command line (jobfsm faults ...)")
     args = [a for a in sys.argv[sys.argv.index("faults") :] if a != "--coverage"]
-    args += ["--jobs", "1"]  # every line it runs in the one process coverage.py watches
     with tempfile.TemporaryDirectory(prefix="jobfsm-coverage-") as tmp:
         data = Path(tmp) / "faults"
         code = measured_run(args, data)

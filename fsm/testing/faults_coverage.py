@@ -200,7 +200,9 @@ def _coverage() -> Any:
 
 def measured_run(args: Sequence[str], data_file: Path) -> int:
     """Run `jobfsm <args>` (a `faults` command) in a child interpreter under coverage.py,
-    measuring the rooms from the first import on (threads too), into `data_file`."""
+    measuring the rooms from the first import on (threads too), into `data_file`. In one
+    process (`--jobs 1`, after `args`: the last one given counts): coverage.py watches
+    only the process it started, not the children of `--jobs N`."""
     root = repository()
     _coverage()  # the extra is there, or MissingExtra names it
     cmd = [
@@ -214,6 +216,8 @@ def measured_run(args: Sequence[str], data_file: Path) -> int:
         "-m",
         "fsm.cli",
         *args,
+        "--jobs",
+        "1",
     ]
     return subprocess.run(cmd, check=False).returncode
 
