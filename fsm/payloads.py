@@ -43,13 +43,20 @@ def type_path(tp: type) -> str:
     return f"{tp.__module__}:{tp.__qualname__}"
 
 
+def import_named(path: str) -> Any:
+    """The object "module:qualname" names (a handler, a payload type), imported; raises
+    ImportError, AttributeError or ValueError when it cannot be, for the caller to name."""
+    module_name, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def resolve_type(path: str) -> type:
     """Import a payload type by "module:qualname" (BadInput naming it if it cannot be)."""
-    module_name, _, qualname = path.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        obj = import_named(path)
     except (ImportError, AttributeError, ValueError) as err:
         raise BadInput(f"payload type {path!r} cannot be imported: {err}") from err
     if not isinstance(obj, type):

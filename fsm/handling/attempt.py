@@ -9,7 +9,6 @@ rebuilt from JSON and the handler is imported by name: nothing is pickled
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import logging
 import threading
@@ -337,11 +336,8 @@ def typed_path(path: str, payload_type: type | None) -> str:
 
 def resolve(path: str) -> Handler:
     """Import a handler by "module:qualname"; a bad path raises Permanent naming it."""
-    module_name, _, qualname = path.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        obj = payloads.import_named(path)
     except (ImportError, AttributeError, ValueError) as err:
         raise Permanent(f"handler {path!r} cannot be imported: {err}") from err
     if not callable(obj):
