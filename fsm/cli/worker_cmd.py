@@ -32,7 +32,7 @@ from ..service.maintenance.retention import (
 from ..worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_INTERVAL, Worker
 from ..worker.collector import tune_collector
 from ..worker.handlers import HandlerSpec
-from ..worker.scheduler import DEFAULT_SCHEDULE_INTERVAL, MAX_SCHEDULE_INTERVAL
+from ..worker.ticker import DEFAULT_SCHEDULE_INTERVAL, MAX_SCHEDULE_INTERVAL
 from .apps import DEFAULT_APP_OBJECT, load_app
 from .logsetup import setup_logging
 from .options import (

@@ -6,7 +6,7 @@ earlier attempt's progress for the current one's:
 
     {"at": 1767225600.5, "attempt": 2, "fence": 3, "progress": {"done": 40, "of": 100}}
 
-Writing it is the worker's (`fsm.worker.progress`); reading it is for `jobfsm
+Writing it is the worker's (`fsm.worker.saving`); reading it is for `jobfsm
 inspect`, `jobfsm status`, the dashboard and any process that opens the store.
 """
 

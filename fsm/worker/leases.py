@@ -1,6 +1,6 @@
 """The heartbeat thread: renews every held lease at once, and acts on what it learns.
 
-- the latest progress of the renewed runs is stored right after (`fsm.worker.progress`);
+- the latest progress of the renewed runs is stored right after (`fsm.worker.saving`);
 - a renewal that finds a cancel request asks the handler to stop, and stops it
   hard once the cancel grace has passed;
 - a renewal that finds the lease taken (the fence moved) loses that run: its
@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-from .progress import save_progress
 from .runs import Run
+from .saving import save_progress
 from .state import Shared
 
 log = logging.getLogger(__name__)

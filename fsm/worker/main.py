@@ -6,7 +6,7 @@
 - leases (`leases.Leases`): one heartbeat renews every held lease, and notices
   cancel requests and lost leases;
 - sweeps (`sweeper.Sweeper`): the one recovery sweep (`fsm.service.maintenance`), on a timer;
-- schedules (`scheduler.Scheduler`): submits the due ticks of schedules (unless disabled);
+- schedules (`ticker.Scheduler`): submits the due ticks of schedules (unless disabled);
 - retention (`retainer.Retainer`): prunes finished jobs past their retention, one worker
   at a time (only with `retention=`).
 
@@ -45,9 +45,9 @@ from .leases import DEFAULT_CANCEL_GRACE, Leases
 from .reports import DEFAULT_REPORT_BATCH, Reporter
 from .retainer import Retainer
 from .runs import Run
-from .scheduler import DEFAULT_SCHEDULE_INTERVAL, Scheduler
 from .state import Shared
 from .sweeper import Sweeper
+from .ticker import DEFAULT_SCHEDULE_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import IllegalTransition, JobFSMError, LeaseLost
 from ..ports import Outcome
 from ..records import Job
-from .progress import save_progress
 from .runs import Run
+from .saving import save_progress
 from .state import Shared
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The scheduler thread: submits the due ticks of every schedule (`fsm.service.maintenance.ticks`).
+"""The scheduler thread (`Scheduler`): submits the due ticks of every schedule.
 
 Every worker runs one unless told not to (`Worker(scheduler=False)`, `jobfsm worker
 --no-scheduler`); however many run, one leads the passes and each tick is submitted

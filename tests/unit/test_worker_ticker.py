@@ -16,7 +16,7 @@ from fsm.errors import BadInput
 from fsm.ports import ScanRequest
 from fsm.service.schedules import Schedules, tick_key
 from fsm.worker import Context, Handlers, Worker
-from fsm.worker.scheduler import MAX_SCHEDULE_INTERVAL
+from fsm.worker.ticker import MAX_SCHEDULE_INTERVAL
 
 ALL = ("queued", "leased", "running", "succeeded", "failed", "retry_wait")
 
