@@ -7,6 +7,9 @@ import re
 from adapters._rows import AUDIT_COLUMNS, JOB_COLUMNS
 from fsm.errors import BadInput
 
+#: what a checked apply statement fails with when a row was not written as decided
+UNWRITTEN = "jobfsm claim: locked jobs written"
+
 # Types of the columns, for the `unnest(%s::type[], ...)` batch statements.
 JOB_TYPES: dict[str, str] = {
     "id": "text",
@@ -174,7 +177,7 @@ class Statements:
         one_entry = ", ".join(f"%s::{t}" for t in AUDIT_TYPES.values())
         self._one_entry = one_entry
         self._audit_cols = audit_cols
-        self._changed: dict[tuple[tuple[str, ...], bool, bool, tuple[bool, ...]], str] = {}
+        self._changed: dict[tuple[tuple[str, ...], bool, bool, tuple[bool, ...], bool], str] = {}
         self._audits: dict[tuple[bool, ...], str] = {}
         self.copy_jobs = f"COPY {jobs} ({job_cols}) FROM STDIN"
         self.copy_events = f"COPY {events} ({audit_cols}) FROM STDIN"
@@ -235,14 +238,19 @@ class Statements:
         batch: bool,
         audited: bool,
         varying: tuple[bool, ...] = (),
+        checked: bool = False,
     ) -> str:
         """`apply` / `apply_one` setting only `columns` (the ones the decisions change).
 
         Parameters: batch, the rows (id, prev_version, *columns) and then the audit
         entries as `batch_rows` takes them, `varying` flagging their columns in that
         order; one decision, the column values, `id`, `prev_version`, then the entry.
+
+        `checked`: the statement answers nothing and fails its transaction (with
+        `UNWRITTEN`) unless it wrote as many rows as its last parameter says, so a
+        caller that pipelines its commit behind it reads no answer before the commit.
         """
-        key = (columns, batch, audited, varying)
+        key = (columns, batch, audited, varying, checked)
         statement = self._changed.get(key)
         if statement is not None:
             return statement
@@ -278,7 +286,13 @@ class Statements:
                     f"(VALUES ({self._one_entry})) AS e({audit_cols}) "
                     "WHERE EXISTS (SELECT 1 FROM upd))"
                 )
-        statement += " SELECT id FROM upd"
+        if checked:  # count(*) is no constant: the failing branch runs only when taken
+            statement += (
+                f" SELECT CASE WHEN count(*) <> %s THEN ('{UNWRITTEN} ' || count(*))::int "
+                "ELSE 0 END FROM upd"
+            )
+        else:
+            statement += " SELECT id FROM upd"
         if len(self._changed) >= 256:  # bounded; a few column sets cover the lifecycle
             self._changed.clear()
         self._changed[key] = statement

@@ -25,7 +25,7 @@ from fsm.ports import ClaimRequest
 from fsm.records import Decision, Job
 
 from ._base import Conn, roll_back
-from ._sql import ClaimShape
+from ._sql import UNWRITTEN, ClaimShape
 from ._url import Settings
 from .limits import GATE_CLOSED, Counting, Gate, PostgresLimits, applicable_rows
 from .params import apply_statement, audit_values, batch_params, changed
@@ -197,23 +197,21 @@ class PostgresClaims(PostgresLimits):
                 # (written as in round trip 2, checked in the server), and the rate
                 # windows: one round trip with the keys locked, not two.
                 with conn.pipeline():
-                    if limited and claimed:
-                        self._send_claimed(conn, claimed)
+                    if limited and claimed:  # each fails the transaction unless all written
+                        self._send_claimed(conn, claimed, checked=True)
                     if entries:
                         varying, rows = batch_params([audit_values(e) for e in entries])
                         conn.execute(self.sql.audit_insert_rows(varying), rows)
-                    if limited:  # the key totals and rate windows (nothing to read)
+                    if limited:  # the key totals and rate windows, and the gate's check
                         jobs = [c.write.job for c in claimed]
                         self.mark_leases(conn, limits, jobs, request.now, gate)
-                        if claimed:  # may fail the transaction: the last before COMMIT
-                            self._check_written(conn, claimed, gate)
                     conn.execute("COMMIT", prepare=False if limited else None)
             except psycopg.Error as err:
                 if not conn.broken:
                     roll_back(conn)
                     if GATE_CLOSED in str(err):
                         raise _LimitsChanged from err  # counted again under the locks
-                    if _UNWRITTEN in str(err):
+                    if UNWRITTEN in str(err):
                         raise StoreError(
                             f"claim: not every one of the {len(claimed)} locked jobs was "
                             "written as the core decided; the claim is rolled back"
@@ -246,10 +244,14 @@ class PostgresClaims(PostgresLimits):
             )
 
     def _send_claimed(
-        self, conn: Conn, claimed: Sequence[Claimed]
+        self, conn: Conn, claimed: Sequence[Claimed], *, checked: bool = False
     ) -> list[psycopg.Cursor[tuple[Any, ...]]]:
         """Send (in the caller's pipeline) the rows of `claimed`, grouped by the columns
-        they change, then every audit entry; the cursors answer the ids written."""
+        they change, then every audit entry; the cursors answer the ids written, or
+        with `checked` nothing: each group's statement then fails the transaction in
+        the server unless it wrote every row of its group (a claim under limits reads
+        no answer before its commit, which follows in the same pipeline, never
+        prepared: an aborted pipeline then skips no statement the connection prepares)."""
         writes = [c.write for c in claimed]
         groups: dict[tuple[str, ...], list[Decision]] = {}
         for w in writes:  # a job whose start was refused is only leased: other columns
@@ -257,54 +259,13 @@ class PostgresClaims(PostgresLimits):
         entries = [e for c in claimed for e in c.entries]
         # the rows without their entries: those are all written below
         cursors = [
-            conn.execute(*apply_statement(self.sql, g, columns, audited=False))
+            conn.execute(*apply_statement(self.sql, g, columns, audited=False, checked=checked))
             for columns, g in groups.items()
         ]
         if entries:
             varying, rows = batch_params([audit_values(e) for e in entries])
             conn.execute(self.sql.audit_insert_rows(varying), rows)
         return cursors
-
-    def _check_written(self, conn: Conn, claimed: Sequence[Claimed], gate: Gate | None) -> None:
-        """Send (in the caller's pipeline, just before its commit, which is never
-        prepared: an aborted pipeline then skips no statement the connection prepares)
-        one statement that fails the transaction unless every row of `claimed` now
-        holds the version decided and, for a claim counted ahead of the key locks,
-        `gate` holds: a claim that reads no answer before its commit checks in the
-        server."""
-        writes = [c.write for c in claimed]
-        # OFFSET 0: a primary-key lookup per row written, never a scan of the table
-        # joined by hash (the planner's choice on a young table)
-        written = (
-            "WITH written AS (SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[]) "
-            f"AS w(id, version), LATERAL (SELECT 1 FROM {self.sql.jobs} AS j "
-            f"WHERE j.id = w.id AND j.version = w.version OFFSET 0) AS found)"
-        )
-        params: list[Any] = [[w.job.id for w in writes], [w.job.version for w in writes]]
-        unwritten = f"WHEN written.n <> %s THEN ('{_UNWRITTEN} ' || written.n)::int"
-        if gate is None or not gate.limits:
-            # no gate, no branch of it: a gate of constants would make its failure a
-            # constant the planner may evaluate ahead of the CASE (it did: a claim under
-            # no limit of its jobs failed as "limits moved since the count 0")
-            conn.execute(
-                f"{written} SELECT CASE {unwritten} ELSE 0 END FROM written",
-                [
-                    *params,
-                    len(writes),
-                ],
-            )
-            return
-        holds, gate_params = self.gate_count(gate)
-        conn.execute(
-            f"{written}, gate AS ({holds}) SELECT CASE {unwritten} "
-            f"WHEN gate.n <> %s THEN ('{GATE_CLOSED} ' || gate.n)::int ELSE 0 END "
-            "FROM written, gate",
-            [*params, *gate_params, len(writes), len(gate.limits)],
-        )
-
-
-#: what the server's check of a claim's writes under limits fails with
-_UNWRITTEN = "jobfsm claim: locked jobs written"
 
 
 class _LimitsChanged(Exception):

@@ -9,7 +9,7 @@ without limits take no such lock. Two ways to hold it:
 - counted under the lock (`count_under_limits`, `admit_counted`): take the locks,
   count the jobs holding a slot and the leases within each rate window, read the
   clock again and lease what the budget admits;
-- counted ahead of it (`locked=False`, `admit_ahead`, `send_gate`): count without
+- counted ahead of it (`locked=False`, `admit_ahead`, `mark_leases` with a gate): count without
   the locks in the claim's first round trip, decide, then take the locks with the
   writes and the commit, and check there that no more leases were granted under
   each key since the count (`limits.leased`, a running total every claim under
@@ -23,6 +23,7 @@ without limits take no such lock. Two ways to hold it:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -93,11 +94,13 @@ class Gate:
     allowance: Sequence[int]
 
 
-#: what a claim's gate fails with (`PostgresLimits.send_gate`)
+#: what a claim's gate fails with (`PostgresLimits.mark_leases`)
 GATE_CLOSED = "jobfsm claim: limits moved since the count"
+#: take the advisory locks of a JSON array of lock ids, in one order (no deadlock)
 _LOCK_KEYS = (
     "SELECT count(pg_advisory_xact_lock(k)) FROM "
-    "(SELECT unnest(%s::int8[]) AS k ORDER BY 1) AS keys"
+    "(SELECT e.k::int8 AS k FROM jsonb_array_elements_text(%s::jsonb) AS e(k) ORDER BY 1) "
+    "AS keys"
 )
 
 
@@ -228,7 +231,7 @@ class PostgresLimits(Connected):
         held_reads: list[tuple[str, Any]] = []
         rate_reads: list[tuple[str, Any]] = []
         if ids and locked:
-            conn.execute(_LOCK_KEYS, (ids,))
+            conn.execute(_LOCK_KEYS, (json.dumps(ids),))
         for column in ("kind", "queue"):
             names = [lim.name for lim in limits if lim.scope == column]
             names += [k.partition(":")[2] for k in caps if k.startswith(f"{column}:")]
@@ -282,7 +285,7 @@ class PostgresLimits(Connected):
         before the counts), read the clock again and let the budget admit, past the
         kinds and queues it holds back as `admit_counted` does. Returns the retimed
         request, the pre-images to lease and the gate their commit must pass under the
-        key locks (`send_gate`): only the limits of the jobs granted, so a kind held at
+        key locks (`mark_leases`): only the limits of the jobs granted, so a kind held at
         its cap costs the claims of the other kinds no lock and no wait.
 
         Every job holding a slot at the time of these leases either held it at the
@@ -341,31 +344,6 @@ class PostgresLimits(Connected):
         self.spent_kinds = tuple(budget.blocked("kind"))
         return request, got, held, recent
 
-    def gate_count(self, gate: Gate | None) -> tuple[str, list[Any]]:
-        """A query of one row and column `n` and its parameters: how many limits of
-        `gate` hold (it holds when all do). Run after `mark_leases` with `gate` added
-        this claim's leases to the totals under the key locks. No gate: n = 0 of 0."""
-        if gate is None or not gate.limits:
-            return "SELECT 0 AS n", []
-        sql = (
-            "SELECT count(*) AS n FROM unnest(%s::text[], %s::int8[], %s::int8[], "
-            "%s::float8[], %s::float8[], %s::int8[], %s::int8[]) "
-            "AS g(key, concurrency, rate, period, at, leased, allowed) "
-            f"JOIN {self._limits_table('limits')} AS l ON l.key = g.key "
-            "AND (l.concurrency, l.rate, l.period, l.at) IS NOT DISTINCT FROM "
-            "(g.concurrency, g.rate, g.period, g.at) "
-            "AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed"
-        )
-        return sql, [
-            [lim.key for lim in gate.limits],
-            [lim.concurrency for lim in gate.limits],
-            [lim.rate for lim in gate.limits],
-            [lim.period for lim in gate.limits],
-            [lim.at for lim in gate.limits],
-            list(gate.leased),
-            list(gate.allowance),
-        ]
-
     def mark_leases(
         self,
         conn: Conn,
@@ -377,38 +355,79 @@ class PostgresLimits(Connected):
         """Add the leases of `jobs` to the running totals of `limits` and to their rate
         windows, and forget the leases that left each window (same transaction, under
         the key locks: a claim counted ahead of them, `gate`, takes them here; no result
-        is read, so it pipelines)."""
+        is read, so it pipelines). With `gate`, the same statement fails the transaction
+        (`GATE_CLOSED`) unless every limit of `gate` holds: unchanged since the count,
+        and no more leases granted under its key since then, these included (the
+        totals the bump returns), than the count left room for.
+
+        The rows go as JSON documents, one parameter per part: a claim sends this on
+        every lease under a limit, and an array parameter costs the driver several
+        times what one text does (floats cross exactly: JSON numbers are their
+        shortest round-trip text)."""
         if gate is not None and gate.limits:
             ids = sorted({lock_id(self.schema, lim.key) for lim in gate.limits})
-            conn.execute(_LOCK_KEYS, (ids,))
+            conn.execute(_LOCK_KEYS, (json.dumps(ids),))
         granted = Counter(k for job in jobs for k in job_keys(job))
-        bumps = [(lim.key, granted[lim.key]) for lim in limits if granted[lim.key]]
+        bumps = [[lim.key, granted[lim.key]] for lim in limits if granted[lim.key]]
         marks = Counter(rate_marks(limits, jobs, now))  # one row per key and time
-        starts = [(lim.key, window_start(lim, now)) for lim in limits if lim.rate is not None]
+        starts = [[lim.key, window_start(lim, now)] for lim in limits if lim.rate is not None]
+        gated = gate is not None and bool(gate.limits)
         parts: list[str] = []
         params: list[Any] = []
-        if bumps:  # the keys' running totals, which claims counting ahead check
+        if bumps or gated:  # the keys' running totals, which claims counting ahead check
             parts.append(
-                f"UPDATE {self._limits_table('limits')} AS l SET leased = l.leased + u.n "
-                "FROM unnest(%s::text[], %s::int8[]) AS u(key, n) WHERE l.key = u.key"
+                f"bumped AS (UPDATE {self._limits_table('limits')} AS l "
+                "SET leased = l.leased + u.n "
+                "FROM jsonb_to_recordset(%s::jsonb) AS u(key text, n int8) "
+                "WHERE l.key = u.key "
+                "RETURNING l.key, l.concurrency, l.rate, l.period, l.at, l.leased)"
             )
-            params += [[k for k, _ in bumps], [n for _, n in bumps]]
+            params.append(_rows(("key", "n"), bumps))
         leases = self._limits_table("limit_leases")
         if starts:  # the leases that left each rate window
             parts.append(
-                f"DELETE FROM {leases} AS l USING unnest(%s::text[], %s::float8[]) "
-                "AS w(key, start) WHERE l.key = w.key AND l.at <= w.start"
+                f"expired AS (DELETE FROM {leases} AS l "
+                "USING jsonb_to_recordset(%s::jsonb) AS w(key text, start float8) "
+                "WHERE l.key = w.key AND l.at <= w.start)"
             )
-            params += [[k for k, _ in starts], [t for _, t in starts]]
+            params.append(_rows(("key", "start"), starts))
         if marks:
             parts.append(
-                f"INSERT INTO {leases} (key, at, n) "
-                "SELECT * FROM unnest(%s::text[], %s::float8[], %s::int8[])"
+                f"marked AS (INSERT INTO {leases} (key, at, n) SELECT m.key, m.at, m.n "
+                "FROM jsonb_to_recordset(%s::jsonb) AS m(key text, at float8, n int8))"
             )
-            params += [[k for k, _ in marks], [t for _, t in marks], list(marks.values())]
-        if parts:  # one statement: each part a data-modifying CTE, all of them run
-            ctes = ", ".join(f"m{n} AS ({part})" for n, part in enumerate(parts))
-            conn.execute(f"WITH {ctes} SELECT 1", params)
+            params.append(_rows(("key", "at", "n"), [[k, t, n] for (k, t), n in marks.items()]))
+        if gate is None or not gate.limits:
+            if parts:  # one statement: each part a data-modifying CTE, all of them run
+                conn.execute(f"WITH {', '.join(parts)} SELECT 1", params)
+            return
+        # `bumped`: the rows as the bump left them; a key of the gate the bump did not
+        # reach finds no row there, so the gate fails closed (counted again, locked)
+        parts.append(
+            "gate AS (SELECT count(*) AS n FROM jsonb_to_recordset(%s::jsonb) "
+            "AS g(key text, concurrency int8, rate int8, period float8, at float8, "
+            "leased int8, allowed int8) "
+            "JOIN bumped AS l ON l.key = g.key "
+            "AND (l.concurrency, l.rate, l.period, l.at) IS NOT DISTINCT FROM "
+            "(g.concurrency, g.rate, g.period, g.at) "
+            "AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed)"
+        )
+        gated_rows = [
+            [lim.key, lim.concurrency, lim.rate, lim.period, lim.at, leased, allowed]
+            for lim, leased, allowed in zip(gate.limits, gate.leased, gate.allowance, strict=True)
+        ]
+        fields = ("key", "concurrency", "rate", "period", "at", "leased", "allowed")
+        # gate.n is no constant: the failing branch runs only when taken
+        conn.execute(
+            f"WITH {', '.join(parts)} SELECT CASE WHEN gate.n <> %s "
+            f"THEN ('{GATE_CLOSED} ' || gate.n)::int ELSE 0 END FROM gate",
+            [*params, _rows(fields, gated_rows), len(gate.limits)],
+        )
+
+
+def _rows(fields: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """`rows` as the JSON document `jsonb_to_recordset` reads with `fields`."""
+    return json.dumps([dict(zip(fields, row, strict=True)) for row in rows])
 
 
 def applicable_rows(rows: Sequence[Sequence[Any]], request: ClaimRequest) -> list[Limit]:

@@ -82,6 +82,7 @@ def apply_statement(
     columns: tuple[str, ...] | None = None,
     *,
     audited: bool | None = None,
+    checked: bool = False,
 ) -> tuple[str, list[Any]]:
     """The apply statement and its parameters, setting only the changed columns.
 
@@ -93,8 +94,11 @@ def apply_statement(
 
     A caller that grouped the decisions by their changed columns passes them
     (`columns`); `audited=False` writes the rows without their audit entries
-    (a claim-and-start writes every entry of a job in one statement of its own).
+    (a claim-and-start writes every entry of a job in one statement of its own);
+    `checked` (with `columns`) fails the transaction in the server unless every row
+    is written, and answers nothing (`Statements.apply_changed`).
     """
+    assert not checked or (columns is not None and audited is not None), "checked: name both"
     if columns is None:
         changes = {changed(d) for d in decisions}
         if len(changes) != 1:
@@ -111,7 +115,9 @@ def apply_statement(
         params = [*_values_of(columns)(d.job), d.job.id, d.previous.version]
         if entries:
             params += [getattr(entries[0], c) for c in AUDIT_COLUMNS]
-        return sql.apply_changed(columns, batch=False, audited=audited), params
+        if checked:
+            params.append(1)
+        return sql.apply_changed(columns, batch=False, audited=audited, checked=checked), params
     values = _values_of(columns)
     rows = [
         [d.job.id, d.previous.version if d.previous is not None else None, *values(d.job)]
@@ -122,7 +128,12 @@ def apply_statement(
         audit_varying, audit_params = batch_params([audit_values(e) for e in entries])
         varying += audit_varying
         params += audit_params
-    return sql.apply_changed(columns, batch=True, audited=audited, varying=varying), params
+    if checked:
+        params.append(len(decisions))
+    statement = sql.apply_changed(
+        columns, batch=True, audited=audited, varying=varying, checked=checked
+    )
+    return statement, params
 
 
 def apply_params(decisions: Sequence[Decision]) -> list[Any]:

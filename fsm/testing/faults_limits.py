@@ -165,6 +165,14 @@ RACE_AGAIN: dict[str, Any] = {
 }
 
 
+#: checked first too: RACE_AGAIN with the capped kind's limit the only one stored (no
+#: rate limit): each racing claim then leases under every limit that applies to it, so
+#: the commit's check of the leases granted since the count is all that stands between
+#: four claimers and a fourth slot (a check that names no limit, or the wrong ones,
+#: lets them all through; naming a limit the claim did not lease under fails closed)
+RACE_ONE_LIMIT: dict[str, Any] = {**RACE_AGAIN, "rate": None}
+
+
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
     out: list[tuple[float, float]] = []
@@ -230,6 +238,7 @@ class LimitsModel:
         @example(example=RATE_WINDOW_EDGE)
         @example(example=SPENT_THEN_FREED)
         @example(example=RACE_AGAIN)
+        @example(example=RACE_ONE_LIMIT)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()
@@ -300,7 +309,8 @@ class _Example:
             self.others.append(job.id)
         try:
             self._set(self.capped, concurrency=x["concurrency"])
-            self._set(self.rated, rate=x["rate"], period=x["period"])
+            if x["rate"] is not None:  # None: the rated kind runs without a limit
+                self._set(self.rated, rate=x["rate"], period=x["period"])
             if x["queue_limit"] is not None:
                 self._set(f"queue:{self.queue}", concurrency=x["queue_limit"])
             for step in x["steps"]:
@@ -615,6 +625,8 @@ class _Example:
                 )
         self.ctx.stats.checks["L1 never more than N holding a slot of a limited key"] += 1
         x = self.x
+        if x["rate"] is None:
+            return
         breaches_r = rate_breaches(leases.get(self.rated, []), x["rate"], x["period"])
         if breaches_r:
             t, n = breaches_r[0]

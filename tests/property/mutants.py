@@ -851,7 +851,7 @@ PATCHES: tuple[Patch, ...] = (
         "postgres-limits-gate-ignores-leases-since",
         "limits",
         "adapters/postgres/limits.py",
-        (('"AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed"', '"AND true"'),),
+        (('"AND l.leased >= g.leased AND l.leased - g.leased <= g.allowed)"', '"AND true)"'),),
         ("postgres",),
         "a PostgreSQL claim counted ahead of the key locks commits without checking the "
         "leases granted since its count: racing claimers each lease the room they counted",
