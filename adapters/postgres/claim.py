@@ -109,8 +109,15 @@ class PostgresClaims(PostgresLimits):
             None if seen is None or not (seen or request.caps) else applicable_rows(seen, request)
         )
         counted = self.sql.lock((*shape[:3], True, shape[4], True))
+        # within the handle's last counts while they hold a whole claim at the running
+        # totals the last claim read (checked again at the totals this one reads)
+        cached = (
+            expected is not None
+            and seen is not None
+            and self.counts_cover(expected, {r[0]: r[8] for r in seen}, request)
+        )
         try:
-            return self._lease(request, statement, params, expected, counted)
+            return self._lease(request, statement, params, expected, counted, cached=cached)
         except _LimitsChanged:
             return self._claim_once(request, skip, ahead=False)
 
@@ -121,6 +128,8 @@ class PostgresClaims(PostgresLimits):
         params: dict[str, Any],
         expected: list[Limit] | None,
         counted: str,
+        *,
+        cached: bool,
     ) -> tuple[list[Job], list[str]]:
         claimed: list[Claimed] = []
         refused: list[str] = []
@@ -138,7 +147,7 @@ class PostgresClaims(PostgresLimits):
                     stored = conn.execute(self._limits_select)
                     if expected is not None:  # ahead of the key locks (taken at the commit)
                         counting = self.count_under_limits(
-                            conn, request, expected, counted, params, locked=False
+                            conn, request, expected, counted, params, locked=False, cached=cached
                         )
                     elif not request.caps:  # a worker's own caps count every claim
                         cursor = conn.execute(statement, params)

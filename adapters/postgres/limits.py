@@ -48,6 +48,7 @@ from ..rows import LIMIT_FIELDS, job_from_values, limit_from_row, limit_to_row
 from . import migrations
 from ._base import Conn, Connected
 from ._sql import state_list
+from ._url import Settings
 
 _MARKS = ", ".join("%s" for _ in LIMIT_FIELDS)
 
@@ -68,18 +69,32 @@ class Counting:
     recent: list[tuple[str, Any]]
     first: Any
     guess: tuple[str, ...] = ()
+    #: nothing counted: the claim leases within the counts its handle kept (`Count`)
+    cached: bool = False
 
-    def read(self) -> tuple[dict[str, int], dict[str, int], list[Job]]:
-        """(jobs holding a slot, leases in the rate window, by key; the candidates)."""
-        held: dict[str, int] = {}
-        for column, cursor in self.held:
-            for name, n in cursor.fetchall():
-                held[f"{column}:{name}"] = int(n)
-        recent: dict[str, int] = {}
-        for key, cursor in self.recent:
-            row = cursor.fetchone()
-            recent[key] = int(row[0]) if row else 0
-        return held, recent, [job_from_values(r) for r in self.first.fetchall()]
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(jobs holding a slot, leases in the rate window), by key."""
+        return read_counts(self.held, self.recent)
+
+    def candidates(self) -> list[Job]:
+        """The first candidates, locked with the counts."""
+        return [job_from_values(r) for r in self.first.fetchall()]
+
+
+def read_counts(
+    held_reads: Sequence[tuple[str, Any]], recent_reads: Sequence[tuple[str, Any]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The answers of `PostgresLimits._send_counts`: (jobs holding a slot, leases in
+    the rate window), by key."""
+    held: dict[str, int] = {}
+    for column, cursor in held_reads:
+        for name, n in cursor.fetchall():
+            held[f"{column}:{name}"] = int(n)
+    recent: dict[str, int] = {}
+    for key, cursor in recent_reads:
+        row = cursor.fetchone()
+        recent[key] = int(row[0]) if row else 0
+    return held, recent
 
 
 @attrs.frozen
@@ -92,6 +107,27 @@ class Gate:
     limits: Sequence[Limit]
     leased: Sequence[int]
     allowance: Sequence[int]
+
+
+@attrs.frozen
+class Count:
+    """What a count ahead of the key locks left for later claims of its handle: the
+    limit as counted, the key's running total of leases read before the count
+    (`leased`), and the room the count found (`allowance`). The argument of
+    `admit_ahead` holds for any such count, however old: every job holding a slot
+    now held it at the count or was leased since (in the total), so a claim may
+    lease within `allowance` minus the leases granted since, and its gate checks the
+    total against this `leased` and `allowance`. The room only shrinks with age (a
+    finished job or a lease leaving its window is not credited), so an old count is
+    used while it still leaves room for a whole claim, and counted again after."""
+
+    limit: Limit
+    leased: int
+    allowance: int
+
+    def room(self, total: int) -> int:
+        """The room left when the key's running total is `total`."""
+        return self.allowance - (total - self.leased)
 
 
 #: what a claim's gate fails with (`PostgresLimits.mark_leases`)
@@ -118,6 +154,29 @@ class PostgresLimits(Connected):
     #: the claims of the other kinds no second fetch (a guess only: `_admit` fetches
     #: again when one of them has room now)
     spent_kinds: tuple[str, ...] = ()
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        #: the last count ahead of the key locks, by key (`Count`): claims of this
+        #: handle lease within it while it leaves room for a whole claim
+        self._counts: dict[str, Count] = {}
+
+    def counts_cover(
+        self, limits: Sequence[Limit], totals: dict[str, int], request: ClaimRequest
+    ) -> bool:
+        """Whether a claim of `request` under `limits` may skip its count: no cap of
+        the worker's own (counted by key every claim), and for each limit a count
+        of this handle, of the limit as it is, whose room at the running totals
+        last read (`totals`) still holds a whole claim."""
+        if request.caps or not limits:
+            return False
+        for lim in limits:
+            count = self._counts.get(lim.key)
+            if count is None or count.limit != lim:
+                return False
+            if count.room(totals.get(lim.key, 0)) < request.limit:
+                return False
+        return True
 
     def _limits_table(self, name: str) -> str:
         return f"{migrations.quote(self.schema)}.{name}"
@@ -216,22 +275,35 @@ class PostgresLimits(Connected):
         params: dict[str, Any],
         *,
         locked: bool = True,
+        cached: bool = False,
     ) -> Counting:
         """Send, inside the caller's pipeline on `conn` (the claim's open transaction),
         the statements of a claim under `limits`: lock their keys (unless not `locked`:
         a count ahead of the locks, see `admit_ahead`), count the jobs holding a slot and
-        the leases of each rate window, and lock the first candidates (`lock`: the
-        limited lock statement). Nothing is read: `admit_counted` reads the answers, so
-        all of it rides on a round trip the claim makes anyway."""
-        schema = self.schema
-        ids = sorted({lock_id(schema, lim.key) for lim in limits})
+        the leases of each rate window (unless `cached`: ahead of the locks, within the
+        handle's last counts, `counts_cover`), and lock the first candidates (`lock`:
+        the limited lock statement). Nothing is read: `admit_counted` reads the answers,
+        so all of it rides on a round trip the claim makes anyway."""
+        assert not (locked and cached), "a count under the locks is never skipped"
+        if locked:
+            ids = sorted({lock_id(self.schema, lim.key) for lim in limits})
+            if ids:
+                conn.execute(_LOCK_KEYS, (json.dumps(ids),))
+        held, recent = ([], []) if cached else self._send_counts(conn, request, limits)
+        guess = self.spent_kinds
+        first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": list(guess)})
+        return Counting(limits, lock, params, held, recent, first, guess, cached)
+
+    def _send_counts(
+        self, conn: Conn, request: ClaimRequest, limits: Sequence[Limit]
+    ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        """Send the counts of `limits` (and of the worker's own caps): the jobs holding
+        a slot by (column, cursor), the leases of each rate window by (key, cursor)."""
         jobs = self._limits_table("jobs")
         leases = self._limits_table("limit_leases")
         caps = request.caps or {}
         held_reads: list[tuple[str, Any]] = []
         rate_reads: list[tuple[str, Any]] = []
-        if ids and locked:
-            conn.execute(_LOCK_KEYS, (json.dumps(ids),))
         for column in ("kind", "queue"):
             names = [lim.name for lim in limits if lim.scope == column]
             names += [k.partition(":")[2] for k in caps if k.startswith(f"{column}:")]
@@ -259,9 +331,7 @@ class PostgresLimits(Connected):
                         ),
                     )
                 )
-        guess = self.spent_kinds
-        first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": list(guess)})
-        return Counting(limits, lock, params, held_reads, rate_reads, first, guess)
+        return held_reads, rate_reads
 
     def admit_counted(
         self, conn: Conn, request: ClaimRequest, counting: Counting
@@ -274,7 +344,9 @@ class PostgresLimits(Connected):
         The rate windows were counted from the time read before the lock: a window that
         starts earlier holds every lease the true one does, so the count is never
         short (a lease at the edge of the window may wait for the next claim)."""
-        request, got, _, _ = self._admit(conn, request, counting)
+        held, recent = counting.counts()
+        budget = Budget.of(counting.limits, held, recent, request.caps)
+        request, got = self._admit(conn, request, counting, counting.candidates(), budget)
         return request, got
 
     def admit_ahead(
@@ -293,27 +365,71 @@ class PostgresLimits(Connected):
         lease is read after the count, so a job that left its slot before the count
         left it earlier. The rate windows hold the same argument (counted from the time
         read before the count, so never short). A key no job is granted under is not
-        leased under, so its count needs no check: a job it held back stays queued."""
-        request, got, held, recent = self._admit(conn, request, counting)
+        leased under, so its count needs no check: a job it held back stays queued.
+
+        A claim that sent no count (`counting.cached`) leases within its handle's last
+        counts (`Count`); when the totals just read leave one of them short of a whole
+        claim, it counts now, in a round trip of its own, still ahead of the locks
+        (the totals were read before it): a claim never leases fewer than it asked
+        because an old count was short."""
+        limits = counting.limits
+        first = counting.candidates()
+        kept: dict[str, Count] = {}
+        budget: Budget | None = None
+        if counting.cached:
+            for lim in limits:
+                count = self._counts.get(lim.key)
+                if count is None or count.limit != lim:
+                    break
+                if count.room(leased.get(lim.key, 0)) < request.limit:
+                    break
+                kept[lim.key] = count
+            else:  # every count kept still holds a whole claim at the totals just read
+                budget = Budget({k: c.room(leased.get(k, 0)) for k, c in kept.items()})
+        if budget is None:  # counted in the first round trip, or counted now
+            if counting.cached:  # the counts kept are short of a whole claim
+                with conn.pipeline():
+                    reads = self._send_counts(conn, request, limits)
+                held, recent = read_counts(*reads)
+            else:
+                held, recent = counting.counts()
+            kept = {
+                lim.key: Count(
+                    lim,
+                    leased.get(lim.key, 0),
+                    allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)),
+                )
+                for lim in limits
+            }
+            self._counts = kept
+            budget = Budget.of(limits, held, recent, request.caps)
+        request, got = self._admit(conn, request, counting, first, budget)
         granted = Counter(k for job in got for k in job_keys(job))
         under = [lim for lim in counting.limits if granted[lim.key]]
-        allowed = [allowance(lim, held.get(lim.key, 0), recent.get(lim.key, 0)) for lim in under]
-        return request, got, Gate(under, [leased.get(lim.key, 0) for lim in under], allowed)
+        gate = [kept[lim.key] for lim in under]
+        return (
+            request,
+            got,
+            Gate(under, [c.leased for c in gate], [c.allowance for c in gate]),
+        )
 
     def _admit(
-        self, conn: Conn, request: ClaimRequest, counting: Counting
-    ) -> tuple[ClaimRequest, list[Job], dict[str, int], dict[str, int]]:
-        """Read `counting`'s answers, retime `request` and let the budget admit
-        (`claim_within`); the counts come back with the retimed request and the jobs."""
-        limits, lock, params = counting.limits, counting.lock, counting.params
-        held, recent, first = counting.read()
+        self,
+        conn: Conn,
+        request: ClaimRequest,
+        counting: Counting,
+        first: list[Job],
+        budget: Budget,
+    ) -> tuple[ClaimRequest, list[Job]]:
+        """Retime `request` and let `budget` admit (`claim_within`), starting from
+        `first`, the candidates locked with the counts."""
+        lock, params = counting.lock, counting.params
         prefetched: list[Job] | None = first
         if request.retime is not None:
             # The clock is read again after the count: a job that left its slot before
             # the count left it at an earlier time than these leases (the audit trail
             # never shows more holding a slot than the limit at any instant).
             request = request.retime()
-        budget = Budget.of(limits, held, recent, request.caps)
         base = {**params, "now": request.now, "lease_until": request.lease_until}
 
         def fetch(
@@ -342,7 +458,7 @@ class PostgresLimits(Connected):
 
         got = claim_within(request, budget, fetch)
         self.spent_kinds = tuple(budget.blocked("kind"))
-        return request, got, held, recent
+        return request, got
 
     def mark_leases(
         self,

@@ -172,6 +172,18 @@ RACE_AGAIN: dict[str, Any] = {
 #: lets them all through; naming a limit the claim did not lease under fails closed)
 RACE_ONE_LIMIT: dict[str, Any] = {**RACE_AGAIN, "rate": None}
 
+#: checked first too: a limit of 10 and four claimers racing for one job each, with no
+#: run ending: the first race counts under the locks, the second ahead of them (6 of
+#: room, each handle keeps its count), and the later ones within the counts they kept,
+#: whose room shrinks by the leases granted since (2 left after the second race, then
+#: none): a claim that took its kept count as new would let all four through each time
+KEPT_COUNTS: dict[str, Any] = {
+    **RACE_AGAIN,
+    "rate": None,
+    "concurrency": 10,
+    "steps": [("race", 4, 1)] * 4,
+}
+
 
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
@@ -239,6 +251,7 @@ class LimitsModel:
         @example(example=SPENT_THEN_FREED)
         @example(example=RACE_AGAIN)
         @example(example=RACE_ONE_LIMIT)
+        @example(example=KEPT_COUNTS)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()

@@ -882,6 +882,21 @@ PATCHES: tuple[Patch, ...] = (
         "kind is passed over while the claim leases fewer than it asked",
     ),
     Patch(
+        "postgres-limits-kept-count-taken-as-new",
+        "limits",
+        "adapters/postgres/limits.py",
+        (
+            (
+                "                kept[lim.key] = count\n",
+                "                kept[lim.key] = attrs.evolve(count, leased=leased.get(lim.key, 0))\n",
+            ),
+        ),
+        ("postgres",),
+        "a PostgreSQL claim within its handle's last count takes that count as made at the "
+        "totals it just read: the leases granted since the count are forgotten, by its "
+        "budget and by its commit's check, and a kind runs past its limit",
+    ),
+    Patch(
         "postgres-limits-other-queue-starved",
         "limits",
         "adapters/postgres/claim.py",
