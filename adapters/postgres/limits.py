@@ -84,7 +84,7 @@ class Counting:
 def read_counts(
     held_reads: Sequence[tuple[str, Any]], recent_reads: Sequence[tuple[str, Any]]
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """The answers of `PostgresLimits._send_counts`: (jobs holding a slot, leases in
+    """The answers of `PostgresLimits.send_counts`: (jobs holding a slot, leases in
     the rate window), by key."""
     held: dict[str, int] = {}
     for column, cursor in held_reads:
@@ -289,12 +289,12 @@ class PostgresLimits(Connected):
             ids = sorted({lock_id(self.schema, lim.key) for lim in limits})
             if ids:
                 conn.execute(_LOCK_KEYS, (json.dumps(ids),))
-        held, recent = ([], []) if cached else self._send_counts(conn, request, limits)
+        held, recent = ([], []) if cached else self.send_counts(conn, request, limits)
         guess = self.spent_kinds
         first = conn.execute(lock, {**params, "skip": list(params["skip"]), "blocked": list(guess)})
         return Counting(limits, lock, params, held, recent, first, guess, cached)
 
-    def _send_counts(
+    def send_counts(
         self, conn: Conn, request: ClaimRequest, limits: Sequence[Limit]
     ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
         """Send the counts of `limits` (and of the worker's own caps): the jobs holding
@@ -389,7 +389,7 @@ class PostgresLimits(Connected):
         if budget is None:  # counted in the first round trip, or counted now
             if counting.cached:  # the counts kept are short of a whole claim
                 with conn.pipeline():
-                    reads = self._send_counts(conn, request, limits)
+                    reads = self.send_counts(conn, request, limits)
                 held, recent = read_counts(*reads)
             else:
                 held, recent = counting.counts()

@@ -888,7 +888,9 @@ PATCHES: tuple[Patch, ...] = (
         (
             (
                 "                kept[lim.key] = count\n",
-                "                kept[lim.key] = attrs.evolve(count, leased=leased.get(lim.key, 0))\n",
+                "                kept[lim.key] = attrs.evolve(\n"
+                "                    count, leased=leased.get(lim.key, 0)\n"
+                "                )\n",
             ),
         ),
         ("postgres",),

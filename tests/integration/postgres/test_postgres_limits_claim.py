@@ -18,6 +18,7 @@ from adapters.postgres import open_store
 from adapters.postgres.limits import PostgresLimits, lock_id
 from fsm import Engine
 from fsm.errors import TransientStoreError
+from fsm.ports import ScanRequest
 from fsm.records import Job, Owner
 from fsm.testing.faults_limits import concurrency_breaches, holding_intervals
 
@@ -239,5 +240,91 @@ def test_a_claim_counted_ahead_whose_connection_broke_at_its_commit(
             assert admin.one("SELECT leased FROM limits WHERE key = 'kind:broken'") == 0
             assert len(engine.claim(_owner(1), limit=3)) == 2
         assert proxy.fired.is_set()
+    finally:
+        engine.store.close()
+
+
+def _leased(engine: Engine) -> int:
+    return len(engine.scan(ScanRequest(states=("leased",))))
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[PostgresLimits]:
+    """Spy on the count statements: the handles that sent them, one entry per count."""
+    sent = PostgresLimits.send_counts
+    calls: list[PostgresLimits] = []
+
+    def spy(self: PostgresLimits, *args: Any) -> Any:
+        calls.append(self)
+        return sent(self, *args)
+
+    monkeypatch.setattr(PostgresLimits, "send_counts", spy)
+    return calls
+
+
+def test_a_handle_claims_within_its_kept_count_until_it_no_longer_holds_a_claim(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a kind limited to 10 running and a handle that has read the limit
+    engine = Engine(open_store(pg_schema_url))
+    try:
+        engine.submit_many([("kept", i, {}) for i in range(12)])
+        engine.set_limit("kind:kept", concurrency=10, actor=ACTOR, reason=REASON)
+        _warm(engine)
+        counts = _counting(monkeypatch)
+        # when it claims 3, 3 and 3 (none ends) and then 3 more
+        got = [engine.claim(_owner(1), limit=3) for _ in range(4)]
+        # then the first claim counted (10 of room), the next two leased within that
+        # count (7, then 4 left), and the fourth, with 1 left, counted again and took 1
+        assert [len(g) for g in got] == [3, 3, 3, 1]
+        assert len(counts) == 2
+        assert _leased(engine) == 10
+    finally:
+        engine.store.close()
+
+
+def test_a_kept_count_short_of_a_claim_after_others_leased_is_counted_again_now(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a kind limited to 10 and two handles; the first counted (10 of room) and
+    # leased 4, then the second leased 5: the first's kept count has 1 left
+    first, second = Engine(open_store(pg_schema_url)), Engine(open_store(pg_schema_url))
+    try:
+        first.submit_many([("short", i, {}) for i in range(20)])
+        first.set_limit("kind:short", concurrency=10, actor=ACTOR, reason=REASON)
+        _warm(first)
+        _warm(second)
+        assert len(first.claim(_owner(1), limit=4)) == 4
+        assert len(second.claim(_owner(2), limit=5)) == 5
+        counts = _counting(monkeypatch)
+        # when the first claims 4, its last read totals saying its count holds 6
+        got = first.claim(_owner(1), limit=4)
+        # then it finds its count short at the totals it reads, counts now (ahead of
+        # the locks, in the same transaction) and leases the one slot left
+        assert counts == [first.store]
+        assert len(got) == 1
+        assert _leased(first) == 10
+    finally:
+        first.store.close()
+        second.store.close()
+
+
+def test_a_changed_limit_is_counted_again_not_leased_within_the_count_kept(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a handle that counted a limit of 10 and leased 2 within it
+    engine = Engine(open_store(pg_schema_url))
+    try:
+        engine.submit_many([("changed", i, {}) for i in range(12)])
+        engine.set_limit("kind:changed", concurrency=10, actor=ACTOR, reason=REASON)
+        _warm(engine)
+        assert len(engine.claim(_owner(1), limit=2)) == 2
+        # when an operator lowers the limit to 3 and the handle claims 3
+        engine.set_limit("kind:changed", concurrency=3, actor=ACTOR, reason="lowered")
+        counts = _counting(monkeypatch)
+        got = engine.claim(_owner(1), limit=3)
+        # then it counts under the new limit: one slot left, one leased
+        assert counts
+        assert len(got) == 1
+        assert _leased(engine) == 3
     finally:
         engine.store.close()
