@@ -35,8 +35,9 @@ from hypothesis.stateful import (
 
 from .. import jsonio
 from ..clock import FakeClock
-from ..errors import BadInput, IllegalTransition, LeaseLost, TransientStoreError
+from ..errors import BadInput, IllegalTransition, JobFSMError, LeaseLost, TransientStoreError
 from ..inputs import KindPolicy
+from ..lifecycle.core import decide
 from ..lifecycle.invariants import (
     dependency_problems,
     owned_states,
@@ -1049,17 +1050,13 @@ class FaultMachine(RuleBasedStateMachine):
 
     def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
         """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable
-        state without moving the fence (not a kind with a reconciler, nor a running
-        job that is not retry-safe); it leases (and starts) a due job if it holds none.
-        The run's job id and fence, or None."""
+        state without moving the fence (`_lapse_requeues`; not a kind with a
+        reconciler); if it holds none, it leases (and starts) a due job of a kind that
+        may fit. The run's job id and fence, or None."""
 
         def fits(jid: str) -> bool:
             job = self.real.get(jid)
-            return (
-                job is not None
-                and job.kind not in self.marking
-                and (phase == "leased" or job.retry_safe)
-            )
+            return job is not None and job.kind not in self.marking and self._lapse_requeues(job)
 
         held = [
             jid
@@ -1067,16 +1064,51 @@ class FaultMachine(RuleBasedStateMachine):
             if worker.held[jid].phase == phase and fits(jid)
         ]
         if not held:
-            for job in self._claim(worker, 1):
-                if not fits(job.id):
-                    return None
+            jid = self._due_for(phase, j)
+            if jid is None:
+                return None
+            for job in self._claim(worker, 1, ids=[jid]):
                 if phase == "running":
                     self._start(worker, job.id, job.fence)
-            held = [jid for jid, h in worker.held.items() if h.phase == phase and fits(jid)]
+            h = worker.held.get(jid)
+            held = [jid] if h is not None and h.phase == phase and fits(jid) else []
         if not held:
             return None
         jid = held[j % len(held)]
         return jid, worker.held[jid].fence
+
+    def _due_for(self, phase: str, j: int) -> str | None:
+        """A due job a worker may lease for a run in `phase` that `_one_behind_run` can
+        use: not of a kind with a reconciler and, for a running one, of a retry-safe
+        kind. Its id, or None."""
+        now = self.clock.now()
+        due = [
+            job.id
+            for job in self._tracked()
+            if job.kind not in self.marking
+            and (phase == "leased" or self.kinds_by_name[job.kind].retry_safe)
+            and job.state in self.lease_states
+            and job.run_after <= now
+            and (job.deadline is None or job.deadline > now)
+        ]
+        return due[j % len(due)] if due else None
+
+    def _lapse_requeues(self, job: Job) -> bool:
+        """Whether the sweep, once `job`'s lease lapsed, puts it back due under the same
+        fence: what `decide` says of its `expire` then (leased -> queued; running ->
+        retry_wait only within its recovery budget, with attempts left and before its
+        deadline, else investigate or failed), and its deadline still ahead."""
+        later = self.clock.now() + self.policy.lease.ttl + 1.0
+        try:
+            back = decide(job, "expire", later, self.policy, spec=self.spec).job
+        except JobFSMError:
+            return False
+        return (
+            back.state in self.lease_states
+            and back.fence == job.fence
+            and back.run_after <= later
+            and (back.deadline is None or back.deadline > later)
+        )
 
     @staticmethod
     def _zombie_args(event: str, fence: int, roll: int) -> dict[str, Any]:
