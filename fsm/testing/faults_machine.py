@@ -990,14 +990,8 @@ class FaultMachine(RuleBasedStateMachine):
                 self._start(zombie, jid, held.fence)
 
     @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
-    @rule(
-        w=W,
-        j=J,
-        event=st.sampled_from(ONE_BEHIND_EVENTS),
-        roll=st.integers(0, 999),
-        batched=st.booleans(),
-    )
-    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int, batched: bool) -> None:
+    @rule(w=W, j=J, event=st.sampled_from(ONE_BEHIND_EVENTS), roll=st.integers(0, 999))
+    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
         """The commonest zombie: its lease is taken over exactly once, and it reports
         with the fence just before the current one.
 
@@ -1009,9 +1003,8 @@ class FaultMachine(RuleBasedStateMachine):
         worker leases the job (fence + 1) and, unless the zombie's report is a
         `start` or `release`, starts it, so the report is legal in the job's state
         and only its fence is wrong. Then the zombie wakes and sends that report
-        through the Engine, so it reaches `decide` with the fence one behind: alone,
-        or (`batched`, for an outcome its reporter writes) through `report_many` on
-        the record it last saw, which a heartbeat may have moved too.
+        alone through the Engine, so it reaches `decide` with the fence one behind
+        (`batch_taken_over_once` sends an outcome the way its reporter writes it).
 
         Checked in the step (`_report`): I7, a report carrying a fence other than the
         job's current one raises `LeaseLost` and no applied entry for it appears
@@ -1020,9 +1013,62 @@ class FaultMachine(RuleBasedStateMachine):
         zombie = self._active(w)
         assert zombie is not None
         needs = "leased" if event in ("start", "release") else "running"
+        taken = self._take_over_once(zombie, j, needs, roll)
+        if taken is None:
+            return
+        jid, fence = taken
+        call = self._zombie_call(jid, event, fence, roll)
+        self._report(zombie, jid, event, fence, call)
+        self._reconcile(zombie, jid)
+
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, event=st.sampled_from(REPORTED), roll=st.integers(0, 999))
+    def batch_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
+        """`lease_taken_over_once` as the zombie's reporter writes it: the outcome of
+        the run taken over (a `succeed`, `fail` or `ambiguous` with the fence one
+        behind) goes in one `Engine.report_many` with the outcomes of the zombie's
+        other running jobs, each decided on the record the zombie last saw.
+
+        Every record in the batch moved since it was read (the sweep expired each
+        lapsed lease; another worker leased and started the job taken over), so
+        `report_many` writes none of them on its first pass and decides each again
+        on the record as stored now: the stale report must be decided with its own
+        fence there and refused, as it is alone, while the current one is leased
+        to another worker under fence + 1.
+
+        Checked in the step (`_report_together`, as `_report`): I7, a report carrying
+        a fence other than the job's current one raises `LeaseLost` and no applied
+        entry for it appears afterwards.
+        """
+        zombie = self._active(w)
+        assert zombie is not None
+        taken = self._take_over_once(zombie, j, "running", roll)
+        if taken is None:
+            return
+        stale, fence = taken
+        batch: list[tuple[Sent, Job, dict[str, Any]]] = []
+        for i, jid in enumerate(sorted(zombie.held, key=self.index.__getitem__)):
+            held = zombie.held[jid]
+            if held.seen is None or held.phase != "running":
+                continue
+            if jid == stale:
+                event_i, args = event, self._zombie_args(event, fence, roll)
+            else:
+                event_i, args = self._outcome(zombie, jid, (roll + 7 * i) % 1000)
+            batch.append((Sent(jid, event_i, held.fence), held.seen, args))
+        self._report_together(zombie, batch)
+
+    def _take_over_once(
+        self, zombie: SimWorker, j: int, needs: str, roll: int
+    ) -> tuple[str, int] | None:
+        """`zombie` holds a run in phase `needs` (`_one_behind_run`) and stalls past its
+        lease; the sweep expires it under the same fence; another worker leases it
+        (fence + 1) and starts it if `needs` is running; the zombie wakes, still
+        believing it holds the run. The run's job id and the zombie's fence, or None
+        (the zombie holds no such run, or no other worker is active)."""
         picked = self._one_behind_run(zombie, j, needs)
         if picked is None:
-            return
+            return None
         jid, fence = picked
         zombie.paused = True
         self._fault("worker pause")
@@ -1031,22 +1077,15 @@ class FaultMachine(RuleBasedStateMachine):
         self._sweep(judged=False)
         takers = [x for x in self.workers if x.active]
         if not takers:
-            return
+            return None
         taker = takers[roll % len(takers)]
         for job in self._claim(taker, 1, ids=[jid]):
             self._fault("lease taken over once")
             if needs == "running":
                 self._start(taker, jid, job.fence)
-        seen = zombie.held[jid].seen if jid in zombie.held else None
         zombie.paused = False
         self._fault("zombie wakes")
-        if batched and event in REPORTED and seen is not None:
-            args = self._zombie_args(event, fence, roll)
-            self._report_together(zombie, [(Sent(jid, event, fence), seen, args)])
-            return
-        call = self._zombie_call(jid, event, fence, roll)
-        self._report(zombie, jid, event, fence, call)
-        self._reconcile(zombie, jid)
+        return jid, fence
 
     def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
         """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable
