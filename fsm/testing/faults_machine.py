@@ -35,8 +35,9 @@ from hypothesis.stateful import (
 
 from .. import jsonio
 from ..clock import FakeClock
-from ..errors import BadInput, IllegalTransition, LeaseLost, TransientStoreError
+from ..errors import BadInput, IllegalTransition, JobFSMError, LeaseLost, TransientStoreError
 from ..inputs import KindPolicy
+from ..lifecycle.core import decide
 from ..lifecycle.invariants import (
     dependency_problems,
     owned_states,
@@ -989,14 +990,8 @@ class FaultMachine(RuleBasedStateMachine):
                 self._start(zombie, jid, held.fence)
 
     @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
-    @rule(
-        w=W,
-        j=J,
-        event=st.sampled_from(ONE_BEHIND_EVENTS),
-        roll=st.integers(0, 999),
-        batched=st.booleans(),
-    )
-    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int, batched: bool) -> None:
+    @rule(w=W, j=J, event=st.sampled_from(ONE_BEHIND_EVENTS), roll=st.integers(0, 999))
+    def lease_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
         """The commonest zombie: its lease is taken over exactly once, and it reports
         with the fence just before the current one.
 
@@ -1008,9 +1003,8 @@ class FaultMachine(RuleBasedStateMachine):
         worker leases the job (fence + 1) and, unless the zombie's report is a
         `start` or `release`, starts it, so the report is legal in the job's state
         and only its fence is wrong. Then the zombie wakes and sends that report
-        through the Engine, so it reaches `decide` with the fence one behind: alone,
-        or (`batched`, for an outcome its reporter writes) through `report_many` on
-        the record it last saw, which a heartbeat may have moved too.
+        alone through the Engine, so it reaches `decide` with the fence one behind
+        (`batch_taken_over_once` sends an outcome the way its reporter writes it).
 
         Checked in the step (`_report`): I7, a report carrying a fence other than the
         job's current one raises `LeaseLost` and no applied entry for it appears
@@ -1019,9 +1013,62 @@ class FaultMachine(RuleBasedStateMachine):
         zombie = self._active(w)
         assert zombie is not None
         needs = "leased" if event in ("start", "release") else "running"
+        taken = self._take_over_once(zombie, j, needs, roll)
+        if taken is None:
+            return
+        jid, fence = taken
+        call = self._zombie_call(jid, event, fence, roll)
+        self._report(zombie, jid, event, fence, call)
+        self._reconcile(zombie, jid)
+
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, event=st.sampled_from(REPORTED), roll=st.integers(0, 999))
+    def batch_taken_over_once(self, w: int, j: int, event: str, roll: int) -> None:
+        """`lease_taken_over_once` as the zombie's reporter writes it: the outcome of
+        the run taken over (a `succeed`, `fail` or `ambiguous` with the fence one
+        behind) goes in one `Engine.report_many` with the outcomes of the zombie's
+        other running jobs, each decided on the record the zombie last saw.
+
+        Every record in the batch moved since it was read (the sweep expired each
+        lapsed lease; another worker leased and started the job taken over), so
+        `report_many` writes none of them on its first pass and decides each again
+        on the record as stored now: the stale report must be decided with its own
+        fence there and refused, as it is alone, while the current one is leased
+        to another worker under fence + 1.
+
+        Checked in the step (`_report_together`, as `_report`): I7, a report carrying
+        a fence other than the job's current one raises `LeaseLost` and no applied
+        entry for it appears afterwards.
+        """
+        zombie = self._active(w)
+        assert zombie is not None
+        taken = self._take_over_once(zombie, j, "running", roll)
+        if taken is None:
+            return
+        stale, fence = taken
+        batch: list[tuple[Sent, Job, dict[str, Any]]] = []
+        for i, jid in enumerate(sorted(zombie.held, key=self.index.__getitem__)):
+            held = zombie.held[jid]
+            if held.seen is None or held.phase != "running":
+                continue
+            if jid == stale:
+                event_i, args = event, self._zombie_args(event, fence, roll)
+            else:
+                event_i, args = self._outcome(zombie, jid, (roll + 7 * i) % 1000)
+            batch.append((Sent(jid, event_i, held.fence), held.seen, args))
+        self._report_together(zombie, batch)
+
+    def _take_over_once(
+        self, zombie: SimWorker, j: int, needs: str, roll: int
+    ) -> tuple[str, int] | None:
+        """`zombie` holds a run in phase `needs` (`_one_behind_run`) and stalls past its
+        lease; the sweep expires it under the same fence; another worker leases it
+        (fence + 1) and starts it if `needs` is running; the zombie wakes, still
+        believing it holds the run. The run's job id and the zombie's fence, or None
+        (the zombie holds no such run, or no other worker is active)."""
         picked = self._one_behind_run(zombie, j, needs)
         if picked is None:
-            return
+            return None
         jid, fence = picked
         zombie.paused = True
         self._fault("worker pause")
@@ -1030,36 +1077,25 @@ class FaultMachine(RuleBasedStateMachine):
         self._sweep(judged=False)
         takers = [x for x in self.workers if x.active]
         if not takers:
-            return
+            return None
         taker = takers[roll % len(takers)]
         for job in self._claim(taker, 1, ids=[jid]):
             self._fault("lease taken over once")
             if needs == "running":
                 self._start(taker, jid, job.fence)
-        seen = zombie.held[jid].seen if jid in zombie.held else None
         zombie.paused = False
         self._fault("zombie wakes")
-        if batched and event in REPORTED and seen is not None:
-            args = self._zombie_args(event, fence, roll)
-            self._report_together(zombie, [(Sent(jid, event, fence), seen, args)])
-            return
-        call = self._zombie_call(jid, event, fence, roll)
-        self._report(zombie, jid, event, fence, call)
-        self._reconcile(zombie, jid)
+        return jid, fence
 
     def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
         """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable
-        state without moving the fence (not a kind with a reconciler, nor a running
-        job that is not retry-safe); it leases (and starts) a due job if it holds none.
-        The run's job id and fence, or None."""
+        state without moving the fence (`_lapse_requeues`; not a kind with a
+        reconciler); if it holds none, it leases (and starts) a due job of a kind that
+        may fit. The run's job id and fence, or None."""
 
         def fits(jid: str) -> bool:
             job = self.real.get(jid)
-            return (
-                job is not None
-                and job.kind not in self.marking
-                and (phase == "leased" or job.retry_safe)
-            )
+            return job is not None and job.kind not in self.marking and self._lapse_requeues(job)
 
         held = [
             jid
@@ -1067,16 +1103,51 @@ class FaultMachine(RuleBasedStateMachine):
             if worker.held[jid].phase == phase and fits(jid)
         ]
         if not held:
-            for job in self._claim(worker, 1):
-                if not fits(job.id):
-                    return None
+            jid = self._due_for(phase, j)
+            if jid is None:
+                return None
+            for job in self._claim(worker, 1, ids=[jid]):
                 if phase == "running":
                     self._start(worker, job.id, job.fence)
-            held = [jid for jid, h in worker.held.items() if h.phase == phase and fits(jid)]
+            h = worker.held.get(jid)
+            held = [jid] if h is not None and h.phase == phase and fits(jid) else []
         if not held:
             return None
         jid = held[j % len(held)]
         return jid, worker.held[jid].fence
+
+    def _due_for(self, phase: str, j: int) -> str | None:
+        """A due job a worker may lease for a run in `phase` that `_one_behind_run` can
+        use: not of a kind with a reconciler and, for a running one, of a retry-safe
+        kind. Its id, or None."""
+        now = self.clock.now()
+        due = [
+            job.id
+            for job in self._tracked()
+            if job.kind not in self.marking
+            and (phase == "leased" or self.kinds_by_name[job.kind].retry_safe)
+            and job.state in self.lease_states
+            and job.run_after <= now
+            and (job.deadline is None or job.deadline > now)
+        ]
+        return due[j % len(due)] if due else None
+
+    def _lapse_requeues(self, job: Job) -> bool:
+        """Whether the sweep, once `job`'s lease lapsed, puts it back due under the same
+        fence: what `decide` says of its `expire` then (leased -> queued; running ->
+        retry_wait only within its recovery budget, with attempts left and before its
+        deadline, else investigate or failed), and its deadline still ahead."""
+        later = self.clock.now() + self.policy.lease.ttl + 1.0
+        try:
+            back = decide(job, "expire", later, self.policy, spec=self.spec).job
+        except JobFSMError:
+            return False
+        return (
+            back.state in self.lease_states
+            and back.fence == job.fence
+            and back.run_after <= later
+            and (back.deadline is None or back.deadline > later)
+        )
 
     @staticmethod
     def _zombie_args(event: str, fence: int, roll: int) -> dict[str, Any]:

@@ -101,6 +101,7 @@ CI_PATCHES: dict[str, str] = {
     "core-release-on-any-success": "machine",  # dependencies: D1
     "reconcile-failure-read-as-not-started": "machine",  # reconcile: I7 (lose_marked_run)
     "core-stale-fence-accepted": "machine",  # fences: I7 (lease_taken_over_once)
+    "core-batched-report-takes-the-stored-fence": "machine",  # I7 (batch_taken_over_once)
     "registry-drop-by-job-id": "machine",  # held registry: I1 (old_run_ends_after_reclaim)
     "recovery-names-only-a-running-owner": "races",  # recoveries name the lost owner: I8 (races)
     "reconcile-answer-under-current-fence": "machine",  # reconcile: I7 (late_reconcile_answer)
