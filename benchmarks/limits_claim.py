@@ -23,8 +23,12 @@ does), until no job is left. The modes alternate within each repeat:
   queue). Its rate is that of the unlimited kind's jobs.
 
 It prints the median rate of each mode over the repeats and the ratio of each limited
-mode to the baseline of the same run. No limit holds a job of the kind measured back:
-the figures are the cost of counting, and of passing the held-back jobs.
+mode to the baseline of the same run, and the CPU each job cost while the claimers ran:
+this process (every claimer thread) and, on PostgreSQL, the server processes serving
+the round's own database (the pids `pg_stat_activity` names for it, read from /proc),
+so the cost ratio holds on a machine busy with other work where the rate does not. No
+limit holds a job of the kind measured back: the figures are the cost of counting, and
+of passing the held-back jobs.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ import time
 import uuid
 from typing import Any
 
+import psycopg
+
+from benchmarks.machine import process_cpu
 from benchmarks.services import fresh_store_url
 from fsm import Engine, open_store
 from fsm.records import Job, Owner
@@ -62,10 +69,35 @@ def _hold_capped(setup: Engine, capped: int) -> None:
         raise SystemExit(f"beside capped kind: {len(held)} of {CAPPED_SLOTS} slots held")
 
 
+def own_backends_cpu(url: str) -> float:
+    """CPU seconds so far of the PostgreSQL server processes connected to the database
+    of `url` (a fresh one: nothing but this round uses it), this reading's own
+    connection left out; 0 for a SQLite URL (the store runs in this process)."""
+    if not url.startswith("postgresql"):
+        return 0.0
+    base = url.split("?", 1)[0]
+    with psycopg.connect(base, autocommit=True) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+        ]
+    total = 0.0
+    for pid in pids:
+        try:
+            total += process_cpu(pid)
+        except OSError:  # ended meanwhile
+            continue
+    return total
+
+
 def one_round(
     store: str, mode: str, jobs: int, claimers: int, batch: int, *, capped: int = 0
-) -> float:
-    """Jobs per second of one mode on a fresh store of kind `store`."""
+) -> tuple[float, float]:
+    """Jobs per second of one mode on a fresh store of kind `store`, and the CPU
+    seconds per job of this process and the round's server processes meanwhile."""
     with fresh_store_url(store) as url:
         setup = Engine(open_store(url))
         try:
@@ -96,18 +128,22 @@ def one_round(
             threads = [threading.Thread(target=claim, args=(n,)) for n in range(claimers)]
             for t in threads:
                 t.start()
+            for engine in engines:  # each handle's pool connected before the window
+                engine.store.limits()
+            cpu = process_cpu() + own_backends_cpu(url)
             barrier.wait()
             started = time.perf_counter()
             for t in threads:
                 t.join()
             seconds = time.perf_counter() - started
+            cpu = process_cpu() + own_backends_cpu(url) - cpu
             if sum(done) != jobs:
                 raise SystemExit(f"{mode}: {sum(done)} of {jobs} jobs finished")
             for engine in engines:
                 engine.store.close()
         finally:
             setup.store.close()
-    return jobs / seconds
+    return jobs / seconds, cpu / jobs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,22 +158,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     rates: dict[str, list[float]] = {m: [] for m in MODES}
+    costs: dict[str, list[float]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
         for mode in MODES:
-            rate = one_round(
+            rate, cost = one_round(
                 args.store, mode, args.jobs, args.claimers, args.batch, capped=args.capped
             )
             rates[mode].append(rate)
+            costs[mode].append(cost)
     print(
         f"{args.store}: {args.jobs} jobs, {args.claimers} claimers, batches of {args.batch}, "
         f"median of {args.repeats}"
     )
     median = {m: statistics.median(r) for m, r in rates.items()}
+    cost = {m: statistics.median(c) for m, c in costs.items()}
     for mode in MODES:
-        print(f"  {mode:<18} {median[mode]:>9,.0f} jobs/s")
+        print(f"  {mode:<18} {median[mode]:>9,.0f} jobs/s  {cost[mode] * 1e6:>7.1f} us CPU/job")
     base = median[MODES[0]]
     ratios = ", ".join(f"{m} {median[m] / base:.2f}x" for m in MODES[1:])
     print(f"ratio to no limits (same run): {ratios}")
+    # the cost ratio: jobs per CPU second, as the rate ratio is jobs per wall second
+    spent = ", ".join(f"{m} {cost[MODES[0]] / cost[m]:.2f}x" for m in MODES[1:])
+    print(f"jobs per CPU second, ratio to no limits (same run): {spent}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`python -m benchmarks.limits_claim` at smoke size: every mode finishes every job on a
-real SQLite file, and the ratios follow from the rows printed. No figure is held to a
-bound (a test never times performance)."""
+real SQLite file and a real PostgreSQL database, and both ratio lines follow from the
+rows printed (jobs per wall second, jobs per CPU second). No figure is held to a bound
+(a test never times performance)."""
 
 from __future__ import annotations
 
@@ -11,24 +12,31 @@ import pytest
 from ._cli import ROOT, run_module
 
 MODES = ("no limits", "concurrency limit", "concurrency + rate", "beside capped kind")
-ROW = re.compile(r"^\s+(" + "|".join(re.escape(m) for m in MODES) + r")\s+([\d,]+) jobs/s$")
+ROW = re.compile(
+    r"^\s+(" + "|".join(re.escape(m) for m in MODES) + r")\s+([\d,]+) jobs/s\s+([\d.]+) us CPU/job$"
+)
 
 
-def test_every_mode_runs_and_the_ratios_follow_from_the_rows() -> None:
-    args = ("--store", "sqlite", "--jobs", "120", "--claimers", "2", "--repeats", "1")
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_every_mode_runs_and_the_ratios_follow_from_the_rows(store: str) -> None:
+    args = ("--store", store, "--jobs", "120", "--claimers", "2", "--repeats", "1")
     args += ("--capped", "40")
-    done = run_module("benchmarks.limits_claim", *args, cwd=ROOT, timeout=120)
+    done = run_module("benchmarks.limits_claim", *args, cwd=ROOT, timeout=180)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = {
-        m.group(1): float(m.group(2).replace(",", ""))
+        m.group(1): (float(m.group(2).replace(",", "")), float(m.group(3)))
         for line in done.stdout.splitlines()
         if (m := ROW.match(line))
     }
     assert sorted(rows) == sorted(MODES)
-    assert all(rate > 0 for rate in rows.values())
-    summary = done.stdout.splitlines()[-1]
-    base = rows["no limits"]
+    assert all(rate > 0 and cpu > 0 for rate, cpu in rows.values())
+    rates, costs = done.stdout.splitlines()[-2:]
+    assert costs.startswith("jobs per CPU second"), costs
+    (base_rate, base_cpu) = rows["no limits"]
     for mode in MODES[1:]:
-        ratio = re.search(re.escape(mode) + r" ([\d.]+)x", summary)
-        assert ratio is not None, summary
-        assert float(ratio.group(1)) == pytest.approx(rows[mode] / base, abs=0.02)
+        ratio = re.search(re.escape(mode) + r" ([\d.]+)x", rates)
+        assert ratio is not None, rates
+        assert float(ratio.group(1)) == pytest.approx(rows[mode][0] / base_rate, abs=0.02)
+        spent = re.search(re.escape(mode) + r" ([\d.]+)x", costs)
+        assert spent is not None, costs
+        assert float(spent.group(1)) == pytest.approx(base_cpu / rows[mode][1], abs=0.02)
