@@ -605,6 +605,24 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a worker whose heartbeats fail keeps its runs for two lease TTLs (others took them)",
     ),
+    Patch(
+        "hold-after-claiming",
+        "worker",
+        "fsm/worker/claims.py",
+        (
+            (
+                "            for job in jobs:\n"
+                "                s.identity.hold(job.id, job.fence)\n"
+                "        return jobs\n",
+                "        for job in jobs:\n"
+                "            s.identity.hold(job.id, job.fence)\n"
+                "        return jobs\n",
+            ),
+        ),
+        ("memory",),
+        "a worker registers its claimed runs as held only after its claim stops counting as "
+        "in flight: a sweep of its own process in between judges them dead and runs them twice",
+    ),
     # --- RabbitMQ delivery -----------------------------------------------------------
     Patch(
         "rabbitmq-ack-on-hand-out",
