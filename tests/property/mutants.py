@@ -753,6 +753,20 @@ PATCHES: tuple[Patch, ...] = (
         "its version (another writer's change is read as its own)",
     ),
     Patch(
+        "aio-insert-drops-capacity",
+        "async",
+        "adapters/postgres/aio.py",
+        (
+            (
+                'return await self.run(inserts.insert(self.target, decisions, capacity), "insert")',
+                'return await self.run(inserts.insert(self.target, decisions, None), "insert")',
+            ),
+        ),
+        ("postgres",),
+        "the asyncio store's insert drops the queue capacity: async submits overfill a "
+        "queue that sync submits respect",
+    ),
+    Patch(
         "schedules-last-tick-to-pass-time",
         "schedules",
         "fsm/service/maintenance/ticks.py",
