@@ -17,7 +17,7 @@ twin's pool on that loop, then the loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import BadInput, VersionConflict
@@ -114,6 +114,9 @@ class AsyncClient:
 
     def submit(self, kind: str, payload: Any = None, **opts: Any) -> Job:
         return self._run(self.aengine.submit(kind, payload, **opts))
+
+    def submit_many(self, items: Sequence[tuple[str, Any, Mapping[str, Any]]]) -> list[Job]:
+        return self._run(self.aengine.submit_many(items))
 
     def cancel(self, job_id: str, *, actor: str, reason: str) -> Job:
         return self._run(self.aengine.cancel(job_id, actor=actor, reason=reason))

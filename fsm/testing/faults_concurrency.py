@@ -5,8 +5,13 @@ threads at once (a barrier), each with its own store handle (its own connection
 pool or SQLite connection: as separate worker processes would hold) and its own
 owner. Each thread runs a script hypothesis drew: claim, start, succeed, fail,
 heartbeat, cancel, and sweeps on a shared fake clock that other threads move
-past the leases. The interleaving is the operating system's; hypothesis
-chooses the scripts.
+past the leases, and batch submits to a second queue with a drawn capacity
+(`Limits.queue_capacity`). On a store with an asyncio twin (PostgreSQL), in the
+examples that draw it (half), the second thread submits through
+`AsyncEngine(path="async")` over its handle's twin, the others through the
+blocking Engine, so sync and async submits race for the same room; the second
+thread's last submit is a batch that cannot fit. The interleaving is the
+operating system's; hypothesis chooses the scripts.
 
 After each round, with every thread joined:
 
@@ -16,6 +21,10 @@ After each round, with every thread joined:
 - K3 contention alone failed no call: nothing but LeaseLost, IllegalTransition
   or a lost compare-and-set came back (no "database is locked", no store error)
   when no fault was injected;
+- K4 the capacity queue never holds more waiting jobs than its capacity, a batch
+  refused with QueueFull stored none of its jobs, an accepted batch stored all
+  of them, and a batch was refused only when it did not fit (the queue only
+  fills: nobody claims from it, so its final count bounds what each submit saw);
 - every job is still there, in exactly one state, and its trail replays to its
   record (`trail_problems`).
 """
@@ -25,28 +34,32 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ..clock import FakeClock
-from ..errors import IllegalTransition, JobFSMError, LeaseLost, VersionConflict
+from ..errors import IllegalTransition, JobFSMError, LeaseLost, QueueFull, VersionConflict
 from ..inputs import KindPolicy
 from ..lifecycle.invariants import trail_problems
 from ..lifecycle.spec import lifecycle
-from ..ports import ScanRequest, Store
+from ..ports import HasAsyncStore, ScanRequest, Store
 from ..records import Job, Owner
 from ..service import maintenance as recovery
 from ..service.engine import Engine
+from .faults_async import AsyncClient
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
 
 THREADS = 4
+#: the thread that submits through AsyncEngine on a store with an asyncio twin
+ASYNC_THREAD = 1
 MAX_JOBS = 6
 #: bound on how long a round may take before it is reported as hung
 JOIN_TIMEOUT = 60.0
-OPS = ("claim", "claim", "start", "succeed", "fail", "heartbeat", "cancel", "sweep")
+OPS = ("claim", "claim", "start", "succeed", "fail", "heartbeat", "cancel", "sweep", "submit")
 EXPECTED = (LeaseLost, IllegalTransition, VersionConflict)
 #: A stale report is rejected on the record the engine read, and its `rejected`
 #: entry is appended afterwards without a compare-and-set: when another thread
@@ -59,7 +72,10 @@ LATE_REJECTION_SEEN = "concurrency: a rejected report audited after a newer tran
 
 _script = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 7)), min_size=4, max_size=12)
 _example = st.tuples(
-    st.integers(2, MAX_JOBS), st.lists(_script, min_size=THREADS, max_size=THREADS)
+    st.integers(2, MAX_JOBS),
+    st.lists(_script, min_size=THREADS, max_size=THREADS),
+    st.integers(1, 4),  # the capacity of the submit queue
+    st.booleans(),  # with an asyncio twin: ASYNC_THREAD submits through AsyncEngine
 )
 
 
@@ -76,12 +92,14 @@ class ConcurrencyModel:
 
         @ctx.settings(self.examples[ctx.size])
         @given(_example)
-        def example(plan: tuple[int, list[list[tuple[str, int]]]]) -> None:
+        def example(plan: tuple[int, list[list[tuple[str, int]]], int, bool]) -> None:
             if found:
                 return
             with ctx.database() as opener:
                 try:
-                    _Round(ctx, [opener() for _ in range(THREADS)]).play(*plan)
+                    n_jobs, scripts, capacity, aio = plan
+                    handles = [opener() for _ in range(THREADS)]
+                    _Round(ctx, handles, capacity, aio).play(n_jobs, scripts)
                 except AssertionError as err:
                     found.append(err)
 
@@ -91,13 +109,24 @@ class ConcurrencyModel:
 
 
 class _Round:
-    def __init__(self, ctx: ModelRun, handles: list[Store]) -> None:
+    def __init__(self, ctx: ModelRun, handles: list[Store], capacity: int, aio: bool) -> None:
         self.ctx = ctx
         self.spec = lifecycle()
         self.clock = FakeClock()
-        self.policy = suite_policy()
         self.queue = f"race-{uuid.uuid4().hex[:12]}"
-        kinds = {"work": KindPolicy(queue=self.queue, retry_safe=True, max_attempts=3)}
+        self.full_queue = f"full-{uuid.uuid4().hex[:12]}"
+        self.capacity = capacity
+        #: ASYNC_THREAD submits through AsyncEngine (when its handle has an asyncio twin)
+        self.async_thread = ASYNC_THREAD if aio and isinstance(handles[0], HasAsyncStore) else -1
+        base = suite_policy()
+        self.policy = attrs.evolve(
+            base,
+            limits=attrs.evolve(base.limits, queue_capacity={self.full_queue: capacity}),
+        )
+        kinds = {
+            "work": KindPolicy(queue=self.queue, retry_safe=True, max_attempts=3),
+            "fill": KindPolicy(queue=self.full_queue),
+        }
         self.engines = [
             Engine(h, clock=self.clock, policy=self.policy, kinds=kinds) for h in handles
         ]
@@ -110,6 +139,9 @@ class _Round:
         self.accepted: list[tuple[int, str, str, int]] = []
         self.errors: list[str] = []
         self.faults: Counter[str] = Counter()
+        #: (thread, batch number) -> its size, and whether it was refused (QueueFull)
+        self.batches: dict[tuple[int, int], tuple[int, bool]] = {}
+        self.aio: list[AsyncClient | None] = [None] * THREADS
 
     def play(self, n_jobs: int, scripts: list[list[tuple[str, int]]]) -> None:
         e = self.engines[0]
@@ -137,9 +169,38 @@ class _Round:
             barrier.wait(JOIN_TIMEOUT)
         except threading.BrokenBarrierError:
             return
-        for op, pick in script:
+        try:
+            self._script(i, engine, owner, held, script, ids)
+        finally:
+            client = self.aio[i]
+            if client is not None:
+                try:
+                    client.close()
+                except Exception as err:
+                    with self.lock:
+                        self.errors.append(f"thread {i} closing its AsyncEngine: {err}")
+
+    def _script(  # noqa: PLR0917  (internal: one thread's state, passed down)
+        self,
+        i: int,
+        engine: Engine,
+        owner: Owner,
+        held: dict[str, int],
+        script: list[tuple[str, int]],
+        ids: list[str],
+    ) -> None:
+        # the async thread's script ends with a batch one larger than the capacity: it
+        # never fits, whatever the race left in the queue, so its path must refuse it
+        # (the sync threads' refusals are tested by the race alone)
+        last = [("overfill", self.capacity + 1)] if i == ASYNC_THREAD else []
+        for n, (op, pick) in enumerate([*script, *last]):
             try:
-                self._op(i, engine, owner, held, op, pick, ids)
+                if op == "submit":
+                    self._submit(i, engine, (i, n), 1 + pick % 3)
+                elif op == "overfill":
+                    self._submit(i, engine, (i, n), pick)
+                else:
+                    self._op(i, engine, owner, held, op, pick, ids)
             except EXPECTED:
                 with self.lock:
                     self.faults["concurrency: lost a race (stale fence, moved job, lost CAS)"] += 1
@@ -149,6 +210,30 @@ class _Round:
             except Exception as err:  # a driver error that escaped the store's translation
                 with self.lock:
                     self.errors.append(f"thread {i} {op}: untranslated {type(err).__name__}: {err}")
+
+    def _submit(self, i: int, engine: Engine, batch: tuple[int, int], size: int) -> None:
+        """One batch of `size` jobs to the capacity queue: through AsyncEngine over the
+        handle's asyncio twin on the async thread of an example that drew it, else the
+        Engine."""
+        items: list[tuple[str, Any, dict[str, Any]]] = [
+            ("fill", {"t": batch[0], "b": batch[1], "n": k}, {}) for k in range(size)
+        ]
+        client = self.aio[i]
+        if client is None and i == self.async_thread:
+            client = self.aio[i] = AsyncClient(engine)
+        how = "async" if client is not None else "sync"
+        try:
+            if client is not None:
+                client.submit_many(items)
+            else:
+                engine.submit_many(items)
+        except QueueFull:
+            refused = True
+        else:
+            refused = False
+        with self.lock:
+            self.batches[batch] = (size, refused)
+            self.faults[f"concurrency: racing {how} submit to a queue of capacity"] += 1
 
     def _op(  # noqa: PLR0917  (internal: one thread's state, passed down)
         self,
@@ -233,8 +318,12 @@ class _Round:
             )
         stats["K3 contention alone fails no call"] += 1
         store = self.engines[0].store
-        listed = store.scan(ScanRequest(states=self.spec.states, queues=(self.queue,)))
-        seen: Counter[str] = Counter(j.id for j in listed)
+        # one scan for both queues: the race queue's jobs and the capacity queue's
+        listed = store.scan(
+            ScanRequest(states=self.spec.states, queues=(self.queue, self.full_queue))
+        )
+        self._check_capacity([j for j in listed if j.queue == self.full_queue])
+        seen: Counter[str] = Counter(j.id for j in listed if j.queue == self.queue)
         for jid in ids:
             if seen[jid] != 1:
                 raise AssertionError(f"I3 job {jid} is listed {seen[jid]} times after a race")
@@ -251,3 +340,32 @@ class _Round:
                 raise AssertionError("; ".join(problems))
             self.ctx.coverage.trail(history)
         stats["I2/I4/I5/I6/I8 audit trail and replay"] += 1
+
+    def _check_capacity(self, stored: list[Job]) -> None:
+        waiting = [j for j in stored if j.state in self.spec.sources("lease")]
+        if len(waiting) > self.capacity:
+            raise AssertionError(
+                f"K4 queue {self.full_queue} holds {len(waiting)} waiting jobs, over its "
+                f"capacity of {self.capacity} (racing sync and async submits)"
+            )
+        kept: Counter[tuple[int, int]] = Counter()
+        for job in stored:
+            p = job.payload
+            kept[(p["t"], p["b"])] += 1
+        for batch, (size, refused) in sorted(self.batches.items()):
+            if refused and kept[batch]:
+                raise AssertionError(
+                    f"K4 thread {batch[0]}'s batch {batch[1]} was refused (QueueFull) but "
+                    f"{kept[batch]} of its {size} jobs were stored"
+                )
+            if not refused and kept[batch] != size:
+                raise AssertionError(
+                    f"K4 thread {batch[0]}'s batch {batch[1]} was accepted but "
+                    f"{kept[batch]} of its {size} jobs were stored"
+                )
+            if refused and len(waiting) + size <= self.capacity:
+                raise AssertionError(
+                    f"K4 thread {batch[0]}'s batch of {size} was refused (QueueFull) though "
+                    f"the queue ends with {len(waiting)} of {self.capacity} (it fit)"
+                )
+        self.ctx.stats.checks["K4 a queue never over capacity; a refused batch stores nothing"] += 1

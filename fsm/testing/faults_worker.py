@@ -9,7 +9,13 @@ interval and when the renewals start to fail.
 
 - W1 the worker gives a run up (its handler sees `ctx.lease_lost`) before the
   run's lease lapses at the store;
-- W2 a run given up reports nothing: its result never reaches the store.
+- W2 a run given up reports nothing: its result never reaches the store;
+- W3 a run this process claimed is never judged dead by its own process: as the
+  worker's claim ends (`Identity.claiming` exits, the claim committed), a recovery
+  sweep of the worker itself (`Worker.sweep`, the worker's own identity) runs in
+  that very thread, before the claim returns to the worker's loop, and must leave
+  the run leased to the worker under its fence (a run the claim has not yet
+  registered as held would be expired as "owner_dead_not_held" and run twice).
 
 The model runs on wall-clock time (the worker's heartbeat thread sleeps for real),
 so its examples are few and short; it runs the same against every store URL.
@@ -17,8 +23,10 @@ so its examples are few and short; it runs the same against every store URL.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from hypothesis import given
@@ -27,7 +35,8 @@ from hypothesis import strategies as st
 from ..errors import TransientStoreError
 from ..inputs import KindPolicy
 from ..policies import LeasePolicy, Limits, Policy, RecoveryPolicy
-from ..ports import RenewRequest, Store
+from ..ports import ClaimRequest, RenewRequest, Store
+from ..records import Job
 from ..registry import open_store
 from ..service.engine import Engine
 from ..service.identity import Identity
@@ -45,13 +54,41 @@ class _RenewalsFail:
         self._store = store
         self.failing = threading.Event()
 
+        self.claimed: list[Job] = []
+
     def renew(self, request: RenewRequest) -> dict[str, str]:
         if self.failing.is_set():
             raise TransientStoreError("lease renewals fail (worker fault model)")
         return self._store.renew(request)
 
+    def claim(self, request: ClaimRequest) -> list[Job]:
+        got = self._store.claim(request)
+        self.claimed.extend(got)
+        return got
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+class _SweepAsClaimsEnd(Identity):
+    """The worker's identity, whose `claiming()` runs `on_claimed(jobs)` as it exits
+    after a claim that leased `jobs`: the first moment the process no longer says a
+    claim is in flight, still in the worker's claim thread, before the claim returns.
+    The production claim path is unchanged; this is only a hook point on it."""
+
+    def __init__(self, claimed: list[Job]) -> None:
+        super().__init__()
+        self._claimed = claimed
+        self.on_claimed: Callable[[list[Job]], None] | None = None
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        before = len(self._claimed)
+        with super().claiming():
+            yield
+        got = self._claimed[before:]
+        if got and self.on_claimed is not None:
+            self.on_claimed(got)
 
 
 class WorkerModel:
@@ -101,19 +138,38 @@ class WorkerModel:
             finish.wait(WAIT)
             return "done"
 
+        identity = _SweepAsClaimsEnd(store.claimed)
         worker = Worker(
             engine,
             {"w": handler},
-            identity=Identity(),
+            identity=identity,
             poll_interval=0.05,
             install_signals=False,
         )
+        judged: list[str] = []
+
+        def sweep_as_claim_ends(jobs: list[Job]) -> None:
+            worker.sweep()
+            ctx.stats.faults["worker: own sweep as its claim ends"] += 1
+            for got in jobs:
+                now = engine.get(got.id)
+                if now.fence != got.fence or now.state not in ("leased", "running"):
+                    trail = [(e.event, e.reason) for e in engine.history(got.id)][-2:]
+                    judged.append(
+                        f"W3 job {got.id}: claimed under fence {got.fence}, then its own "
+                        f"process's sweep left it {now.state} (fence {now.fence}; {trail})"
+                    )
+
+        identity.on_claimed = sweep_as_claim_ends
         job = engine.submit("w", {})
         thread = threading.Thread(target=worker.run, name="worker-model", daemon=True)
         thread.start()
         try:
             if not started.wait(WAIT):
-                raise AssertionError("W0 the worker never started the job")
+                raise AssertionError(judged[0] if judged else "W0 the worker never started the job")
+            if judged:
+                raise AssertionError(judged[0])
+            ctx.stats.checks["W3 a claimed run is never judged dead by its own process"] += 1
             time.sleep(fail_after)
             store.failing.set()
             ctx.stats.faults["worker: lease renewals fail"] += 1

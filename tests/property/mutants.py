@@ -605,6 +605,24 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a worker whose heartbeats fail keeps its runs for two lease TTLs (others took them)",
     ),
+    Patch(
+        "hold-after-claiming",
+        "worker",
+        "fsm/worker/claims.py",
+        (
+            (
+                "            for job in jobs:\n"
+                "                s.identity.hold(job.id, job.fence)\n"
+                "        return jobs\n",
+                "        for job in jobs:\n"
+                "            s.identity.hold(job.id, job.fence)\n"
+                "        return jobs\n",
+            ),
+        ),
+        ("memory",),
+        "a worker registers its claimed runs as held only after its claim stops counting as "
+        "in flight: a sweep of its own process in between judges them dead and runs them twice",
+    ),
     # --- RabbitMQ delivery -----------------------------------------------------------
     Patch(
         "rabbitmq-ack-on-hand-out",
@@ -733,6 +751,20 @@ PATCHES: tuple[Patch, ...] = (
         ("postgres",),
         "after a broken connection, a write is taken as committed when the row is at or past "
         "its version (another writer's change is read as its own)",
+    ),
+    Patch(
+        "aio-insert-drops-capacity",
+        "async",
+        "adapters/postgres/aio.py",
+        (
+            (
+                'return await self.run(inserts.insert(self.target, decisions, capacity), "insert")',
+                'return await self.run(inserts.insert(self.target, decisions, None), "insert")',
+            ),
+        ),
+        ("postgres",),
+        "the asyncio store's insert drops the queue capacity: async submits overfill a "
+        "queue that sync submits respect",
     ),
     Patch(
         "schedules-last-tick-to-pass-time",
