@@ -88,6 +88,22 @@ def test_a_flaky_report_is_explained_in_words() -> None:
     assert "Inconsistent results" not in text
 
 
+def test_failures_in_explicit_examples_name_each_promise() -> None:
+    # hypothesis reports failures of several explicit examples as one ExceptionGroup
+    err = ExceptionGroup(
+        "Hypothesis found 2 distinct failures in explicit examples.",
+        [
+            AssertionError("L1 after claim(limit=10), 2 jobs hold a slot\nmore detail"),
+            AssertionError("L2 3 leases of kind:rated within 1.0 s"),
+        ],
+    )
+    text = explained(err)
+    assert "AssertionError: L1 after claim(limit=10), 2 jobs hold a slot" in text
+    assert "AssertionError: L2 3 leases of kind:rated within 1.0 s" in text
+    assert "more detail" not in text
+    assert "\n" not in text
+
+
 def test_inconsistent_data_generation_is_explained_as_no_failure_found() -> None:
     from hypothesis.errors import FlakyStrategyDefinition
 
