@@ -912,6 +912,35 @@ PATCHES: tuple[Patch, ...] = (
         "a PostgreSQL claim of a queue no limit names leases nothing while another queue "
         "has a limit (the plain statement refuses while any limit is stored)",
     ),
+    Patch(
+        "rate-marks-kind-only",
+        "limits",
+        "adapters/claiming.py",
+        (
+            (
+                "return [(k, now) for job in jobs for k in job_keys(job) if k in rated]",
+                "return [(k, now) for job in jobs for k in job_keys(job)[:1] if k in rated]",
+            ),
+        ),
+        ("memory",),
+        "a claim marks each lease in its kind's rate window only, never its queue's: a "
+        "queue's rate limit never binds (outside study, issue 36)",
+    ),
+    Patch(
+        "worker-caps-ignore-holding",
+        "limits",
+        "fsm/service/limits.py",
+        (
+            (
+                "return {key: max(0, n - holding.get(key, 0)) for key, n in limits.items()}",
+                "return {key: max(0, n) for key, n in limits.items()}",
+            ),
+        ),
+        ("memory",),
+        "a worker's caps (`jobfsm worker --limit kind=N`) forget the jobs it holds: each "
+        "claim may lease N more, and the worker holds far more than N (outside study, "
+        "issue 36)",
+    ),
     # --- unique submits (issue 33 item 3, the unique model) ---------------------------
     Patch(
         "unique-live-scope-drops-retry-wait",
