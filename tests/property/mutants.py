@@ -1045,6 +1045,29 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a pass's metrics count, per queue and state, only its last batch's deletions",
     ),
+    Patch(
+        "retention-override-not-held",
+        "retention",
+        "fsm/service/maintenance/retention.py",
+        (
+            (
+                "PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,), held_by=held)",
+                "PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,))",
+            ),
+        ),
+        ("memory",),
+        "a queue with a retention of its own prunes the prerequisites of its waiting jobs, "
+        "which then fail as gone (outside study, issue 36)",
+    ),
+    Patch(
+        "memory-prune-ignores-other-than",
+        "retention",
+        "adapters/memory.py",
+        (("                and j.queue not in request.other_than\n", ""),),
+        ("memory",),
+        "the memory store's default retention rule prunes the queues that have a rule of "
+        "their own (outside study, issue 36)",
+    ),
     # --- typed payloads (issue 33 item 5, docs/typed-payloads.md) ----------------------
     Patch(
         "payloads-int-takes-a-bool",
