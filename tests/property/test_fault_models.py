@@ -129,3 +129,19 @@ def test_the_transactions_model_checks_commit_rollback_and_drop_and_says_when_it
     # and a memory store, which joins no transaction, is named as not exercised
     memory = run_faults("memory://", size="quick", models=["transactions"], machine=False)
     assert any("transactions model not run" in n for n in memory.notes)
+
+
+def test_the_limits_retention_and_payloads_models_reach_their_paths_on_memory() -> None:
+    # when the three models run at the quick size on the memory store
+    report = run_faults(
+        "memory://", size="quick", models=["limits", "retention", "payloads"], machine=False
+    )
+    # then every promise held, and the paths the outside study found unreached are run:
+    # a worker's cap checked with what it holds, a waiting job's prerequisites kept, and
+    # typed payloads given as instances (well typed or not)
+    assert report.ok, report.failure
+    assert report.checks["L5 a worker's cap holds with the jobs it already holds"]
+    assert report.checks["G5 a prerequisite of a waiting job is never pruned"]
+    assert report.faults["retention: a job waits on a finished and an unfinished one"]
+    assert report.faults["payloads: an instance that fits"]
+    assert report.faults["payloads: an instance that does not fit"]
