@@ -114,7 +114,9 @@ NAMES = frozenset(("id", "price", "paid", "note", "items"))
 def _instantiable(fields: Mapping[str, Any]) -> bool:
     """Can `fields` be made an `Order` whose items are `Item`s: only fields, the
     required ones among them, and items (if any) a list of mappings of Item's fields.
-    (The fields' own values may be of any type.)"""
+    (The fields' own values may be of any type.) An instance whose items are not
+    `Item`s is not drawn: its submit fails in the converter with AttributeError, not
+    BadInput naming the field, a gap of fsm/payloads.py this model leaves open."""
     items = fields.get("items", [])
     return (
         NAMES >= set(fields) >= set(REQUIRED)
