@@ -90,7 +90,11 @@ _step = st.one_of(_jobs, _jobs, _dependent, _advance, _advance, _pass, _pass, _p
 _example = st.fixed_dictionaries(
     {
         "keep": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
-        "default": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
+        # the default rule: forever now and then (a pass then spends no batch on it,
+        # and the override rule gets them all), else drawn like the queue's own
+        "default": st.one_of(
+            st.just(dict.fromkeys(FINISHED)), st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep))
+        ),
         "batch": st.integers(1, 3),
         "max_batches": st.integers(1, 3),
         "lease_for": st.sampled_from((5.0, 30.0, 60.0)),
