@@ -456,7 +456,19 @@ def explained(err: BaseException) -> str:
         first = inner[0] if inner else err
         text = str(first).splitlines()[0] if str(first) else type(first).__name__
         return FLAKY_TEXT + f"{type(first).__name__}: {text}"
+    if isinstance(err, BaseExceptionGroup):
+        # several failures (hypothesis's explicit examples): name each one's promise
+        parts = [_first_line(sub) for sub in err.exceptions]
+        return f"{len(parts)} distinct failures: " + "; ".join(parts)
     return f"{type(err).__name__}: {err}"
+
+
+def _first_line(err: BaseException) -> str:
+    """`Type: first line of the message` of one failure."""
+    if isinstance(err, BaseExceptionGroup):
+        return explained(err)
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def run_faults(

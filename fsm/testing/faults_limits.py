@@ -3,8 +3,8 @@ lost leases, cancels, limit changes and racing claimers (docs/flow-control.md).
 
 Each example opens a fresh database, submits jobs of a kind limited in concurrency
 (`capped`), one limited in rate (`rated`) and one without a limit (`free`), all in
-one queue that may carry a concurrency limit of its own, then drives the production
-`Engine.claim` (plain and claim-and-start, one claimer or several racing on their
+one queue that may carry a limit of its own (concurrency, rate or both), then drives
+the production `Engine.claim` (plain and claim-and-start, one claimer or several racing on their
 own store handles), lets jobs finish, fail, get cancelled, lose their owner, moves
 the clock across rate windows and lowers or raises the concurrency limit.
 
@@ -13,7 +13,8 @@ Promises, from the audit trails and the records read around each claim:
 - L1 never more than N jobs of a concurrency-limited kind (or queue) hold a slot
   (leased, running, cancelling) at any instant of the audit trail: each lease finds
   fewer than the limit in force holding one;
-- L2 never more than R leases of a rate-limited kind in any window of P seconds;
+- L2 never more than R leases of a rate-limited kind (or queue) in any window of P
+  seconds;
 - L3 a job a claim held back is never charged for waiting: it is unchanged (state,
   run_after, attempt, version), no entry added to its trail;
 - L4 a limited kind never blocks the other kinds of its queue: a claim that leased
@@ -23,7 +24,9 @@ Promises, from the audit trails and the records read around each claim:
 - L5 limits are kept as set: a bad limit is refused by name and changes nothing,
   every change is in the audit of limit changes (newest first, with its actor), the
   status counts the jobs holding a slot and waiting, and a worker's own cap
-  (`ClaimRequest.caps`, `jobfsm worker --limit`) holds beside the global limits.
+  (`ClaimRequest.caps`, `jobfsm worker --limit`) holds beside the global limits: after
+  a claim with a cap of N, counted from the store, the worker holds at most N jobs of
+  the key, the jobs it held before the claim included.
 """
 
 from __future__ import annotations
@@ -82,6 +85,15 @@ BAD: tuple[dict[str, Any], ...] = (
     {"rate": 3},
     {},
 )
+#: the queue's own limit: none, a concurrency, a rate, or both (an int: a concurrency)
+QUEUE_LIMITS: tuple[dict[str, Any] | None, ...] = (
+    None,
+    None,
+    {"concurrency": 3},
+    {"concurrency": 5},
+    {"rate": 2, "period": 1.0},
+    {"concurrency": 5, "rate": 3, "period": 2.5},
+)
 _example = st.fixed_dictionaries(
     {
         "capped": st.integers(1, 8),
@@ -91,7 +103,7 @@ _example = st.fixed_dictionaries(
         "concurrency": st.integers(1, 3),
         "rate": st.integers(1, 3),
         "period": st.sampled_from((1.0, 2.5)),
-        "queue_limit": st.sampled_from((None, None, 3, 5)),
+        "queue_limit": st.sampled_from(QUEUE_LIMITS),
         "steps": st.lists(_step, min_size=1, max_size=25),
     }
 )
@@ -282,6 +294,8 @@ class _Example:
         self.ids: list[str] = []
         #: key -> [(from time, concurrency)] in the order they were set
         self.concurrency: dict[str, list[tuple[float, int]]] = {}
+        #: key -> (rate, period) of each key limited in rate
+        self.rates: dict[str, tuple[int, float]] = {}
         #: key -> how many changes this example made to it
         self.changes: dict[str, int] = {}
         #: the racing claimers' engines, each on a store handle of its own
@@ -305,6 +319,10 @@ class _Example:
         self.changes[key] = self.changes.get(key, 0) + 1
         if limit.concurrency is not None:
             self.concurrency.setdefault(key, []).append((self.clock.now(), limit.concurrency))
+        if limit.rate is not None and limit.period is not None:
+            self.rates[key] = (limit.rate, limit.period)
+        else:
+            self.rates.pop(key, None)
         self.clock.advance(TICK)
 
     def run(self) -> None:
@@ -324,8 +342,11 @@ class _Example:
             self._set(self.capped, concurrency=x["concurrency"])
             if x["rate"] is not None:  # None: the rated kind runs without a limit
                 self._set(self.rated, rate=x["rate"], period=x["period"])
-            if x["queue_limit"] is not None:
-                self._set(f"queue:{self.queue}", concurrency=x["queue_limit"])
+            queue_limit = x["queue_limit"]
+            if isinstance(queue_limit, int):
+                queue_limit = {"concurrency": queue_limit}
+            if queue_limit is not None:
+                self._set(f"queue:{self.queue}", **queue_limit)
             for step in x["steps"]:
                 getattr(self, f"_{step[0]}")(*step[1:])
             self._check_trails()
@@ -496,20 +517,46 @@ class _Example:
         self.ctx.stats.faults["concurrency limit changed"] += 1
 
     def _capped_claim(self, cap: int, limit: int) -> None:
-        """A worker with its own cap on the capped kind (`--limit`), holding none yet."""
+        """A worker with its own cap on the capped kind (`--limit`) claims twice in a
+        row, as `jobfsm worker` polls: the second time it holds what the first leased
+        (and later steps' claims what earlier ones left running)."""
+        for _ in range(2):
+            self._capped_claim_once(cap, limit)
+
+    def _capped_claim_once(self, cap: int, limit: int) -> None:
+        """One claim of the capped worker, with its caps less what it holds, as the
+        worker computes them (`worker_caps`)."""
         before = self._read(self.ids)
         owner = Owner(host="limits-sim", pid=9, incarnation="limits-capped")
-        holding = [j for j in before.values() if j is not None and j.owner == owner]
+        holding = [
+            j for j in before.values() if j is not None and j.owner == owner and j.state in HELD
+        ]
         caps = worker_caps(worker_limits({self.kinds["capped"]: cap}), _by_key(holding))
         got = self.engine.claim(owner, (self.queue,), limit=limit, caps=caps)
         self.ctx.stats.faults["claim with a worker's own cap"] += 1
         self._check_untouched(before, {j.id for j in got}, f"claim(caps={caps})")
+        # the model's own count, not the production one: the room is the cap less the
+        # jobs of the kind this owner held at the claim, and after it, read from the
+        # store, the owner holds at most the cap (or what it held, if the cap shrank)
+        held = sum(1 for j in holding if j.kind == self.kinds["capped"])
+        room = max(0, cap - held)
         mine = sum(1 for j in got if j.kind == self.kinds["capped"])
-        if mine > caps[self.capped]:
+        if mine > room:
             raise AssertionError(
-                f"L5 a claim with a worker's cap of {caps[self.capped]} on {self.capped} "
-                f"leased {mine} of it"
+                f"L5 a worker with a cap of {cap} on {self.capped}, holding {held} of it, "
+                f"leased {mine} more"
             )
+        now_held = sum(
+            1
+            for j in self._jobs()
+            if j.owner == owner and j.state in HELD and j.kind == self.kinds["capped"]
+        )
+        if now_held > max(cap, held):
+            raise AssertionError(
+                f"L5 after a claim with a worker's cap of {cap} on {self.capped}, the "
+                f"worker holds {now_held} of it"
+            )
+        self.ctx.stats.checks["L5 a worker's cap holds with the jobs it already holds"] += 1
 
     def _bad(self, i: int) -> None:
         store = self.store
@@ -637,17 +684,16 @@ class _Example:
                     f"L1 {holding} jobs of {key} held a slot at {t} under a limit of {limit}"
                 )
         self.ctx.stats.checks["L1 never more than N holding a slot of a limited key"] += 1
-        x = self.x
-        if x["rate"] is None:
-            return
-        breaches_r = rate_breaches(leases.get(self.rated, []), x["rate"], x["period"])
-        if breaches_r:
-            t, n = breaches_r[0]
-            raise AssertionError(
-                f"L2 {n} leases of {self.rated} within {x['period']} s from {t}, "
-                f"over its rate of {x['rate']}"
-            )
-        self.ctx.stats.checks["L2 never more than R leases in a window of P"] += 1
+        # every key limited in rate, a kind's or the queue's: each lease of a job counts
+        # against both its keys
+        for key, (rate, period) in self.rates.items():
+            breaches_r = rate_breaches(leases.get(key, []), rate, period)
+            if breaches_r:
+                t, n = breaches_r[0]
+                raise AssertionError(
+                    f"L2 {n} leases of {key} within {period} s from {t}, over its rate of {rate}"
+                )
+            self.ctx.stats.checks["L2 never more than R leases in a window of P"] += 1
 
 
 def _by_key(jobs: Sequence[Job]) -> dict[str, int]:

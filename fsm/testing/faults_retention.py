@@ -5,8 +5,11 @@ against the promises of docs/retention.md.
 Each example opens a fresh database and gives two or three workers each their own store
 handle (as separate worker processes hold) and a retention plan drawn per example (a
 retention per finished state, or "forever"; batches of 1 to 3 jobs, 1 to 3 batches per
-pass; a lease of 5 to 60 s). Then, on a fake clock: jobs are submitted and driven to
-succeeded, failed or cancelled (or left queued or running), the clock moves by steps of
+pass; a lease of 5 to 60 s). Jobs go to two queues: one with a retention rule of its
+own (`Limits.queue_retention`), the other kept by the default rule, drawn finite too.
+Then, on a fake clock: jobs are submitted and driven to succeeded, failed or cancelled
+(or left queued or running), a job is made to wait on a succeeded prerequisite and a
+queued one (`after=`), the clock moves by steps of
 1 s to an hour (a holder that stops passing loses its lease by expiry), workers pass,
 and a worker stops (giving its lease up) or dies (keeping it until it expires).
 
@@ -17,18 +20,22 @@ the lease until when, never from the store's lease table:
   if no other worker was given it past the pass's time; a lease that expired or was
   given up is handed to the next worker that asks (expiry hands it over);
 - G2 within retention: a pass deletes only finished jobs whose age (now - finished_at)
-  is more than their state's retention; a pass that ended below its bound leaves no
+  is more than their state's retention by their queue's own rule (a queue with a rule
+  of its own is never pruned by the default's); a pass that ended below its bound leaves no
   job past its retention behind;
 - G3 bounded: a pass runs at most `max_batches` batches and deletes at most
   `batch x max_batches` jobs; a worker that does not hold the lease deletes nothing;
 - G4 counted: a pass that held the lease tells its observers (the retention metrics,
   `Observer.on_retention`) what it deleted, by (queue, state), at the pass's time, and
-  a refused pass tells nothing.
+  a refused pass tells nothing;
+- G5 held: a pass never deletes a job that a waiting job names as its prerequisite
+  (which would then fail as "gone"), by whichever rule it runs.
 
-On a store shared by every example (PostgreSQL's run schema) each example keeps to a
-queue of its own: the plan's retention applies to that queue (`Limits.queue_retention`)
-and every other queue is kept forever, and each example starts a year after the last,
-so the leases of earlier examples have expired.
+On a store shared by every example (PostgreSQL's run schema: one that holds jobs when
+the example starts) each example keeps to queues of its own: each has a rule of its own
+(`Limits.queue_retention`), the default rule keeps every other queue forever, and
+each example starts a year after the last, so the leases of earlier examples have
+expired.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from ..inputs import KindPolicy
 from ..lifecycle.spec import lifecycle
 from ..ports import LeasesServices, ScanRequest
 from ..records import Job, Owner
+from ..service.dependencies import waiting_states
 from ..service.engine import Engine
 from ..service.maintenance.retention import Retention, RetentionPlan
 from ..telemetry.observers import ObserverBase
@@ -56,6 +64,8 @@ from .faults_machine import suite_policy
 from .faults_models import ModelRun
 
 KIND = "retention.job"
+#: the kind of the second queue, kept by the default rule (or its own, see _World)
+OTHER_KIND = "retention.other"
 FINISHED = ("succeeded", "failed", "cancelled")
 OWNER = Owner(host="retention-sim", pid=5, incarnation="retention-incarnation-a")
 #: seconds from 2030-01-01: each example starts a year after the last
@@ -64,18 +74,27 @@ START = 1_893_456_000.0
 
 _keep = st.one_of(st.none(), st.sampled_from((1.0, 10.0, 60.0, 600.0, 3600.0)))
 _jobs = st.tuples(
-    st.just("jobs"), st.sampled_from((*FINISHED, "queued", "running")), st.integers(1, 6)
+    st.just("jobs"),
+    st.tuples(st.sampled_from((*FINISHED, "queued", "running")), st.integers(0, 1)),
+    st.integers(1, 6),
 )
+#: a waiting job with a succeeded prerequisite and an unfinished one, in queue 0 or 1
+_dependent = st.tuples(st.just("dependent"), st.integers(0, 1), st.just(0))
 _advance = st.tuples(
     st.just("advance"), st.sampled_from((1.0, 5.0, 10.0, 30.0, 60.0, 600.0, 3600.0)), st.just(0)
 )
 _pass = st.tuples(st.just("pass"), st.integers(0, 2), st.just(0))
 _end = st.tuples(st.sampled_from(("stop", "die")), st.integers(0, 2), st.just(0))
 #: passes and jobs weigh most; a worker ends now and then
-_step = st.one_of(_jobs, _jobs, _advance, _advance, _pass, _pass, _pass, _end)
+_step = st.one_of(_jobs, _jobs, _dependent, _advance, _advance, _pass, _pass, _pass, _end)
 _example = st.fixed_dictionaries(
     {
         "keep": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
+        # the default rule: forever now and then (a pass then spends no batch on it,
+        # and the override rule gets them all), else drawn like the queue's own
+        "default": st.one_of(
+            st.just(dict.fromkeys(FINISHED)), st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep))
+        ),
         "batch": st.integers(1, 3),
         "max_batches": st.integers(1, 3),
         "lease_for": st.sampled_from((5.0, 30.0, 60.0)),
@@ -125,19 +144,35 @@ class _World:
         self.start = start
         tag = uuid.uuid4().hex[:8]
         self.queue = f"retention-{tag}"
-        kinds = {KIND: KindPolicy(queue=self.queue)}
+        #: a second queue: the default rule's on a database of the example's own, else
+        #: a rule of its own beside `queue`'s
+        self.other = f"retention-other-{tag}"
+        self.queues = (self.queue, self.other)
+        kinds = {KIND: KindPolicy(queue=self.queue), OTHER_KIND: KindPolicy(queue=self.other)}
+        self.kinds = (KIND, OTHER_KIND)
         self.keep: dict[str, float | None] = dict(example["keep"])
+        drawn: dict[str, float | None] = dict(example["default"])
         base = suite_policy()
         forever = dict.fromkeys(lifecycle().terminal)  # other queues: kept forever
-        limits = attrs.evolve(
-            base.limits, retention=forever, queue_retention={self.queue: self.keep}
-        )
+        probe = opener()
+        # a database that holds no job yet is the example's own (memory, SQLite): the
+        # default rule is drawn finite, and prunes the second queue but never `queue`,
+        # which has a rule of its own. On a shared one (PostgreSQL's run schema) the
+        # default keeps the run's other examples forever, and the second queue gets a
+        # rule of its own too
+        own = not probe.scan(ScanRequest(states=lifecycle().states, limit=1))
+        default = drawn if own else forever
+        overrides = {self.queue: self.keep} if own else {self.queue: self.keep, self.other: drawn}
+        #: queue -> the rule its jobs are kept by
+        self.rules: dict[str, dict[str, float | None]] = {self.queue: self.keep, self.other: drawn}
+        limits = attrs.evolve(base.limits, retention=forever, queue_retention=overrides)
         policy = attrs.evolve(base, limits=limits)
         self.admin = Engine(opener(), clock=self.clock, policy=policy, kinds=kinds)
-        # the plan's own rule is "forever" for every state: outside its queue the model
-        # prunes nothing of the run's other examples (a shared PostgreSQL schema)
+        #: dependent -> its prerequisites (the model's own record of who waits on whom)
+        self.deps: dict[str, tuple[str, ...]] = {}
+        # the plan's own rule is the default one (overriding the policy's "forever")
         self.plan = RetentionPlan(
-            keep=forever,
+            keep=default,
             every=60.0,
             batch=example["batch"],
             max_batches=example["max_batches"],
@@ -160,20 +195,39 @@ class _World:
 
     def _jobs(self) -> dict[str, Job]:
         states = lifecycle().states
-        jobs = self.admin.scan(ScanRequest(states=states, queues=(self.queue,), limit=10_000))
+        jobs = self.admin.scan(ScanRequest(states=states, queues=self.queues, limit=10_000))
         return {j.id: j for j in jobs}
 
-    def _make(self, state: str, n: int) -> None:
-        """`n` jobs left in `state`, written as a service and a worker write them: one
-        submit of all, one claim-and-start of all, one batch of reports."""
+    def _dependent(self, q: int) -> None:
+        """A job waiting on two prerequisites in queue `q`: one succeeded (prunable by
+        age, were it not for the dependent), one left queued."""
+        done = self._make("succeeded", 1, q)[0]
+        pending = self._make("queued", 1, q)[0]
+        job = self.admin.submit(self.kinds[q], {"n": 1}, after=[done.id, pending.id])
+        self.deps[job.id] = (done.id, pending.id)
+        self.ctx.stats.faults["retention: a job waits on a finished and an unfinished one"] += 1
+
+    def _held(self, jobs: Mapping[str, Job]) -> dict[str, str]:
+        """prerequisite -> a job in `jobs` that waits on it (a waiting state)."""
+        waiting = set(waiting_states(lifecycle()))
+        return {
+            pre: dep
+            for dep, pres in self.deps.items()
+            if dep in jobs and jobs[dep].state in waiting
+            for pre in pres
+        }
+
+    def _make(self, state: str, n: int, q: int = 0) -> list[Job]:
+        """`n` jobs of queue `q` left in `state`, written as a service and a worker write
+        them: one submit of all, one claim-and-start of all, one batch of reports."""
         e = self.admin
-        jobs = e.submit_many([(KIND, {"n": 1}, {}) for _ in range(n)])
+        jobs = e.submit_many([(self.kinds[q], {"n": 1}, {}) for _ in range(n)])
         if state == "cancelled":
             for job in jobs:
                 e.cancel(job.id, actor="fault-model", reason="retention model")
         elif state != "queued":
             ids = [j.id for j in jobs]
-            running = e.claim(OWNER, (self.queue,), n, ids=ids, start=lambda job: {})
+            running = e.claim(OWNER, (self.queues[q],), n, ids=ids, start=lambda job: {})
             assert len(running) == n, f"claimed {len(running)} of {n} jobs made {state}"
             reports: list[tuple[Job, str, dict[str, Any]]] = []
             if state == "succeeded":
@@ -181,16 +235,21 @@ class _World:
             elif state == "failed":
                 args = {"error": "boom", "permanent": True}
                 reports = [(j, "fail", {"fence": j.fence, **args}) for j in running]
-            for result in e.report_many(reports):
+            done = e.report_many(reports)
+            for result in done:
                 if not isinstance(result, Job):
                     raise result
+            jobs = [r for r in done if isinstance(r, Job)] or running
         self.ctx.stats.faults[f"retention: jobs left {state}"] += n
+        return jobs
 
     def play(self, steps: list[tuple[str, Any, int]]) -> None:
         stats = self.ctx.stats
         for op, arg, n in steps:
             if op == "jobs":
-                self._make(arg, n)
+                self._make(arg[0], n, arg[1])
+            elif op == "dependent":
+                self._dependent(arg)
             elif op == "advance":
                 self.clock.advance(arg)
                 stats.faults["retention: clock advances"] += 1
@@ -262,8 +321,14 @@ class _World:
             stats.faults["retention: a pass pruned jobs"] += 1
         if len(gone) == bound:
             stats.faults["retention: a pass stopped at its bound"] += 1
+        held = self._held(before)
         for job in gone:
-            keep = self.keep.get(job.state)
+            if job.id in held:
+                raise AssertionError(
+                    f"G5 job {job.id} ({job.state}, queue {job.queue}) was pruned while "
+                    f"job {held[job.id]} waits on it as a prerequisite"
+                )
+            keep = self.rules[job.queue].get(job.state)
             age = None if job.finished_at is None else now - job.finished_at
             if job.state not in FINISHED or keep is None or age is None or not age > keep:
                 raise AssertionError(
@@ -272,15 +337,18 @@ class _World:
                     f"retention is {'forever' if keep is None else f'{keep:g} s'}"
                 )
         if worker.holding and worker.batches < self.plan.max_batches:
-            left = [j for j in after.values() if self._due(j, now)]
+            kept = self._held(after)
+            left = [j for j in after.values() if self._due(j, now) and j.id not in kept]
             if left:
                 j = left[0]
                 raise AssertionError(
                     f"G2 {who}: a pass that ended below its bound left {len(left)} job(s) past "
-                    f"their retention, e.g. {j.id} ({j.state}, retention {self.keep.get(j.state)})"
+                    f"their retention, e.g. {j.id} ({j.state}, queue {j.queue}, retention "
+                    f"{self.rules[j.queue].get(j.state)})"
                 )
         checks["G2 only finished jobs past their retention are pruned"] += 1
+        checks["G5 a prerequisite of a waiting job is never pruned"] += 1
 
     def _due(self, job: Job, now: float) -> bool:
-        keep = self.keep.get(job.state)
+        keep = self.rules[job.queue].get(job.state)
         return keep is not None and job.finished_at is not None and now - job.finished_at > keep

@@ -944,6 +944,35 @@ PATCHES: tuple[Patch, ...] = (
         "a PostgreSQL claim of a queue no limit names leases nothing while another queue "
         "has a limit (the plain statement refuses while any limit is stored)",
     ),
+    Patch(
+        "rate-marks-kind-only",
+        "limits",
+        "adapters/claiming.py",
+        (
+            (
+                "return [(k, now) for job in jobs for k in job_keys(job) if k in rated]",
+                "return [(k, now) for job in jobs for k in job_keys(job)[:1] if k in rated]",
+            ),
+        ),
+        ("memory",),
+        "a claim marks each lease in its kind's rate window only, never its queue's: a "
+        "queue's rate limit never binds (outside study, issue 36)",
+    ),
+    Patch(
+        "worker-caps-ignore-holding",
+        "limits",
+        "fsm/service/limits.py",
+        (
+            (
+                "return {key: max(0, n - holding.get(key, 0)) for key, n in limits.items()}",
+                "return {key: max(0, n) for key, n in limits.items()}",
+            ),
+        ),
+        ("memory",),
+        "a worker's caps (`jobfsm worker --limit kind=N`) forget the jobs it holds: each "
+        "claim may lease N more, and the worker holds far more than N (outside study, "
+        "issue 36)",
+    ),
     # --- unique submits (issue 33 item 3, the unique model) ---------------------------
     Patch(
         "unique-live-scope-drops-retry-wait",
@@ -1048,6 +1077,29 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "a pass's metrics count, per queue and state, only its last batch's deletions",
     ),
+    Patch(
+        "retention-override-not-held",
+        "retention",
+        "fsm/service/maintenance/retention.py",
+        (
+            (
+                "PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,), held_by=held)",
+                "PruneRequest(cutoffs=cutoffs(merged), limit=limit, queues=(queue,))",
+            ),
+        ),
+        ("memory",),
+        "a queue with a retention of its own prunes the prerequisites of its waiting jobs, "
+        "which then fail as gone (outside study, issue 36)",
+    ),
+    Patch(
+        "memory-prune-ignores-other-than",
+        "retention",
+        "adapters/memory.py",
+        (("                and j.queue not in request.other_than\n", ""),),
+        ("memory",),
+        "the memory store's default retention rule prunes the queues that have a rule of "
+        "their own (outside study, issue 36)",
+    ),
     # --- typed payloads (issue 33 item 5, docs/typed-payloads.md) ----------------------
     Patch(
         "payloads-int-takes-a-bool",
@@ -1069,6 +1121,21 @@ PATCHES: tuple[Patch, ...] = (
         (("make_converter(forbid_extra_keys=True)", "make_converter(forbid_extra_keys=False)"),),
         ("memory",),
         "keys that are not fields of an attrs payload type are dropped, not refused",
+    ),
+    Patch(
+        "payload-instance-unchecked",
+        "payloads",
+        "fsm/payloads.py",
+        (
+            (
+                "        from_data(tp, data, what)  # attrs does not check types at construction\n",
+                "",
+            ),
+        ),
+        ("memory",),
+        "a typed payload given as an attrs instance is stored without checking its fields' "
+        "types (attrs checks none at construction): the handler fails later (outside "
+        "study, issue 36)",
     ),
 )
 

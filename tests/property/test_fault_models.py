@@ -88,6 +88,22 @@ def test_a_flaky_report_is_explained_in_words() -> None:
     assert "Inconsistent results" not in text
 
 
+def test_failures_in_explicit_examples_name_each_promise() -> None:
+    # hypothesis reports failures of several explicit examples as one ExceptionGroup
+    err = ExceptionGroup(
+        "Hypothesis found 2 distinct failures in explicit examples.",
+        [
+            AssertionError("L1 after claim(limit=10), 2 jobs hold a slot\nmore detail"),
+            AssertionError("L2 3 leases of kind:rated within 1.0 s"),
+        ],
+    )
+    text = explained(err)
+    assert "AssertionError: L1 after claim(limit=10), 2 jobs hold a slot" in text
+    assert "AssertionError: L2 3 leases of kind:rated within 1.0 s" in text
+    assert "more detail" not in text
+    assert "\n" not in text
+
+
 def test_inconsistent_data_generation_is_explained_as_no_failure_found() -> None:
     from hypothesis.errors import FlakyStrategyDefinition
 
@@ -113,3 +129,19 @@ def test_the_transactions_model_checks_commit_rollback_and_drop_and_says_when_it
     # and a memory store, which joins no transaction, is named as not exercised
     memory = run_faults("memory://", size="quick", models=["transactions"], machine=False)
     assert any("transactions model not run" in n for n in memory.notes)
+
+
+def test_the_limits_retention_and_payloads_models_reach_their_paths_on_memory() -> None:
+    # when the three models run at the quick size on the memory store
+    report = run_faults(
+        "memory://", size="quick", models=["limits", "retention", "payloads"], machine=False
+    )
+    # then every promise held, and the paths the outside study found unreached are run:
+    # a worker's cap checked with what it holds, a waiting job's prerequisites kept, and
+    # typed payloads given as instances (well typed or not)
+    assert report.ok, report.failure
+    assert report.checks["L5 a worker's cap holds with the jobs it already holds"]
+    assert report.checks["G5 a prerequisite of a waiting job is never pruned"]
+    assert report.faults["retention: a job waits on a finished and an unfinished one"]
+    assert report.faults["payloads: an instance that fits"]
+    assert report.faults["payloads: an instance that does not fit"]
