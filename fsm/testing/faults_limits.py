@@ -184,16 +184,23 @@ RACE_AGAIN: dict[str, Any] = {
 #: lets them all through; naming a limit the claim did not lease under fails closed)
 RACE_ONE_LIMIT: dict[str, Any] = {**RACE_AGAIN, "rate": None}
 
-#: checked first too: a limit of 10 and four claimers racing for one job each, with no
-#: run ending: the first race counts under the locks, the second ahead of them (6 of
-#: room, each handle keeps its count), and the later ones within the counts they kept,
-#: whose room shrinks by the leases granted since (2 left after the second race, then
-#: none): a claim that took its kept count as new would let all four through each time
+#: checked first too: a limit of 20 and eight claimers racing for one job each: the
+#: first race counts under the locks (fresh handles), the second ahead of them (12 of
+#: room; each handle keeps its count) and the third within the counts they kept, whose
+#: room shrinks by the leases granted since (4 left: the fifth claim to commit must
+#: count again and find none); every run then ends and it all happens once more. A
+#: claim that took its kept count as made now would let all eight through whenever
+#: five of them read the totals before the others committed
 KEPT_COUNTS: dict[str, Any] = {
     **RACE_AGAIN,
+    "capped": 60,
     "rate": None,
-    "concurrency": 10,
-    "steps": [("race", 4, 1)] * 4,
+    "concurrency": 20,
+    "steps": [
+        *[("race", 8, 1)] * 3,
+        *[("finish", 0)] * 20,
+        *[("race", 8, 1)] * 3,
+    ],
 }
 
 

@@ -114,6 +114,10 @@ CI_PATCHES: dict[str, str] = {
     "postgres-limits-gate-ignores-leases-since": "limits",  # claims counted ahead: L1 (limits)
     "postgres-limits-other-queue-starved": "limits",  # another queue's limit: L4 (limits)
     "postgres-limits-stale-spent-guess": "limits",  # a handle's spent kinds: L4 (limits)
+    "postgres-limits-kept-count-taken-as-new": "limits",  # a handle's kept counts: L1
+    "hold-after-claiming": "worker",  # a run held as its claim ends: W3 (the worker model)
+    "aio-insert-drops-capacity": "concurrency",  # capacity, async submits: K4 (concurrency)
+    "retention-override-not-held": "retention",  # prerequisites kept: G5 (retention)
     "unique-live-scope-drops-retry-wait": "unique",  # unique submits: N2 (the unique model)
     "retention-lease-ignores-expiry": "retention",  # automatic retention: G1 (the retention model)
     "payloads-int-takes-a-bool": "payloads",  # typed payloads: Y1 (the payloads model)
