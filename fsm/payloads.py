@@ -194,6 +194,20 @@ def from_data(tp: type, data: Any, what: str = _ROOT) -> Any:
         raise _refuse(tp, what, [str(err)]) from None
 
 
+def _as_is(value: Any) -> Any:
+    """`value` as JSON data by the classes its values have, not the ones its fields
+    declare (cattrs unstructures by the declared ones: a mapping where an attrs class
+    is declared fails inside it, and text where a list is declared becomes a list of
+    its characters). An attrs instance of the right types gives what cattrs gives."""
+    if attrs.has(type(value)):
+        return {f.alias: _as_is(getattr(value, f.name)) for f in attrs.fields(type(value))}
+    if isinstance(value, list | tuple):
+        return [_as_is(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _as_is(v) for k, v in value.items()}
+    return _converter().unstructure(value)  # the leaves: text, numbers, dates
+
+
 def to_data(tp: type, value: Any, what: str = _ROOT) -> Any:
     """A payload given to submit (an instance of `tp`, or a mapping of its fields) ->
     JSON data, validated; BadInput naming the fields that do not fit."""
@@ -201,7 +215,14 @@ def to_data(tp: type, value: Any, what: str = _ROOT) -> Any:
         data = value.model_dump() if isinstance(value, tp) else value  # type: ignore[attr-defined]
         return from_data(tp, data, what).model_dump(mode="json")
     if isinstance(value, tp):
-        data = _converter().unstructure(value, tp)
-        from_data(tp, data, what)  # attrs does not check types at construction
+        # attrs checks no types at construction: unstructured as its values are (by
+        # their own classes, not as `tp` declares them: text in a list field stays
+        # text, a mapping where a class belongs stays a mapping), then checked as
+        # data, so a field that does not fit is named, never turned into one that does
+        try:
+            data = _as_is(value)
+        except Exception as err:  # a value no JSON can hold (an object of no known class)
+            raise _refuse(tp, what, [f"{type(err).__name__}: {err}"]) from err
+        from_data(tp, data, what)
         return data
     return _converter().unstructure(from_data(tp, value, what), tp)

@@ -1128,8 +1128,8 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/payloads.py",
         (
             (
-                "        from_data(tp, data, what)  # attrs does not check types at construction\n",
-                "",
+                "        from_data(tp, data, what)\n        return data\n",
+                "        return data\n",
             ),
         ),
         ("memory",),

@@ -58,6 +58,9 @@ def _nothing_stored(engine: Engine) -> None:
         (None, r"it must be a Email or a mapping of its fields; got NoneType"),
         # an instance built in code is checked too (attrs checks no types itself)
         (Email(to=5, subject="hi"), r"field 'to'"),  # type: ignore[arg-type]
+        # ... to its nested fields: a value where a class belongs, text where a list does
+        (Email(to="a", subject="hi", address="Berlin"), r"field 'address'"),  # type: ignore[arg-type]
+        (Email(to="a", subject="hi", tags="ab"), r"field 'tags': .*expected list"),  # type: ignore[arg-type]
     ],
 )
 def test_a_bad_attrs_payload_is_refused_naming_the_field(
