@@ -9,6 +9,16 @@ every step the invariants are read back from the store; at the end faults stop,
 time advances, sweeps run and live workers finish, and every job must be
 terminal or parked in investigate.
 
+Progress (on a store that keeps it, `StoresProgress`): a worker holding a running
+job saves its handler's progress through `Engine.save_progress`, as
+`fsm.worker.saving` does, then maybe heartbeats or reports its running jobs in one
+batch decided on the records it saw before the save (`save_progress`); a zombie
+one fence behind saves after its run was taken over (`progress_taken_over_once`);
+a concurrent writer may save the holder's progress between a decision's read and
+its write (`concurrent_write`). Checked after every step, U2: the stored progress
+is the current holder's latest save; nothing writes an older one back, and a
+refused save changes nothing.
+
 Every bound is explicit: MAX_JOBS jobs and N_WORKERS workers per example, at
 most SENT_LOG remembered reports per worker, SETTLE_ROUNDS rounds to settle.
 """
@@ -46,11 +56,12 @@ from ..lifecycle.invariants import (
 )
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
-from ..ports import PruneRequest, ScanRequest, Store, TracksDependencies
+from ..ports import PruneRequest, ScanRequest, Store, StoresProgress, TracksDependencies
 from ..records import Job, Owner
 from ..service import maintenance as recovery
 from ..service.engine import Engine
 from ..service.identity import Identity
+from ..service.progress import envelope
 from ..service.reconcile import Asker
 from ..worker.claims import kind_policy_arg
 from ..worker.runs import Run, Runs
@@ -323,6 +334,13 @@ class FaultMachine(RuleBasedStateMachine):
         self.deps = isinstance(self.real, TracksDependencies)
         #: job id -> the prerequisites it was submitted with
         self.after: dict[str, list[str]] = {}
+        #: does the store keep progress (then workers save it, U2)?
+        self.saves = isinstance(self.real, StoresProgress)
+        #: job id -> the progress last saved by its holder (U2: what the store must keep)
+        self.progress: dict[str, str] = {}
+        self.saved = 0
+        #: the next armed race saves the holder's progress instead of a heartbeat
+        self.race_saves = False
         self.broken = False
         self.stats.examples += 1
 
@@ -691,6 +709,9 @@ class FaultMachine(RuleBasedStateMachine):
             for x in self.workers[w % len(self.workers) :] + self.workers
             if x.active and any(h.phase == "running" for h in x.held.values())
         )
+        self._finish_all(worker, roll)
+
+    def _finish_all(self, worker: SimWorker, roll: int) -> None:
         running = [
             jid
             for jid in sorted(worker.held, key=self.index.__getitem__)
@@ -915,6 +936,84 @@ class FaultMachine(RuleBasedStateMachine):
                 worker.held[jid].phase = renewed[jid]
             else:
                 worker.let_go(jid)  # ctx.lease_lost: the result is discarded
+
+    # --- progress (U2) -------------------------------------------------------------
+
+    @precondition(lambda self: self.saves and self._has_held("running"))
+    @rule(
+        w=W,
+        j=J,
+        then=st.sampled_from(("nothing", "heartbeat", "report")),
+        roll=st.integers(0, 999),
+    )
+    def save_progress(self, w: int, j: int, then: str, roll: int) -> None:
+        """A handler's `ctx.progress`, written as the worker writes it
+        (`fsm.worker.saving`: `Engine.save_progress`, fenced like a heartbeat, no new
+        version); then the worker heartbeats, or its reporter sends the outcomes of its
+        running jobs in one batch decided on the records it saw before the save (their
+        compare-and-set holds, as the save moved no version: the write must keep the
+        saved progress, U2)."""
+        picked = self._pick_held(w, j, "running")
+        assert picked is not None
+        worker, jid = picked
+        self._save(worker, jid, worker.held[jid].fence)
+        if then == "heartbeat":
+            self._heartbeat(worker)
+        elif then == "report" and any(h.phase == "running" for h in worker.held.values()):
+            self._finish_all(worker, roll)
+
+    @precondition(lambda self: self.saves and self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, roll=st.integers(0, 999))
+    def progress_taken_over_once(self, w: int, j: int, roll: int) -> None:
+        """`lease_taken_over_once` with a progress save: the zombie, one fence behind,
+        saves its run's progress after another worker leased and started the job. The
+        save must be refused and change nothing (U2)."""
+        zombie = self._active(w)
+        assert zombie is not None
+        taken = self._take_over_once(zombie, j, "running", roll)
+        if taken is None:
+            return
+        jid, fence = taken
+        self._save(zombie, jid, fence)
+        self._reconcile(zombie, jid)
+
+    def _save(self, worker: SimWorker, jid: str, fence: int) -> None:
+        """`worker` saves progress of its run of `jid` under `fence`: written exactly
+        when the fence, owner and state still match the store's record (the current
+        holder's save, recorded as the progress to keep); a refused one changes nothing."""
+        self.touched.add(jid)
+        before = self.real.get(jid)
+        if before is None:
+            return
+        held = worker.held.get(jid)
+        self.saved += 1
+        text = envelope(
+            held.seen if held is not None and held.seen is not None else before,
+            jsonio.encode({"done": self.saved}),
+            self.clock.now(),
+        )
+        written = jid in self.direct.save_progress(worker.owner, {jid: (fence, text)})
+        current = (
+            before.fence == fence
+            and before.owner == worker.owner
+            and before.state in self.direct.kernel.heartbeat_states
+        )
+        after = self.real.get(jid)
+        if written != current:
+            self._fail(
+                f"U2 job {jid} ({before.state}, fence {before.fence}, owner {before.owner}): "
+                f"a progress save of {worker.owner} with fence {fence} was "
+                f"{'written' if written else 'refused'}"
+            )
+        if current:
+            self.progress[jid] = text
+            self._fault("progress saved")
+            if after is None or after.progress_json != text or after.version != before.version:
+                self._fail(f"U2 job {jid}: a written progress save left {after}")
+        else:
+            self._fault("stale progress save refused")
+            if after != before:
+                self._fail(f"U2 job {jid}: a refused progress save changed {before} to {after}")
 
     # --- faults --------------------------------------------------------------------
 
@@ -1224,9 +1323,13 @@ class FaultMachine(RuleBasedStateMachine):
         """Arm a one-shot store error for the next call of `method`."""
         self.store.arm(method, when)
 
-    @rule()
-    def concurrent_write(self) -> None:
-        """Arm a concurrent writer that changes the job just before the next apply."""
+    @rule(progress=st.booleans())
+    def concurrent_write(self, progress: bool) -> None:
+        """Arm a concurrent writer that changes the job just before the next apply
+        (with `progress`, on a store that keeps it, a running job's holder saves its
+        progress there instead of a heartbeat: no new version, so the decision read
+        before it still applies, and must keep that progress, U2)."""
+        self.race_saves = progress and self.saves
         self.store.arm_race()
 
     def _race(self, jid: str) -> str | None:
@@ -1236,6 +1339,12 @@ class FaultMachine(RuleBasedStateMachine):
         if job.state in self.cancel_states:
             self.direct.cancel(jid, actor="racer", reason="concurrent cancel")
             return "operator cancel"
+        if self.race_saves and job.state == "running" and job.owner is not None:
+            self.saved += 1
+            text = envelope(job, jsonio.encode({"done": self.saved}), self.clock.now())
+            if jid in self.direct.save_progress(job.owner, {jid: (job.fence, text)}):
+                self.progress[jid] = text
+                return "progress save"
         if job.state in self.owned and job.owner is not None:
             self.direct.heartbeat(job.owner, {jid: job.fence})
             return "heartbeat"
@@ -1403,6 +1512,7 @@ class FaultMachine(RuleBasedStateMachine):
         self.index = {x: i for i, x in enumerate(self.jobs)}
         self.seen.pop(jid, None)
         self.states.pop(jid, None)
+        self.progress.pop(jid, None)
         for w in self.workers:
             w.let_go(jid)
             w.sent = [s for s in w.sent if s.job_id != jid]
@@ -1479,6 +1589,14 @@ class FaultMachine(RuleBasedStateMachine):
                 f"{len(fences)} times with {granted} operator requeues"
             )
         checks["I7 fenced effects at most once"] += 1
+        if self.saves:
+            if job.progress_json != self.progress.get(job.id):
+                self._fail(
+                    f"U2 job {job.id} ({job.state}): the store holds progress "
+                    f"{job.progress_json}, the holder's latest save was "
+                    f"{self.progress.get(job.id)}"
+                )
+            checks["U2 stored progress is the holder's latest save"] += 1
 
     def _check_dependencies(
         self, job: Job, by_id: Mapping[str, Job], stored: Mapping[str, Mapping[str, Any]]

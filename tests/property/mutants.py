@@ -436,6 +436,25 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "the deadline scan skips leased and running jobs",
     ),
+    Patch(
+        "memory-write-drops-progress",
+        "memory",
+        "adapters/memory.py",
+        (
+            (
+                "        if d.job.progress_json == d.previous.progress_json"
+                " != current.progress_json:\n"
+                "            # the owner's latest progress: no decision writes it (but erase)\n"
+                "            self._put(attrs.evolve(d.job, progress_json=current.progress_json))\n"
+                "        else:\n"
+                "            self._put(d.job)\n",
+                "        self._put(d.job)\n",
+            ),
+        ),
+        ("memory",),
+        "a decision read before a progress save writes the older progress back "
+        "(blind study, issue 36)",
+    ),
     # --- SQLite store --------------------------------------------------------------
     Patch(
         "sqlite-begin-deferred",
