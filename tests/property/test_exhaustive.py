@@ -18,7 +18,7 @@ from . import mutants
 #: the scope CI explores (docs/fault-suites.md states its figures)
 CI_SCOPE = "reconcile"
 
-#: the tests that read the tiny scope's exploration run on one xdist worker, so it runs once
+#: asks xdist (--dist loadgroup) for one worker for the tests that read the tiny exploration
 ON_TINY = pytest.mark.xdist_group("exhaustive-tiny")
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from fsm.cli import layout
 
-#: every test of this module on one xdist worker, so the files are parsed once (`_tree`)
+#: asks xdist (--dist loadgroup) for one worker for this module, so the files are parsed once
 pytestmark = pytest.mark.xdist_group("structure")
 
 ROOT = Path(__file__).resolve().parents[2]
