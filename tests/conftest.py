@@ -5,9 +5,11 @@ says why.
 
 Tiers: every test that needs a server is marked `services` (and `postgres` or
 `rabbitmq`) at collection, from the fixtures it asks for, its markers and its
-parameters (a `[postgres]` case); `pytest -m "not services"` is the fast tier (unit,
-SQLite, memory). A test that reaches `pg_url` without the mark fails, so the tiers
-cannot drift. The suite runs on pytest-xdist workers (pyproject.toml); every test
+parameters (a `[postgres]` case). A test that reaches `pg_url` without the mark fails,
+so the tiers cannot drift. `slow` marks what the inner loop leaves out: single tests
+say why at the test; whole folders and modules are in `SLOW_PATHS` below.
+`pytest -m "not services and not slow"` is the fast tier (README, Contributing); the
+full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); every test
 that touches RabbitMQ runs on one worker, one at a time (`xdist_group`), because
 some stop the broker or lower its consumer timeout, which no other test may meet.
 PostgreSQL tests each get their own database and run anywhere.
@@ -121,8 +123,37 @@ def services_of(item: pytest.Item) -> set[str]:
     return needs
 
 
+#: folders and modules (paths from the repository root) whose every test is `slow`, and
+#: why: each test launches processes (the CLI, workers, a dashboard, Chromium) that import
+#: jobfsm afresh, which is most of the fast tier's CPU when they are in it. What the inner
+#: loop keeps of the same code: the worker loop on the memory store and `jobfsm worker`'s
+#: options (tests/unit/test_worker*.py), the CLI under hostile input
+#: (tests/integration/test_hostile_input.py), every command's help (tests/docs), the
+#: dashboard's pages through Starlette's TestClient, SQLite from several processes
+#: (tests/integration/sqlite).
+SLOW_PATHS = {
+    "tests/acceptance/": "runs `jobfsm` (CLI, worker, demo) as a subprocess, often a dozen times",
+    "tests/integration/worker/": "starts `jobfsm worker` processes and kills them",
+    "tests/integration/chaos/": "three workers, one SIGKILLed every 1-2 s for 20 s",
+    "tests/dashboard/test_browser.py": "a dashboard process driven by headless Chromium",
+    "tests/dashboard/test_browser_dependencies.py": "the same",
+    "tests/dashboard/test_browser_history.py": "the same",
+    "tests/dashboard/test_browser_lifecycle.py": "the same",
+    "tests/dashboard/test_browser_workers.py": "the same, after worker processes are killed",
+    "tests/dashboard/test_control_browser.py": "the same",
+}
+
+
+def slow_path(item: pytest.Item) -> bool:
+    """Whether `item` lives in one of SLOW_PATHS."""
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    return any(path.startswith(prefix) for prefix in SLOW_PATHS)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if slow_path(item) and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
         needs = services_of(item)
         for name in sorted(needs):
             if item.get_closest_marker(name) is None:

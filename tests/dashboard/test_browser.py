@@ -17,7 +17,15 @@ import pytest
 from fsm import Engine, open_store
 from fsm.service.progress import envelope
 
-from .browser import PortTaken, browser, dashboard_process, free_port, screenshot, token_file
+from .browser import (
+    PortTaken,
+    browser,
+    browser_context,
+    dashboard_process,
+    free_port,
+    screenshot,
+    token_file,
+)
 from .clients import TOKENS
 from .seed import OWNER_B, seed
 
@@ -36,8 +44,8 @@ def seeded(sqlite_url: str) -> Iterator[tuple[str, Engine, dict[str, str]]]:
 
 
 @pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[Any]:
-    with browser(tmp_path / "profile") as context:
+def chromium(chromium_process: Any) -> Iterator[Any]:
+    with browser_context(chromium_process) as context:
         context.set_default_timeout(WAIT_MS)
         yield context
 
@@ -204,8 +212,9 @@ def _rebinding_attack(url: str, job_id: str, tmp_path: Path) -> None:
     port = free_port()
     # evil.test resolves to this machine, as a rebinding DNS name does after its first answer
     rules = "--host-resolver-rules=MAP evil.test 127.0.0.1"
+    tmp_path.mkdir(parents=True)  # this try's folder: its tokens and the dashboard's log
     same = {"read": json.dumps(f"/jobs/{job_id}"), "act": json.dumps(f"/jobs/{job_id}/act")}
-    with browser(tmp_path / "profile", rules) as context:
+    with browser(rules) as context:
         context.set_default_timeout(WAIT_MS)
         # given the attacker's page loaded from evil.test:PORT, by the attacker's server...
         rebound = context.new_page()

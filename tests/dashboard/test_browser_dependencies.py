@@ -32,7 +32,7 @@ def test_a_waiting_job_says_what_it_waits_for_and_a_prerequisite_lists_its_depen
         tokens = token_file(tmp_path, TOKENS)
         with (
             dashboard_process(sqlite_url, "--token-file", str(tokens), log=tmp_path / "d") as base,
-            browser(tmp_path / "profile") as context,
+            browser() as context,
         ):
             context.set_default_timeout(WAIT_MS)
             page = context.new_page()

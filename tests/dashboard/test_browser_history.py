@@ -68,7 +68,7 @@ def test_the_charts_add_up_to_the_audit_trails_of_the_window(
     tokens = token_file(tmp_path, TOKENS)
     with (
         dashboard_process(url, "--token-file", str(tokens), log=tmp_path / "d.log") as base,
-        browser(tmp_path / "profile") as context,
+        browser() as context,
     ):
         context.set_default_timeout(WAIT_MS)
         page = context.new_page()

@@ -18,7 +18,7 @@ import pytest
 
 from fsm import Engine, open_store
 
-from .browser import browser, dashboard_process, screenshot, token_file
+from .browser import browser_context, dashboard_process, screenshot, token_file
 from .clients import TOKENS
 from .seed import OWNER_A, seed
 
@@ -36,8 +36,8 @@ def seeded(sqlite_url: str) -> Iterator[tuple[str, Engine, dict[str, str]]]:
 
 
 @pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[Any]:
-    with browser(tmp_path / "profile") as context:
+def chromium(chromium_process: Any) -> Iterator[Any]:
+    with browser_context(chromium_process) as context:
         context.set_default_timeout(WAIT_MS)
         yield context
 

@@ -70,7 +70,7 @@ def test_a_killed_workers_recovery_is_listed_under_it_on_the_workers_page(
         dashboard_process(
             sqlite_url, "--token-file", str(tokens), log=tmp_path / "dash.log"
         ) as base,
-        browser(tmp_path / "profile") as context,
+        browser() as context,
     ):
         context.set_default_timeout(WAIT_MS)
         page: Any = context.new_page()

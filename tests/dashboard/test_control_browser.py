@@ -19,7 +19,7 @@ from fsm import Engine, Owner, open_store
 from fsm.ports import HoldsSchedules, ScanRequest, SchedulerBeat
 from fsm.service.schedules import Schedules, schedule
 
-from .browser import browser, dashboard_process, screenshot, token_file
+from .browser import browser_context, dashboard_process, screenshot, token_file
 from .clients import TOKENS
 from .seed import OWNER_A, OWNER_B, seed
 
@@ -40,8 +40,8 @@ def seeded(sqlite_url: str) -> Iterator[tuple[str, Engine, dict[str, str]]]:
 
 
 @pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[Any]:
-    with browser(tmp_path / "profile") as context:
+def chromium(chromium_process: Any) -> Iterator[Any]:
+    with browser_context(chromium_process) as context:
         context.set_default_timeout(WAIT_MS)
         yield context
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fsm.errors import BadInput
-from fsm.testing.explore import SCOPES, explore, replay
+from fsm.testing.explore import SCOPES, Exploration, explore, replay
 from fsm.testing.explore_world import World, replay_world
 
 from . import mutants
@@ -18,10 +18,22 @@ from . import mutants
 #: the scope CI explores (docs/fault-suites.md states its figures)
 CI_SCOPE = "reconcile"
 
+#: asks xdist (--dist loadgroup) for one worker for the tests that read the tiny exploration
+ON_TINY = pytest.mark.xdist_group("exhaustive-tiny")
 
-def test_the_tiny_scope_is_explored_completely_and_every_invariant_holds() -> None:
+
+@pytest.fixture(scope="module")
+def tiny() -> Exploration:
+    """The tiny scope explored on the memory store, once for the tests that compare with it."""
+    return explore("tiny")
+
+
+@ON_TINY
+def test_the_tiny_scope_is_explored_completely_and_every_invariant_holds(
+    tiny: Exploration,
+) -> None:
     # when every interleaving of the tiny world is explored on the memory store
-    found = explore("tiny")
+    found = tiny
     # then it finished, found nothing broken, and counted what it explored
     assert found.ok, found.failure
     assert found.complete
@@ -29,9 +41,10 @@ def test_the_tiny_scope_is_explored_completely_and_every_invariant_holds() -> No
     assert found.transitions > found.states
 
 
-def test_the_exploration_is_a_function_of_the_scope() -> None:
+@ON_TINY
+def test_the_exploration_is_a_function_of_the_scope(tiny: Exploration) -> None:
     # the same scope explored twice reaches the same number of states and transitions
-    first, second = explore("tiny"), explore("tiny")
+    first, second = tiny, explore("tiny")
     assert (first.states, first.transitions, first.depth) == (
         second.states,
         second.transitions,
@@ -52,10 +65,14 @@ def test_symmetric_worlds_share_one_key() -> None:
     assert a.key() != c.key()
 
 
-def test_the_tiny_scope_on_sqlite_reaches_the_states_it_reaches_on_memory() -> None:
+@pytest.mark.slow  # every replayed world is a fresh SQLite file: 10x the memory store's time
+@ON_TINY
+def test_the_tiny_scope_on_sqlite_reaches_the_states_it_reaches_on_memory(
+    tiny: Exploration,
+) -> None:
     found = explore("tiny", "sqlite:///scratch.db")
     assert found.ok, found.failure
-    assert found.states == explore("tiny").states
+    assert found.states == tiny.states
 
 
 def test_an_unknown_scope_or_store_is_refused_before_anything_runs() -> None:
@@ -72,6 +89,7 @@ def test_a_trace_that_breaks_nothing_replays_cleanly() -> None:
     world.close()
 
 
+@pytest.mark.slow  # a copy of the tree, patched, and `jobfsm faults` run from it
 @pytest.mark.parametrize("name", ["core-stale-fence-accepted"])
 def test_a_seeded_bug_gives_the_shortest_failing_trace_as_a_runnable_program(name: str) -> None:
     # given the tree with one own mutant applied (a report one fence behind is accepted)
@@ -103,6 +121,7 @@ def test_a_seeded_bug_gives_the_shortest_failing_trace_as_a_runnable_program(nam
     assert clean.returncode == 0, clean.stderr  # the unchanged tree: nothing breaks
 
 
+@pytest.mark.slow  # 5,300 states, 24,381 transitions (docs/fault-suites.md): over a minute
 def test_the_ci_scope_is_explored_within_its_budget() -> None:
     # the scope CI runs: complete, nothing broken, and its size as docs/fault-suites.md says
     found = explore(CI_SCOPE)

@@ -60,6 +60,7 @@ def test_the_quick_suite_on_every_store_keeps_every_module_at_its_bound(pg_url: 
     assert "under their bound: 0." in done.stdout
 
 
+@pytest.mark.slow  # a quick run under coverage.py, in a subprocess
 def test_jobfsm_faults_coverage_prints_the_lines_each_module_ran(tmp_path: Path) -> None:
     done = subprocess.run(
         [

@@ -41,6 +41,7 @@ def test_the_crash_model_says_when_a_store_has_no_statements_to_crash() -> None:
     assert any("crash model not run" in n for n in report.notes)
 
 
+@pytest.mark.slow  # a whole quick run on SQLite (each model alone runs in the fast tier)
 def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> None:
     # when the whole suite runs at the quick size on SQLite
     report = run_faults("sqlite:///scratch.db", size="quick")

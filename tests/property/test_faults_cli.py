@@ -29,6 +29,7 @@ def jobfsm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a whole quick run (the machine and every model) in a subprocess
 def test_jobfsm_faults_exits_0_and_summarizes_faults_and_checks_when_all_hold() -> None:
     # given a small run against fresh SQLite files
     # when the command runs
@@ -61,6 +62,7 @@ def test_jobfsm_faults_refuses_the_delivery_model_without_a_broker_url() -> None
     assert "invariant" not in done.stdout  # nothing ran
 
 
+@pytest.mark.slow  # a quick run of the policy model in a subprocess
 def test_jobfsm_faults_writes_its_report_as_json(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     done = jobfsm(
@@ -131,6 +133,7 @@ def test_jobfsm_faults_without_the_testing_extra_names_the_extra(mode: list[str]
     assert "ModuleNotFoundError" not in done.stderr
 
 
+@pytest.mark.slow  # two quick runs of the machine in subprocesses
 def test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs() -> None:
     # given the commits-free models that log by design (rejected stale reports, retries)
     args = ("faults", "--store", "sqlite:///x.db", "--quick", "--model", "machine")

@@ -109,6 +109,7 @@ def test_merge_adds_the_counts_and_keeps_the_first_failure() -> None:
     assert merge([a], 1.0).ok
 
 
+@pytest.mark.slow  # a whole quick run on SQLite, in three processes
 def test_a_run_in_two_processes_reports_every_part_as_one_run(tmp_path: Path) -> None:
     # when a quick run on SQLite goes in two processes
     out = tmp_path / "report.json"
@@ -128,6 +129,7 @@ def test_a_run_in_two_processes_reports_every_part_as_one_run(tmp_path: Path) ->
     assert report["examples"] > 0
 
 
+@pytest.mark.slow  # a patched copy of the tree, then a default-size run from it
 def test_a_failing_part_ends_the_run_and_its_own_report_is_shown(tmp_path: Path) -> None:
     # given a careless change only the payloads model sees, and a run in two
     # processes (the machine in one, payloads in the other)
@@ -187,6 +189,7 @@ def _scratch_dirs(pid: int) -> set[Path]:
     return found
 
 
+@pytest.mark.slow  # a default-size run in three processes, killed with SIGKILL
 def test_children_end_with_a_killed_parent_and_remove_their_scratch_files() -> None:
     # given a default-size run on SQLite in two processes (minutes of work)
     cmd = [sys.executable, "-m", "fsm.cli", "faults", "--store", "sqlite:///unused.db"]

@@ -8,6 +8,7 @@ reading the code (ast, and grimp's import graph for cycles), not running it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,9 @@ import grimp
 import pytest
 
 from fsm.cli import layout
+
+#: asks xdist (--dist loadgroup) for one worker for this module, so the files are parsed once
+pytestmark = pytest.mark.xdist_group("structure")
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where the code lives (tests and benchmarks are held to the underscore rule too)
@@ -34,15 +38,32 @@ def _files(*roots: str) -> Iterator[Path]:
         yield from sorted((ROOT / root).rglob("*.py"))
 
 
+@functools.cache
 def _tree(path: Path) -> ast.Module:
+    """The module at `path`, parsed once per module of tests (a dozen tests read the same
+    few hundred files, which do not change while they do; nothing here edits a tree)."""
     return ast.parse(path.read_text(), filename=str(path))
 
 
-def _defined(tree: ast.Module) -> set[str]:
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at `path` (`ast.walk` order), walked once as its tree."""
+    return tuple(ast.walk(_tree(path)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _parsed_once_per_module() -> Iterator[None]:
+    """The parsed trees live as long as this module's tests run, then are let go."""
+    yield
+    _tree.cache_clear()
+    _nodes.cache_clear()
+
+
+def _defined(nodes: tuple[ast.AST, ...]) -> set[str]:
     """Every name a module defines or binds (functions, classes, attributes it sets,
     arguments, keywords): reading one of these is reading its own."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
@@ -90,10 +111,9 @@ def reach_ins(path: Path) -> list[str]:
     """Where the module at `path` reads another module's underscore names: an import of
     one, `x._name` where x is not self or cls and the module defines no `_name`, or such
     a name given as a string to getattr/setattr (or monkeypatch.setattr and its kin)."""
-    tree = _tree(path)
-    own = _defined(tree)
+    own = _defined(_nodes(path))
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if isinstance(node, ast.Call):
             # by string, even a name the module defines itself names another's private:
             # the object is not self (a module's own `_conn` is not `store._conn`)
@@ -303,7 +323,7 @@ def test_only_the_kernel_writes_decisions_so_every_transition_is_observed() -> N
         rel = str(path.relative_to(ROOT))
         if rel in WRITERS or rel.startswith("fsm/testing/"):
             continue
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -323,7 +343,7 @@ def test_event_sources_and_destinations_are_computed_only_by_the_lifecycle() -> 
         rel = str(path.relative_to(ROOT))
         if rel.startswith("fsm/lifecycle/"):
             continue
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if isinstance(node, ast.Compare) and _tests_membership_in_the_table(node):
                 # `(state, event) in spec.table`: whether `event` leaves from `state`
                 found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
@@ -371,7 +391,7 @@ def test_one_canonical_json_encoder() -> None:
             found.append(rel)
         found += [
             f"{rel}:{n.lineno}"
-            for n in ast.walk(_tree(path))
+            for n in _nodes(path)
             if isinstance(n, ast.Call) and _encodes_canonically(n)
         ]
     assert not found, f"canonical JSON made outside fsm.jsonio.canonical: {found}"
@@ -402,7 +422,7 @@ def test_no_class_is_over_the_line_limit_outside_the_test_kit() -> None:
         rel = str(path.relative_to(ROOT))
         if rel.startswith("fsm/testing/"):
             continue
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 size = node.end_lineno - node.lineno + 1
                 if size > MAX_CLASS_LINES:
@@ -481,9 +501,8 @@ def callers(module: str, name: str, roots: tuple[str, ...] = (*CODE, "benchmarks
     import name as n; n()`) or through its module (`from pkg import mod as m; m.name()`)."""
     found = set()
     for path in _files(*roots):
-        tree = _tree(path)
         by_name, by_module = set(), set()
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if isinstance(node, ast.ImportFrom):
                 base = _imported_from(path, node)
                 for alias in node.names:
@@ -491,7 +510,7 @@ def callers(module: str, name: str, roots: tuple[str, ...] = (*CODE, "benchmarks
                         by_name.add(alias.asname or alias.name)
                     if f"{base}.{alias.name}" == module:
                         by_module.add(alias.asname or alias.name)
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
@@ -509,7 +528,7 @@ def importers(module: str, roots: tuple[str, ...] = (*CODE, "benchmarks")) -> se
     """The files that import `module` (or a name from it), its own package's aside."""
     found = set()
     for path in _files(*roots):
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if isinstance(node, ast.ImportFrom):
                 base = _imported_from(path, node)
                 if base == module or any(f"{base}.{a.name}" == module for a in node.names):
@@ -524,7 +543,7 @@ def method_callers(name: str) -> set[str]:
     return {
         str(path.relative_to(ROOT))
         for path in _files(*CODE)
-        for node in ast.walk(_tree(path))
+        for node in _nodes(path)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == name
