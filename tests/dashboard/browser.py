@@ -124,23 +124,31 @@ VIEWPORT = {"width": 1400, "height": 900}
 
 
 @contextmanager
-def chromium_browser(*extra_args: str) -> Iterator[Any]:
-    """A Playwright driver and one headless Chromium, for many contexts (`browser_context`).
-
-    Launching costs about a second of CPU (the driver, then Chromium); a context costs a
-    tenth of that, and is as empty as a fresh profile: its own cookies, storage and cache.
-    """
-    executable = need_chromium()
+def playwright_driver() -> Iterator[Any]:
+    """Playwright's sync driver (one node process). While it is up it marks the thread's
+    asyncio loop as running: a second driver, or `asyncio.run`, fails in the meantime,
+    so the tests of a module share one (tests/dashboard/conftest.py)."""
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        launched = pw.chromium.launch(
-            executable_path=executable, args=[*CHROMIUM_ARGS, *extra_args], headless=True
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+        yield pw
+
+
+@contextmanager
+def chromium_browser(driver: Any, *extra_args: str) -> Iterator[Any]:
+    """One headless Chromium of `driver`, for many contexts (`browser_context`).
+
+    A launch costs about a second of CPU; a context a tenth of that, and it is as empty
+    as a fresh profile: its own cookies, storage and cache.
+    """
+    launched = driver.chromium.launch(
+        executable_path=need_chromium(), args=[*CHROMIUM_ARGS, *extra_args], headless=True
+    )
+    try:
+        yield launched
+    finally:
+        launched.close()
 
 
 @contextmanager
@@ -151,13 +159,6 @@ def browser_context(chromium: Any) -> Iterator[Any]:
         yield context
     finally:
         context.close()
-
-
-@contextmanager
-def browser(*extra_args: str) -> Iterator[Any]:
-    """A Chromium of its own (for launch flags no other test may meet), and one fresh context."""
-    with chromium_browser(*extra_args) as chromium, browser_context(chromium) as context:
-        yield context
 
 
 def screenshot(page: Any, name: str, tmp: Path) -> Path:

@@ -19,8 +19,8 @@ from fsm.service.progress import envelope
 
 from .browser import (
     PortTaken,
-    browser,
     browser_context,
+    chromium_browser,
     dashboard_process,
     free_port,
     screenshot,
@@ -206,7 +206,7 @@ def _attack(attacker: Any) -> tuple[Any, str]:
     return read, attacker.content()
 
 
-def _rebinding_attack(url: str, job_id: str, tmp_path: Path) -> None:
+def _rebinding_attack(url: str, job_id: str, tmp_path: Path, playwright: Any) -> None:
     import json
 
     port = free_port()
@@ -214,7 +214,7 @@ def _rebinding_attack(url: str, job_id: str, tmp_path: Path) -> None:
     rules = "--host-resolver-rules=MAP evil.test 127.0.0.1"
     tmp_path.mkdir(parents=True)  # this try's folder: its tokens and the dashboard's log
     same = {"read": json.dumps(f"/jobs/{job_id}"), "act": json.dumps(f"/jobs/{job_id}/act")}
-    with browser(rules) as context:
+    with chromium_browser(playwright, rules) as chromium, browser_context(chromium) as context:
         context.set_default_timeout(WAIT_MS)
         # given the attacker's page loaded from evil.test:PORT, by the attacker's server...
         rebound = context.new_page()
@@ -247,7 +247,7 @@ def _rebinding_attack(url: str, job_id: str, tmp_path: Path) -> None:
 
 
 def test_a_page_of_another_origin_can_neither_read_a_job_nor_act(
-    seeded: tuple[str, Engine, dict[str, str]], tmp_path: Path
+    seeded: tuple[str, Engine, dict[str, str]], playwright: Any, tmp_path: Path
 ) -> None:
     url, engine, ids = seeded
     job_id = ids["investigate"]
@@ -255,7 +255,7 @@ def test_a_page_of_another_origin_can_neither_read_a_job_nor_act(
     # process of the suite may take it in between (then a new port, a new browser)
     for attempt in range(PORT_TRIES):
         try:
-            _rebinding_attack(url, job_id, tmp_path / f"try-{attempt}")
+            _rebinding_attack(url, job_id, tmp_path / f"try-{attempt}", playwright)
             break
         except PortTaken:
             if attempt == PORT_TRIES - 1:

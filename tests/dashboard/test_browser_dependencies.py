@@ -5,10 +5,11 @@ states; a prerequisite lists its dependents; once it succeeds, the release shows
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fsm import Engine, Owner, open_store
 
-from .browser import browser, dashboard_process, screenshot, token_file
+from .browser import browser_context, dashboard_process, screenshot, token_file
 from .clients import TOKENS
 
 WAIT_MS = 15_000
@@ -16,7 +17,7 @@ OWNER = Owner("deps.example", 11, "d1d2d3d4d5d6d7d8")
 
 
 def test_a_waiting_job_says_what_it_waits_for_and_a_prerequisite_lists_its_dependents(
-    sqlite_url: str, tmp_path: Path
+    sqlite_url: str, chromium_process: Any, tmp_path: Path
 ) -> None:
     store = open_store(sqlite_url)
     try:
@@ -32,7 +33,7 @@ def test_a_waiting_job_says_what_it_waits_for_and_a_prerequisite_lists_its_depen
         tokens = token_file(tmp_path, TOKENS)
         with (
             dashboard_process(sqlite_url, "--token-file", str(tokens), log=tmp_path / "d") as base,
-            browser() as context,
+            browser_context(chromium_process) as context,
         ):
             context.set_default_timeout(WAIT_MS)
             page = context.new_page()

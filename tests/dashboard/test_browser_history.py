@@ -14,7 +14,7 @@ from fsm import Engine, open_store
 from fsm.dashboard.history import classify, window_of
 from fsm.ports import ListRequest
 
-from .browser import browser, dashboard_process, screenshot, token_file
+from .browser import browser_context, dashboard_process, screenshot, token_file
 from .clients import TOKENS
 from .seed import seed
 
@@ -58,7 +58,7 @@ def _drawn(page: Any, key: str) -> int:
 
 
 def test_the_charts_add_up_to_the_audit_trails_of_the_window(
-    seeded: tuple[str, Engine], tmp_path: Path
+    seeded: tuple[str, Engine], chromium_process: Any, tmp_path: Path
 ) -> None:
     url, engine = seeded
     expected = _expected(engine)
@@ -68,7 +68,7 @@ def test_the_charts_add_up_to_the_audit_trails_of_the_window(
     tokens = token_file(tmp_path, TOKENS)
     with (
         dashboard_process(url, "--token-file", str(tokens), log=tmp_path / "d.log") as base,
-        browser() as context,
+        browser_context(chromium_process) as context,
     ):
         context.set_default_timeout(WAIT_MS)
         page = context.new_page()

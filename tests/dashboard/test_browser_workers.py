@@ -14,7 +14,7 @@ from fsm import Engine, open_store
 from fsm.ports import HoldsSchedules
 from tests.integration.worker.helpers import Workers, markers, wait_for
 
-from .browser import browser, dashboard_process, screenshot, token_file
+from .browser import browser_context, dashboard_process, screenshot, token_file
 from .clients import TOKENS
 
 WAIT_MS = 15_000
@@ -30,7 +30,7 @@ def pool(tmp_path: Path) -> Iterator[Workers]:
 
 
 def test_a_killed_workers_recovery_is_listed_under_it_on_the_workers_page(
-    sqlite_url: str, pool: Workers, tmp_path: Path
+    sqlite_url: str, pool: Workers, chromium_process: Any, tmp_path: Path
 ) -> None:
     # given worker A running a retry-safe job, and worker B idle beside it (lease TTL
     # 30 s: only the confirmed death of A's pid recovers the job quickly)
@@ -70,7 +70,7 @@ def test_a_killed_workers_recovery_is_listed_under_it_on_the_workers_page(
         dashboard_process(
             sqlite_url, "--token-file", str(tokens), log=tmp_path / "dash.log"
         ) as base,
-        browser() as context,
+        browser_context(chromium_process) as context,
     ):
         context.set_default_timeout(WAIT_MS)
         page: Any = context.new_page()
