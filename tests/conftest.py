@@ -9,13 +9,10 @@ parameters (a `[postgres]` case). A test that reaches `pg_url` without the mark 
 so the tiers cannot drift. `slow` marks what the inner loop leaves out: single tests
 say why at the test; whole folders and modules are in `SLOW_PATHS` below.
 `pytest -m "not services and not slow"` is the fast tier (README, Contributing); the
-full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); the
-tests that touch RabbitMQ run one at a time, because some stop the broker or lower its
-consumer timeout, which no other test may meet: each holds an exclusive lock on a file
-of the machine (`one_rabbitmq_test_at_a_time`), so two runs of the suite at once take
-turns too. (They are also marked `xdist_group("rabbitmq")`, but pytest-xdist 3.8 under
-pytest 9.2 ignores the group: eight grouped tests ran on four workers.) PostgreSQL
-tests each get their own database and run anywhere.
+full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); every test
+that touches RabbitMQ runs on one worker, one at a time (`xdist_group`), because
+some stop the broker or lower its consumer timeout, which no other test may meet.
+PostgreSQL tests each get their own database and run anywhere.
 
 Benchmark peers: a test that needs procrastinate, dramatiq or celery (the `bench`
 extra, not part of `dev`) is marked `peers`; before it runs, `need_peers` fails it in
@@ -25,7 +22,6 @@ runs everything else after `pip install -e '.[dev]'`.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import shutil
@@ -166,27 +162,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("services")
         if "rabbitmq" in needs:
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
-
-
-#: the file whose lock a RabbitMQ test holds while it runs (one machine, one broker)
-RABBITMQ_TURN = Path(os.environ.get("JOBFSM_TEST_RABBITMQ_LOCK", "/tmp/jobfsm-rabbitmq-tests.lock"))
-
-
-@pytest.fixture(autouse=True)
-def one_rabbitmq_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked `rabbitmq` runs holding an exclusive lock on RABBITMQ_TURN: no other
-    RabbitMQ test of any xdist worker, or of another run of the suite on this machine,
-    meets the broker it stops or the consumer timeout it lowers. The lock goes with
-    the process: a test killed mid-run leaves no lock behind."""
-    if request.node.get_closest_marker("rabbitmq") is None:
-        yield
-        return
-    with RABBITMQ_TURN.open("a") as turn:
-        fcntl.flock(turn, fcntl.LOCK_EX)  # waits for the test holding it
-        try:
-            yield
-        finally:
-            fcntl.flock(turn, fcntl.LOCK_UN)
 
 
 @pytest.fixture
