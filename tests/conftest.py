@@ -10,8 +10,12 @@ so the tiers cannot drift. `slow` marks what the inner loop leaves out: single t
 say why at the test; whole folders and modules are in `SLOW_PATHS` below.
 `pytest -m "not services and not slow"` is the fast tier (README, Contributing); the
 full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); every test
-that touches RabbitMQ runs on one worker, one at a time (`xdist_group`), because
-some stop the broker or lower its consumer timeout, which no other test may meet.
+that touches RabbitMQ is marked to run on one worker, one at a time (`xdist_group`),
+because some stop the broker or lower its consumer timeout, which no other test may
+meet. Known gap: pytest-xdist 3.8 under pytest 9.2 does not honour the group (it
+renames `item._nodeid`, which pytest 9.2 no longer reads: eight grouped tests ran two
+each on four workers); a file lock instead left three workers idle behind each
+RabbitMQ test, so the fix is a scheduling shim or a pin, not a lock.
 PostgreSQL tests each get their own database and run anywhere.
 
 Benchmark peers: a test that needs procrastinate, dramatiq or celery (the `bench`
