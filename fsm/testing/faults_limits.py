@@ -5,7 +5,8 @@ Each example opens a fresh database, submits jobs of a kind limited in concurren
 (`capped`), one limited in rate (`rated`) and one without a limit (`free`), all in
 one queue that may carry a limit of its own (concurrency, rate or both), then drives
 the production `Engine.claim` (plain and claim-and-start, one claimer or several racing on their
-own store handles), lets jobs finish, fail, get cancelled, lose their owner, moves
+own store handles, kept from race to race, and workers that start mid-race on fresh
+handles), lets jobs finish, fail, get cancelled, lose their owner, moves
 the clock across rate windows and lowers or raises the concurrency limit.
 
 Promises, from the audit trails and the records read around each claim:
@@ -62,7 +63,7 @@ TICK = 1e-6
 
 _step = st.one_of(
     st.tuples(st.just("claim"), st.integers(1, 10), st.booleans()),
-    st.tuples(st.just("race"), st.integers(2, 4), st.integers(1, 3)),
+    st.tuples(st.just("race"), st.integers(2, 4), st.integers(1, 3), st.integers(0, 2)),
     st.tuples(st.just("advance"), st.sampled_from(ADVANCES)),
     st.tuples(st.just("finish"), st.integers(0, 63)),
     st.tuples(st.just("fail"), st.integers(0, 63)),
@@ -204,6 +205,33 @@ KEPT_COUNTS: dict[str, Any] = {
 }
 
 
+#: checked first too: workers that start while others claim. Four claimers race to a
+#: concurrency limit of 6 on fresh handles (counted under the key locks), then again
+#: (counted ahead; each handle keeps its count); then four workers start and race
+#: beside them: their first claims count under the locks while the others lease within
+#: the counts they kept, which only the running totals of leases tell about the
+#: newcomers' leases (a claim counted under the locks that left the totals as they
+#: were would let eight through whenever the newcomers commit first). Once more with
+#: eight kept handles and four newcomers
+WORKERS_JOIN: dict[str, Any] = {
+    **RACE_AGAIN,
+    "capped": 60,
+    "rate": None,
+    "concurrency": 6,
+    "steps": [
+        ("race", 4, 1),
+        *[("finish", 0)] * 4,
+        ("race", 4, 1),
+        *[("finish", 0)] * 4,
+        ("race", 8, 1, 4),
+        *[("finish", 0)] * 6,
+        ("race", 8, 1),
+        *[("finish", 0)] * 6,
+        ("race", 12, 1, 4),
+    ],
+}
+
+
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
     out: list[tuple[float, float]] = []
@@ -271,6 +299,7 @@ class LimitsModel:
         @example(example=RACE_AGAIN)
         @example(example=RACE_ONE_LIMIT)
         @example(example=KEPT_COUNTS)
+        @example(example=WORKERS_JOIN)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()
@@ -405,13 +434,22 @@ class _Example:
         if len(got) < limit:
             self._check_fair(got, limit)
 
-    def _race(self, claimers: int, limit: int) -> None:
+    def _race(self, claimers: int, limit: int, joining: int = 0) -> None:
         before = self._read(self.ids)
         # each claimer keeps its store handle from race to race, as a worker does: a
-        # handle that claimed before may count ahead of the key locks (PostgreSQL)
-        while len(self.claimers) < claimers:
+        # handle that claimed before may count ahead of the key locks (PostgreSQL);
+        # `joining` of them are workers that start now, on fresh handles whose first
+        # claim counts under the locks, racing the others' counts ahead or kept
+        kept = max(claimers - joining, 0)
+        while len(self.claimers) < kept:
             self.claimers.append(self._engine(self.opener()))
-        engines = self.claimers[:claimers]
+        fresh = [self._engine(self.opener()) for _ in range(claimers - kept)]
+        for engine in fresh:  # connected before the barrier, as a started worker is
+            engine.get(self.ids[0])
+        engines = [*self.claimers[:kept], *fresh]
+        self.claimers[kept:kept] = fresh  # the next races keep them
+        if fresh:
+            self.ctx.stats.faults["workers start while others claim under limits"] += 1
         got: list[Job] = []
         lock = threading.Lock()
         barrier = threading.Barrier(claimers)

@@ -950,6 +950,22 @@ PATCHES: tuple[Patch, ...] = (
         "budget and by its commit's check, and a kind runs past its limit",
     ),
     Patch(
+        "postgres-limits-locked-claims-not-totalled",
+        "limits",
+        "adapters/postgres/limits.py",
+        (
+            (
+                "        if bumps or gated:  # the keys' running totals",
+                "        if gated:  # the keys' running totals",
+            ),
+        ),
+        ("postgres",),
+        "a PostgreSQL claim counted under the key locks (a worker's first claim, or one "
+        "whose check failed) leaves the keys' running totals as they were: the claims "
+        "of other workers within their kept counts never learn of its leases, and a "
+        "kind runs past its limit when a worker starts while others claim",
+    ),
+    Patch(
         "postgres-limits-other-queue-starved",
         "limits",
         "adapters/postgres/claim.py",
