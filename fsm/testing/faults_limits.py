@@ -212,7 +212,7 @@ KEPT_COUNTS: dict[str, Any] = {
 #: the counts they kept, which only the running totals of leases tell about the
 #: newcomers' leases (a claim counted under the locks that left the totals as they
 #: were would let eight through whenever the newcomers commit first). Once more with
-#: eight kept handles and four newcomers
+#: eight kept handles and four newcomers; the status and bad limits read between
 WORKERS_JOIN: dict[str, Any] = {
     **RACE_AGAIN,
     "capped": 60,
@@ -224,6 +224,9 @@ WORKERS_JOIN: dict[str, Any] = {
         ("race", 4, 1),
         *[("finish", 0)] * 4,
         ("race", 8, 1, 4),
+        ("status",),
+        ("bad", 0),
+        ("bad", 2),
         *[("finish", 0)] * 6,
         ("race", 8, 1),
         *[("finish", 0)] * 6,
