@@ -648,8 +648,8 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/worker/reports.py",
         (
             (
-                "if len(result.encode(\"utf-8\")) > limit:",
-                "if len(result.encode(\"utf-8\")) >= limit:",
+                'if len(result.encode("utf-8")) > limit:',
+                'if len(result.encode("utf-8")) >= limit:',
             ),
         ),
         ("memory",),
@@ -677,7 +677,8 @@ PATCHES: tuple[Patch, ...] = (
             (
                 "            for run in runs:  # the store stayed away: the leases lapse, "
                 "recovery decides\n"
-                "                s.runs.finish(run, abandoned=\"the result could not be reported\")\n",
+                "                s.runs.finish(run, abandoned="
+                '"the result could not be reported")\n',
                 "",
             ),
         ),
