@@ -63,7 +63,7 @@ from .faults_models import ModelRun
 KIND = "reports.job"
 #: the payload limit of the model's policy: a result of exactly LIMIT bytes is kept
 LIMIT = 64
-TTL = 0.6  # the lease TTL, and so the worker's bound on retrying a report
+TTL = 0.8  # the lease TTL, and so the worker's bound on retrying a report
 BEAT = 0.1  # the heartbeat interval: how soon the worker sees a cancel request
 BACKOFF = 600.0  # the retry delay of a handler that raised (no jitter): never due here
 WAIT = 10.0  # bound on any wait of the model
@@ -239,12 +239,14 @@ def _one(
     go = [threading.Event() for _ in endings]
     ended = [threading.Event() for _ in endings]
     progress: dict[int, dict[str, Any]] = {}  # the latest progress each handler saved
+    contexts: dict[int, Any] = {}  # each handler's context (`ctx.lease_lost`)
     for e in endings:
         stats.faults[f"reports: a handler that ends {e}"] += 1
 
     def handler(run: Any) -> Any:
         i = index[run.job.id]
         ending = endings[i]
+        contexts[i] = run
         try:
             if ending in CANCELS or i % 2:
                 progress[i] = {"step": 1, "i": i}
@@ -344,6 +346,7 @@ def _one(
                 latest=progress.get(i),
                 fault=fault,
                 failed=path.failed.get(job.id, []),
+                lost=i in contexts and contexts[i].lease_lost.is_set(),
                 taken=i in taken,
             )
     finally:
@@ -370,6 +373,7 @@ def _check(
     latest: dict[str, Any] | None,
     fault: str,
     failed: list[float],
+    lost: bool,
     taken: bool,
 ) -> None:
     checks = ctx.stats.checks
@@ -382,6 +386,14 @@ def _check(
     mine = [e for e in trail if e.event in REPORTS and e.fence == fence]
     applied = [e for e in mine if e.outcome == "applied"]
     what = f"job {job.id} (handler {ending}, fault {fault}{', taken over' if taken else ''})"
+    if lost and not taken and not failed:
+        # the worker's heartbeats fell a lease TTL behind (a loaded machine): it gave the
+        # run up as lost and must report nothing (the worker model's W1-W2), so the
+        # outcome is not judged here
+        if applied:
+            raise AssertionError(f"E2 {what}: a run given up as lost reported {applied[0].event}")
+        ctx.stats.faults["reports: a run given up as lost (heartbeats fell behind)"] += 1
+        return
     # the worker retries a failed report write for one lease TTL (docs/workers.md): a
     # transient fault that outlasted it (the reporter thread starved on a loaded
     # machine) is the store staying away for this job
