@@ -115,13 +115,6 @@ FLOORS: dict[str, float] = {
     # typed payloads (payload_type) added kind declarations the quick run does not reach
     "fsm/worker/handlers.py": 61,
     "fsm/worker/leases.py": 57,
-    # the reporter and the progress it saves before a report: the reports model runs a
-    # real Worker through every documented outcome and report-path store faults (89.4%
-    # and 88.9% over memory and SQLite, 43.9% and 59.3% before it); held at what was
-    # measured, above THRESHOLD. Which of a batch's lines run (gathering more outcomes,
-    # a cancel seen before or after the handler ended) depends on thread timing
-    "fsm/worker/saving.py": 88,
-    "fsm/worker/reports.py": 89,
     "fsm/worker/ticker.py": 81,
     "fsm/worker/state.py": 73,
     "fsm/worker/sweeper.py": 68,
