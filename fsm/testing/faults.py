@@ -73,6 +73,7 @@ from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, chec
 from .faults_payloads import PayloadsModel
 from .faults_policy import PolicyModel
 from .faults_race import RaceModel
+from .faults_reports import ReportsModel
 from .faults_retention import RetentionModel
 from .faults_schedules import SchedulesModel
 from .faults_txn import TransactionsModel
@@ -101,6 +102,7 @@ MODELS: tuple[FaultModel, ...] = (
     UniqueModel(),
     RetentionModel(),
     PayloadsModel(),
+    ReportsModel(),
 )
 
 __all__ = [

@@ -20,6 +20,11 @@ The models registered here reach what one sequential machine cannot:
 - `executor`: the thread executor is restarted and hard-cancelled while its
   handlers block, and their results arrive late: each attempt is settled once,
   and no late result of an abandoned attempt reaches the worker.
+- `reports`: a real worker's handlers end in every documented way (results at
+  and over the payload limit, retries, failures, cancels) while its report
+  writes fail or its jobs are taken over: each outcome reaches the store as
+  its documented event, refused or unreachable reports change nothing, and
+  the worker holds no run once every outcome is handled.
 
 Each model runs a number of hypothesis examples chosen by the size (`quick` for
 CI smoke, `default`, `thorough` for nightly runs) and counts what it checked and

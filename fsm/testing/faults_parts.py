@@ -32,6 +32,7 @@ WEIGHTS: Mapping[str, float] = {
     "claims": 8.0,
     "executor": 7.0,
     "worker": 6.0,
+    "reports": 6.0,
     "verdicts": 6.0,
     "commits": 5.0,
     "transactions": 5.0,

@@ -642,6 +642,77 @@ PATCHES: tuple[Patch, ...] = (
         "a worker registers its claimed runs as held only after its claim stops counting as "
         "in flight: a sweep of its own process in between judges them dead and runs them twice",
     ),
+    Patch(
+        "reports-payload-limit-inclusive",
+        "worker",
+        "fsm/worker/reports.py",
+        (
+            (
+                'if len(result.encode("utf-8")) > limit:',
+                'if len(result.encode("utf-8")) >= limit:',
+            ),
+        ),
+        ("memory",),
+        "the reporter fails a result of exactly the payload limit permanently (off by one)",
+    ),
+    Patch(
+        "reports-cancel-refusal-not-acknowledged",
+        "worker",
+        "fsm/worker/reports.py",
+        (
+            (
+                "        if cancelled:\n            self._acknowledge(cancelled)\n",
+                "        for run in cancelled:\n            s.runs.finish(run)\n",
+            ),
+        ),
+        ("memory",),
+        "a report refused because a cancel arrived meanwhile is dropped, not acknowledged: "
+        "the job stays cancelling until recovery",
+    ),
+    Patch(
+        "reports-store-away-runs-kept",
+        "worker",
+        "fsm/worker/reports.py",
+        (
+            (
+                "            for run in runs:  # the store stayed away: the leases lapse, "
+                "recovery decides\n"
+                "                s.runs.finish(run, abandoned="
+                '"the result could not be reported")\n',
+                "",
+            ),
+        ),
+        ("memory",),
+        "when the store stays away past the bound the reporter gives up without finishing the "
+        "runs: they stay registered (held, heartbeated) forever",
+    ),
+    Patch(
+        "reports-lease-lost-run-kept",
+        "worker",
+        "fsm/worker/reports.py",
+        (
+            (
+                "                observers.on_lease_lost(run.job.kind)\n",
+                "                observers.on_lease_lost(run.job.kind)\n                continue\n",
+            ),
+        ),
+        ("memory",),
+        "a report refused for a lost lease leaves its run registered: the worker keeps "
+        "holding a run another owner has",
+    ),
+    Patch(
+        "reports-retry-delay-dropped",
+        "worker",
+        "fsm/worker/reports.py",
+        (
+            (
+                'return "fail", {"fence": fence, "error": outcome.error, "delay": outcome.delay}',
+                'return "fail", {"fence": fence, "error": outcome.error}',
+            ),
+        ),
+        ("memory",),
+        "Retry(after=) reaches the store without its delay: the backoff policy decides instead",
+    ),
     # --- RabbitMQ delivery -----------------------------------------------------------
     Patch(
         "rabbitmq-ack-on-hand-out",

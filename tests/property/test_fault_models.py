@@ -48,7 +48,8 @@ def test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached() -> No
     # then every model ran, each promise family was checked, and coverage names every pair
     assert report.ok, report.failure
     assert set(report.models) == {"machine", *MODEL_NAMES}
-    for code in ("P1-P6", "R1", "R3", "V1", "C1", "K1", "K3", "X1", "I1", "Q1", "Q3"):
+    promises = ("P1-P6", "R1", "R3", "V1", "C1", "K1", "K3", "X1", "I1", "Q1", "Q3")
+    for code in (*promises, "E1", "E2", "E3", "E4"):
         assert any(name.startswith(code) for name in report.checks), code
     assert set(report.coverage) == {f"{s}/{e}" for s, e in lifecycle().table}
     assert sum(1 for n in report.coverage.values() if n["decide"]) >= len(report.coverage) * 2 // 3

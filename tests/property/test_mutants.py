@@ -121,6 +121,7 @@ CI_PATCHES: dict[str, str] = {
     "unique-live-scope-drops-retry-wait": "unique",  # unique submits: N2 (the unique model)
     "retention-lease-ignores-expiry": "retention",  # automatic retention: G1 (the retention model)
     "payloads-int-takes-a-bool": "payloads",  # typed payloads: Y1 (the payloads model)
+    "reports-payload-limit-inclusive": "reports",  # a worker's reports: E1 (the reports model)
 }
 
 
