@@ -18,7 +18,8 @@ interval and when the renewals start to fail.
   registered as held would be expired as "owner_dead_not_held" and run twice).
 
 The model runs on wall-clock time (the worker's heartbeat thread sleeps for real),
-so its examples are few and short; it runs the same against every store URL.
+so its examples are few and short. It always runs over `memory://`, whatever store the
+run is given: what it checks is the worker's own bookkeeping, not a store.
 """
 
 from __future__ import annotations
