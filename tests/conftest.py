@@ -12,10 +12,9 @@ say why at the test; whole folders and modules are in `SLOW_PATHS` below.
 full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); every test
 that touches RabbitMQ is marked to run on one worker, one at a time (`xdist_group`),
 because some stop the broker or lower its consumer timeout, which no other test may
-meet. Known gap: pytest-xdist 3.8 under pytest 9.2 does not honour the group (it
-renames `item._nodeid`, which pytest 9.2 no longer reads: eight grouped tests ran two
-each on four workers); a file lock instead left three workers idle behind each
-RabbitMQ test, so the fix is a scheduling shim or a pin, not a lock.
+meet. `--dist loadgroup` sends one group to one worker as one unit, which runs it test
+after test; `LoadGroupShim` below makes that true under pytest 9.2 (see there), and
+tests/unit/test_xdist_groups.py runs a grouped suite on two workers to prove it.
 PostgreSQL tests each get their own database and run anywhere.
 
 Benchmark peers: a test that needs procrastinate, dramatiq or celery (the `bench`
@@ -39,6 +38,9 @@ import pytest
 from fsm.testing.profiles import load_profile
 
 load_profile()
+
+#: `pytester` runs a small suite under this conftest (tests/unit/test_xdist_groups.py)
+pytest_plugins = ("pytester",)
 
 IN_CI = bool(os.environ.get("CI"))
 PG_ADMIN_URL = os.environ.get("JOBFSM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -166,6 +168,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("services")
         if "rabbitmq" in needs:
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+
+
+class LoadGroupShim:
+    """Shows pytest-xdist's `loadgroup` scheduler the `xdist_group` of each test.
+
+    Each xdist worker tells the controller the node ids it collected; `loadgroup` reads a
+    test's group from a suffix on its id (`path::test@group`) and sends every test of one
+    group to one worker as one unit, which that worker runs one test after another. xdist
+    3.8 adds the suffix in its own `pytest_collection_modifyitems` by setting
+    `item._nodeid`; pytest 9.2 keeps the id in `item._id` (a `NodeId`), so the suffix
+    never reaches the controller and grouped tests are spread like any others
+    (pytest-dev/pytest-xdist#1386; the fix, #1388, is not released). This hook runs after
+    every other `pytest_collection_modifyitems` (ours marks the group, xdist's tries to
+    rename) and writes the same suffix, computed as xdist does, where pytest 9.2 reads it.
+    It changes nothing when the id already carries the suffix (an older pytest, or a
+    fixed xdist), without `--dist loadgroup`, and outside an xdist worker.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if not getattr(config.option, "loadgroup", False):  # set in xdist workers only
+            return
+        for item in items:
+            names = {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+            suffix = "@" + "_".join(sorted(names))
+            if not names or item.nodeid.endswith(suffix) or not hasattr(item, "_id"):
+                continue
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(LoadGroupShim(), "jobfsm-loadgroup-shim")
 
 
 @pytest.fixture
