@@ -138,7 +138,8 @@ def test_the_mutant_set_holds_at_least_25_patches_and_each_applies_to_the_tree(
     for patch in mutants.PATCHES:
         root = tmp_path / patch.name
         for part in TREE:
-            shutil.copytree(REPO / part, root / part)
+            # as benchmarks/mutation.py copies it: the sources, not their bytecode
+            shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
         mutants.apply_patch(root, patch)
         assert (root / patch.path).read_text() != (REPO / patch.path).read_text()
 
