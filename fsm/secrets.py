@@ -192,12 +192,19 @@ def _password_spans(rest: str) -> list[tuple[int, int]]:
     """(start, end) in `rest` (the URL after `://`) of the password of each reading of
     the user info: up to any `@` before the first `/` (libpq ends it at the first, and
     Python and pika at the last before a `/`, `?` or `#`; a password holding `?` or `#`
-    moves the last), and up to the last `@` before the query (a password holding `/`).
-    An `@` past a `/` and past the `?` is a value's (`application_name=me@host`)."""
+    moves the last), up to the last `@` before the query (a password holding `/`, or `/`
+    then `#`), and up to the last `@` of the query's text before its first `=` (a
+    password holding `/` then `?`). An `@` in an option's value is the value's
+    (`application_name=me@host`)."""
     slash = rest.find("/")
     ends = {i for i, c in enumerate(rest[: len(rest) if slash == -1 else slash]) if c == "@"}
     ends = set(sorted(ends)[:_MOST_CUTS])
-    ends.add(rest.partition("?")[0].partition("#")[0].rfind("@"))
+    before, question, query = rest.partition("?")
+    ends.add(before.partition("#")[0].rfind("@"))
+    ends.add(before.rfind("@"))
+    named = query.partition("=")[0].rfind("@")
+    if question and named != -1:
+        ends.add(len(before) + 1 + named)
     spans = []
     for end in sorted(ends - {-1}):
         colon = rest.find(":", 0, end)

@@ -179,3 +179,25 @@ def test_no_password_of_any_characters_survives_redaction(
     for marker in (MARK_START, MARK_END):
         assert not re.search(marker, shown, re.IGNORECASE), shown
         assert not re.search(marker, scrubbed, re.IGNORECASE), scrubbed
+
+
+def test_a_password_holding_a_slash_then_a_hash_or_a_question_mark_is_masked() -> None:
+    # found by the property above when it drew "/#": the `#` after a `/` was read as the
+    # start of the fragment, so no reading's password ended at the `@`, and its first
+    # part was shown
+    for text in ("/#", "/?", "/#?", "/?#", "/#@", "/?@"):
+        password = f"{MARK_START}{text}{MARK_END}"
+        for url in (
+            f"postgresql://app:{password}@db:5432/jobs?schema=jobs",
+            f"postgresql://app:{password}@db/x",
+        ):
+            shown = redact_url(url)
+            scrubbed = scrub(f"error near '{password}'", url_secrets(url))
+            for marker in (MARK_START, MARK_END):
+                assert marker not in shown, (url, shown)
+                assert marker not in scrubbed, (url, scrubbed)
+
+
+def test_an_at_sign_in_an_option_value_leaves_the_host_shown() -> None:
+    url = "postgresql://app:pw@db/x?application_name=me@host"
+    assert redact_url(url) == "postgresql://app:***@db/x?application_name=me@host"
