@@ -70,6 +70,7 @@ from .faults_machine import (
     suite_policy,
 )
 from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, check_size, handles
+from .faults_pauses import PausesModel
 from .faults_payloads import PayloadsModel
 from .faults_policy import PolicyModel
 from .faults_race import RaceModel
@@ -103,6 +104,7 @@ MODELS: tuple[FaultModel, ...] = (
     RetentionModel(),
     PayloadsModel(),
     ReportsModel(),
+    PausesModel(),
 )
 
 __all__ = [

@@ -37,6 +37,7 @@ WEIGHTS: Mapping[str, float] = {
     "commits": 5.0,
     "transactions": 5.0,
     "payloads": 3.0,
+    "pauses": 3.0,
 }
 DEFAULT_WEIGHT = 5.0
 

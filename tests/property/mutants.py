@@ -713,6 +713,49 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "Retry(after=) reaches the store without its delay: the backoff policy decides instead",
     ),
+    # --- paused queues (the pauses model) ----------------------------------------------
+    Patch(
+        "pauses-own-pause-not-seen",
+        "pauses",
+        "fsm/service/pausing.py",
+        (
+            (
+                "        store.pause_queue(pause)\n        self._changed()\n",
+                "        store.pause_queue(pause)\n",
+            ),
+        ),
+        ("memory", "sqlite"),
+        "the engine that paused a queue keeps its cached pauses: it leases the queue's jobs "
+        "for up to a second more (blind study, issue 36)",
+    ),
+    Patch(
+        "pauses-read-older-than-own-change-kept",
+        "pauses",
+        "fsm/service/pausing.py",
+        (
+            (
+                "                if self._changes == changes:",
+                "                if True:",
+            ),
+        ),
+        ("memory",),
+        "a read of the pauses that began before its engine's own pause is kept after it: the "
+        "pausing engine leases the queue's jobs for up to a second more",
+    ),
+    Patch(
+        "pauses-seen-after-the-bound",
+        "pauses",
+        "fsm/service/pausing.py",
+        (
+            (
+                "tick - read_at >= PAUSE_SEEN_WITHIN",
+                "tick - read_at > PAUSE_SEEN_WITHIN",
+            ),
+        ),
+        ("memory",),
+        "an engine re-reads the pauses only after the documented bound has passed: a claim "
+        "exactly PAUSE_SEEN_WITHIN after a pause still leases the queue's jobs",
+    ),
     # --- RabbitMQ delivery -----------------------------------------------------------
     Patch(
         "rabbitmq-ack-on-hand-out",
