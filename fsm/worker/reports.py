@@ -133,8 +133,13 @@ class Reporter:
             runs.append(run)
         if not reports:
             return
-        save_progress(s, runs)  # the last value first: it is what the job keeps
-        results = s.with_retries("report", lambda: s.engine.report_many(reports))
+
+        def write() -> list[Job | JobFSMError]:
+            # the last values first (it is what each job keeps), tried again with the report
+            save_progress(s, runs, retried=True)
+            return s.engine.report_many(reports)
+
+        results = s.with_retries("report", write)
         if results is None:
             for run in runs:  # the store stayed away: the leases lapse, recovery decides
                 s.runs.finish(run, abandoned="the result could not be reported")

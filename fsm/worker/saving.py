@@ -8,13 +8,15 @@ A handler may call `ctx.progress` as often as it likes: the value lives in memor
   progress changed since the last write: at most one write per job per heartbeat
   interval, one statement for all of them;
 - once more when the attempt ends, before its outcome is reported, so the last
-  value a handler gave is the one kept.
+  value a handler gave is the one kept: that write is tried again with the report,
+  under the report's bound (`Shared.with_retries`), when the store fails it.
 
 Each write is fenced (`Engine.save_progress`): a stale owner's write changes nothing.
 It bumps no version and appends no audit entry, so reports and heartbeats keep
 their compare-and-set races exactly as before, and the audit trail stays one entry
-per transition. A failed write is logged and retried with the next heartbeat: it
-never fails a run.
+per transition. A run's progress counts as saved only once the store wrote it: a
+failed write is logged and retried with the next heartbeat (or, at the end, with
+the report); it never fails a run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from ..errors import StoreError
 from ..service.progress import envelope
 from .runs import Run
 from .state import Shared
@@ -29,8 +32,11 @@ from .state import Shared
 log = logging.getLogger(__name__)
 
 
-def save_progress(s: Shared, runs: Iterable[Run]) -> int:
-    """Write the latest unsaved progress of `runs`; return how many jobs were written."""
+def save_progress(s: Shared, runs: Iterable[Run], *, retried: bool = False) -> int:
+    """Write the latest unsaved progress of `runs`; return how many jobs were written.
+
+    `retried`: the caller retries a retryable store error (the reporter, which writes
+    the last values and the report under one bound), so it is raised, not logged."""
     items: dict[str, tuple[int, str]] = {}
     taken: dict[str, tuple[Run, int]] = {}
     for run in runs:
@@ -44,6 +50,8 @@ def save_progress(s: Shared, runs: Iterable[Run]) -> int:
     try:
         written = s.engine.save_progress(s.identity.owner, items)
     except Exception as err:
+        if retried and isinstance(err, StoreError) and err.retryable:
+            raise
         log.warning("worker %s: progress of %d jobs not stored: %s", s.owner_name, len(items), err)
         return 0
     for job_id in written:

@@ -13,7 +13,7 @@ import pytest
 from adapters.child_pipe import PROGRESS_EVERY, ChildOut
 from adapters.memory import MemoryStore
 from fsm import Engine, LeasePolicy, Policy, RecoveryPolicy
-from fsm.errors import PayloadError
+from fsm.errors import PayloadError, TransientStoreError
 from fsm.ports import Outcome, ProgressRequest
 from fsm.records import Job
 from fsm.service.identity import Identity
@@ -189,3 +189,57 @@ def test_a_handler_that_fails_after_a_cancel_its_worker_has_not_seen_is_acknowle
     assert done.state == "cancelled"
     assert [e.event for e in slow.history(job.id)][-2:] == ["cancel", "cancelled_ack"]
     assert done.result == {"done": 3}
+
+
+class FailingProgressStore(MemoryStore):
+    """A memory store whose next `failures` progress writes fail as a lost connection."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def save_progress(self, request: ProgressRequest) -> list[str]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TransientStoreError("progress write fails (test)")
+        return super().save_progress(request)
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_the_last_progress_is_kept_when_its_write_at_the_end_of_the_attempt_fails(
+    failures: int,
+) -> None:
+    # given: heartbeats too rare to write anything, so the only write of the handler's
+    # progress is the one before its outcome, and the store fails it `failures` times
+    store = FailingProgressStore(failures)
+    slow = Engine(
+        store,
+        policy=Policy(
+            lease=LeasePolicy(ttl=60.0, heartbeat_interval=30.0),
+            recovery=RecoveryPolicy(sweep_interval=0.2),
+        ),
+    )
+
+    def steps(ctx: Context) -> str:
+        ctx.progress(done=7)
+        return "done"
+
+    worker = Worker(
+        slow, handlers={"steps": steps}, poll_interval=0.05, install_signals=False,
+        identity=Identity(),
+    )  # fmt: skip
+    job = slow.submit("steps")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+
+    # when: the handler ends and its progress and outcome are written
+    done = slow.wait(job.id, timeout=10)
+    worker.stop()
+    thread.join(10)
+
+    # then: the write was tried again before the report, and the last value is kept
+    assert done.state == "succeeded"
+    assert store.failures == 0
+    kept = progress_of(done)
+    assert kept is not None
+    assert kept.value == {"done": 7}
