@@ -24,7 +24,11 @@ The models registered here reach what one sequential machine cannot:
   and over the payload limit, retries, failures, cancels) while its report
   writes fail or its jobs are taken over: each outcome reaches the store as
   its documented event, refused or unreachable reports change nothing, and
-  the worker holds no run once every outcome is handled.
+  the worker holds no run once every outcome is handled; a progress write
+  that fails is written again, so the latest progress is stored with the job.
+- `pauses`: engines claim while queues are paused and resumed: an engine
+  sees its own pause or resume at once, every engine within the documented
+  bound, and a paused queue's jobs stay as they were.
 
 Each model runs a number of hypothesis examples chosen by the size (`quick` for
 CI smoke, `default`, `thorough` for nightly runs) and counts what it checked and

@@ -14,6 +14,9 @@ one store fault: none, the store's writes failing transiently 1 to 3 times (belo
 the worker's bound of one lease TTL), or failing until the bound has passed (the
 store stays away); and some jobs are taken over by another owner (expired as dead,
 leased again with the next fence and started) just before their report is written.
+Where no report write fails, the store's writes of the handlers' progress
+(`fsm.worker.saving`: with the heartbeats, and once more before the report) fail 1
+to 3 times in some examples, before reaching the store, as a lost connection.
 
 The oracle is written here from docs/workers.md and specs/job.toml, never from the
 worker's own mapping (`Reporter.event_for`):
@@ -32,7 +35,10 @@ worker's own mapping (`Reporter.event_for`):
   no run for the job any more, and the job is left to recovery: still live
   (running, or cancelling) under the same owner and fence;
 - E4 once every outcome is handled, the worker holds no run (its table of runs and
-  its identity's registry of held runs are empty).
+  its identity's registry of held runs are empty);
+- E5 progress whose write failed is written again (with a later heartbeat, or with
+  the report): the latest progress a handler gave is stored with its job, however
+  the attempt ended; a progress write is never taken as done before the store did it.
 
 The model runs on wall-clock time (heartbeats every 0.1 s, so the worker sees a
 cancel request soon), so its examples are few; it runs the same against every store.
@@ -118,6 +124,9 @@ class _ReportPath:
         self.take_over: dict[str, Callable[[], None]] = {}
         #: per job, when each write of its report failed (time.monotonic)
         self.failed: dict[str, list[float]] = {}
+        #: how many more writes of progress fail, and the jobs whose writes failed
+        self.progress_failures = 0
+        self.progress_failed: set[str] = set()
         self._gate = threading.Lock()
 
     def apply(self, decisions: Any) -> Any:
@@ -140,12 +149,29 @@ class _ReportPath:
         with self._gate:
             return self._store.claim(request)
 
+    def _save_progress(self, save: Callable[[Any], list[str]]) -> Callable[[Any], list[str]]:
+        def failing(request: Any) -> list[str]:
+            if self.progress_failures > 0:
+                self.progress_failures -= 1
+                self.progress_failed.update(request.items)
+                raise TransientStoreError("progress write fails (reports fault model)")
+            return save(request)
+
+        return failing
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        found = getattr(self._store, name)
+        # only a store that keeps progress has save_progress: the wrapper adds none
+        return self._save_progress(found) if name == "save_progress" else found
+
+
+#: a plan: endings, Retry(after=) per job, report fault, its count, jobs taken over,
+#: progress writes that fail
+Plan = tuple[list[str], list[float], str, int, list[int], int]
 
 
 @st.composite
-def _plans(draw: st.DrawFn) -> tuple[list[str], list[float], str, int, list[int]]:
+def _plans(draw: st.DrawFn) -> Plan:
     endings = draw(st.lists(st.sampled_from(ENDINGS), min_size=2, max_size=4))
     afters = [draw(st.sampled_from(RETRY_AFTER)) for _ in endings]
     # the store stays away in one example in eight (each costs a lease TTL of retries
@@ -156,7 +182,9 @@ def _plans(draw: st.DrawFn) -> tuple[list[str], list[float], str, int, list[int]
     taken = []
     if takeable and draw(st.integers(0, 2)) == 0:  # one example in three: one job
         taken = [draw(st.sampled_from(takeable))]
-    return endings, afters, fault, k, taken
+    # progress writes fail where no report write does (their retries share its bound)
+    progress = draw(st.sampled_from((0, 0, 1, 2, 3))) if fault == "none" else 0
+    return endings, afters, fault, k, taken, progress
 
 
 def _result(ending: str, i: int) -> Any:
@@ -167,6 +195,18 @@ def _result(ending: str, i: int) -> Any:
     if ending == "over_limit":
         return "a" * (LIMIT - 1)
     return {"i": i, "ending": ending}
+
+
+#: the explicit example of failed progress writes: the handlers that save progress
+#: (odd jobs and cancels) save it before the heartbeats and the report write it
+PROGRESS_FAILS: Plan = (
+    ["small", "at_limit", "cancel_stop", "raises"],
+    [60.0] * 4,
+    "none",
+    0,
+    [],
+    2,
+)
 
 
 class ReportsModel:
@@ -190,19 +230,38 @@ class ReportsModel:
                 "none",
                 0,
                 [],
+                0,
             )
         )
         @example(
-            plan=(["over_limit", "retry", "ambiguous", "raises"], [3600.0] * 4, "transient", 3, [2])
+            plan=(
+                ["over_limit", "retry", "ambiguous", "raises"],
+                [3600.0] * 4,
+                "transient",
+                3,
+                [2],
+                0,
+            )
         )
-        @example(plan=(["small", "permanent", "cancel_fail"], [60.0] * 3, "away", 0, []))
-        def one(plan: tuple[list[str], list[float], str, int, list[int]]) -> None:
+        @example(plan=(["small", "permanent", "cancel_fail"], [60.0] * 3, "away", 0, [], 0))
+        # progress writes fail: jobs 1 and 3 save progress once, job 2 twice
+        @example(plan=PROGRESS_FAILS)
+        def one(plan: Plan) -> None:
             if found:
                 return
             try:
                 with ctx.database() as opener:
-                    endings, afters, fault, k, taken = plan
-                    _one(ctx, opener, endings, afters=afters, fault=fault, k=k, taken=taken)
+                    endings, afters, fault, k, taken, progress_faults = plan
+                    _one(
+                        ctx,
+                        opener,
+                        endings,
+                        afters=afters,
+                        fault=fault,
+                        k=k,
+                        taken=taken,
+                        progress_faults=progress_faults,
+                    )
             except AssertionError as err:
                 found.append(err)
 
@@ -220,6 +279,7 @@ def _one(
     fault: str,
     k: int,
     taken: list[int],
+    progress_faults: int = 0,
 ) -> None:
     stats, checks = ctx.stats, ctx.stats.checks
     raw = opener()
@@ -289,6 +349,9 @@ def _one(
     for i in taken:
         path.take_over[jobs[i].id] = take_over(jobs[i].id)
     path.failures = k
+    path.progress_failures = progress_faults
+    if progress_faults:
+        stats.faults[f"reports: progress writes fail {progress_faults}"] += 1
     if fault == "away":
         path.away.set()
     if fault != "none":
@@ -349,6 +412,7 @@ def _one(
                 failed=path.failed.get(job.id, []),
                 lost=i in contexts and contexts[i].lease_lost.is_set(),
                 taken=i in taken,
+                progress_failed=job.id in path.progress_failed,
             )
     finally:
         path.away.clear()
@@ -376,6 +440,7 @@ def _check(
     failed: list[float],
     lost: bool,
     taken: bool,
+    progress_failed: bool = False,
 ) -> None:
     checks = ctx.stats.checks
     job = control.get(submitted.id)
@@ -447,12 +512,17 @@ def _check(
     checks[f"E1 a handler that ends {ending} leaves its job {want_state}"] += 1
     if latest is not None and isinstance(raw, StoresProgress):
         stored = _decoded(job.progress_json)
+        code = "E5" if progress_failed else "E1"
         if not isinstance(stored, dict) or stored.get("progress") != latest:
             raise AssertionError(
-                f"E1 {what}: stored progress {job.progress_json!r:.120}, the handler's "
+                f"{code} {what}: stored progress {job.progress_json!r:.120}, the handler's "
                 f"latest was {latest}"
+                + (" (a write of its progress failed)" if progress_failed else "")
             )
-        checks["E1 the latest progress is stored with the job"] += 1
+        if progress_failed:
+            checks["E5 the latest progress is stored though a write of it failed"] += 1
+        else:
+            checks["E1 the latest progress is stored with the job"] += 1
 
 
 def _expected(ending: str, job: Job, latest: dict[str, Any] | None) -> tuple[str, Any]:

@@ -713,6 +713,28 @@ PATCHES: tuple[Patch, ...] = (
         ("memory",),
         "Retry(after=) reaches the store without its delay: the backoff policy decides instead",
     ),
+    Patch(
+        "progress-saved-before-the-write",
+        "worker",
+        "fsm/worker/saving.py",
+        (
+            (
+                "    try:\n        written = s.engine.save_progress(",
+                "    for run, seq in taken.values():\n"
+                "        run.progress_saved = seq\n"
+                "    try:\n        written = s.engine.save_progress(",
+            ),
+            (
+                "    for job_id in written:\n"
+                "        run, seq = taken[job_id]\n"
+                "        run.progress_saved = seq\n",
+                "",
+            ),
+        ),
+        ("memory", "sqlite"),
+        "the worker marks progress saved before the store wrote it: a write that fails is "
+        "never tried again and the handler's latest progress is lost (blind study, issue 36)",
+    ),
     # --- paused queues (the pauses model) ----------------------------------------------
     Patch(
         "pauses-own-pause-not-seen",

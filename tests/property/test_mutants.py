@@ -122,6 +122,7 @@ CI_PATCHES: dict[str, str] = {
     "retention-lease-ignores-expiry": "retention",  # automatic retention: G1 (the retention model)
     "payloads-int-takes-a-bool": "payloads",  # typed payloads: Y1 (the payloads model)
     "reports-payload-limit-inclusive": "reports",  # a worker's reports: E1 (the reports model)
+    "progress-saved-before-the-write": "reports",  # progress writes that fail: E5 (reports)
     "pauses-own-pause-not-seen": "pauses",  # paused queues: H1 (the pauses model)
 }
 
