@@ -130,10 +130,10 @@ FLOORS: dict[str, float] = {
     "adapters/postgres/waiting.py": 34,
     "adapters/postgres/liveness.py": 31,
     # paths the suite does not take: AsyncEngine's thread path and most of its reads,
-    # pauses, transactional submit (the caller's connection), migrations of old schemas,
-    # URL options, error texts
+    # transactional submit (the caller's connection), migrations of old schemas, URL
+    # options, error texts (pauses: the pauses model reaches them, 94.9% with it alone
+    # on memory, so fsm/service/pausing.py is held to THRESHOLD)
     "fsm/service/aio.py": 49,
-    "fsm/service/pausing.py": 55,
     "fsm/service/drivers.py": 71,
     "fsm/service/engine.py": 73,
     "fsm/service/batches.py": 75,
