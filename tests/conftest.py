@@ -10,9 +10,12 @@ so the tiers cannot drift. `slow` marks what the inner loop leaves out: single t
 say why at the test; whole folders and modules are in `SLOW_PATHS` below.
 `pytest -m "not services and not slow"` is the fast tier (README, Contributing); the
 full suite runs everything. The suite runs on pytest-xdist workers (pyproject.toml); every test
-that touches RabbitMQ is marked to run on one worker, one at a time (`xdist_group`),
-because some stop the broker or lower its consumer timeout, which no other test may
-meet. `--dist loadgroup` sends one group to one worker as one unit, which runs it test
+that touches RabbitMQ without names of its own (`OWN_BROKER_NAMES`) is marked to run on
+one worker, one at a time (`xdist_group`): they share the broker's default names. The
+others run anywhere; the few marked `broker_settings` (they lower the broker-wide
+consumer timeout) run first in the group, alone among all RabbitMQ tests (under
+tests/broker_lock.py).
+`--dist loadgroup` sends one group to one worker as one unit, which runs it test
 after test; `LoadGroupShim` below makes that true under pytest 9.2 (see there), and
 tests/unit/test_xdist_groups.py runs a grouped suite on two workers to prove it.
 PostgreSQL tests each get their own database and run anywhere.
@@ -162,6 +165,13 @@ SLOW_PATHS = {
 }
 
 
+#: fixtures that give a test broker names (queues, exchanges) no other test uses: a
+#: RabbitMQ test with one of them runs beside any other; one without may use the broker's
+#: default names (`jobfsm.default`, a peer's own queues), which tests of the `rabbitmq`
+#: xdist group share one after another
+OWN_BROKER_NAMES = {"prefix", "fresh"}
+
+
 def slow_path(item: pytest.Item) -> bool:
     """Whether `item` lives in one of SLOW_PATHS."""
     path = item.path.relative_to(item.config.rootpath).as_posix()
@@ -178,8 +188,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(name)
         if needs:
             item.add_marker("services")
-        if "rabbitmq" in needs:
+        alone = item.get_closest_marker("broker_settings") is not None
+        if "rabbitmq" in needs and (alone or not OWN_BROKER_NAMES & set(item.fixturenames)):
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+    # the tests that hold the broker alone go first in their group, at the start of the
+    # run, while the other RabbitMQ tests are short: one waiting behind the group's long
+    # tests (a quick benchmark run, 100 s) would hold every other one back meanwhile
+    items.sort(key=lambda item: item.get_closest_marker("broker_settings") is None)
 
 
 class LoadGroupShim:
@@ -241,6 +256,20 @@ def pg_url(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _broker_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A RabbitMQ test holds the broker shared, or alone when it is marked
+    `broker_settings` (it changes what every client meets): tests/broker_lock.py."""
+    if request.node.get_closest_marker("rabbitmq") is None:
+        yield
+        return
+    from tests import broker_lock
+
+    alone = request.node.get_closest_marker("broker_settings") is not None
+    with broker_lock.hold(exclusive=alone):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,12 @@
-"""The RabbitMQ tests run on one xdist worker, one at a time (tests/conftest.py).
+"""The RabbitMQ tests without broker names of their own run on one xdist worker, one at a
+time (tests/conftest.py); those with names of their own run anywhere.
 
 A tiny suite runs under this repository's conftest on two workers with `--dist loadgroup`:
 tests that need RabbitMQ (by marker or by the `rabbit_url` fixture) log when they start
 and end, and every line must come from one worker, each test ending before the next
-starts. Under pytest 9.2 and pytest-xdist 3.8 this fails without `LoadGroupShim`: the
-grouped tests are spread over both workers.
+starts; tests that also ask for a `prefix` are not in the group. Under pytest 9.2 and
+pytest-xdist 3.8 this fails without `LoadGroupShim`: the grouped tests are spread over
+both workers.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def test_by_fixture(n, rabbit_url):
     note(f"end fixture{n}")
 
 
+@pytest.fixture
+def prefix():
+    return "own."
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("n", range(4))
+def test_own_names(n, prefix):
+    pass
+
+
 @pytest.mark.parametrize("n", range(8))
 def test_free(n):
     pass
@@ -56,7 +69,7 @@ def test_free(n):
 
 # slow: starts a pytest session with two xdist workers (three interpreters)
 @pytest.mark.slow
-def test_rabbitmq_tests_run_on_one_worker_one_at_a_time(
+def test_rabbitmq_tests_on_shared_names_run_on_one_worker_one_at_a_time(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # given a suite of RabbitMQ tests and free ones, under this repository's conftest
@@ -71,8 +84,9 @@ def test_rabbitmq_tests_run_on_one_worker_one_at_a_time(
         "-p", "tests.conftest", "-n", "2", "--dist", "loadgroup", "-v"
     )
 
-    # then all 16 pass, and the eight RabbitMQ tests ran on one worker, one after another
-    result.assert_outcomes(passed=16)
+    # then all 20 pass, and the eight RabbitMQ tests without names of their own ran on one
+    # worker, one after another
+    result.assert_outcomes(passed=20)
     lines = [line.split() for line in log.read_text().splitlines()]
     assert len(lines) == 16, lines
     assert len({worker for _, _, worker in lines}) == 1, lines
@@ -84,3 +98,7 @@ def test_rabbitmq_tests_run_on_one_worker_one_at_a_time(
     # and the controller saw the group (the suffix loadgroup schedules by)
     grouped = [line for line in result.stdout.lines if "PASSED" in line and "@rabbitmq" in line]
     assert len(grouped) == 8, result.stdout.lines
+    # and the four with a `prefix` of their own were free to run anywhere
+    own = [line for line in result.stdout.lines if "PASSED" in line and "test_own_names" in line]
+    assert len(own) == 4, result.stdout.lines
+    assert not [line for line in own if "@rabbitmq" in line], own

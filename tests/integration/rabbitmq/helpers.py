@@ -24,6 +24,7 @@ from adapters.rabbitmq import RabbitDelivery
 from adapters.rabbitmq.relay import Relay
 from fsm import Engine, LeaseLost, Owner
 from fsm.records import Decision, Job
+from tests import broker_lock
 
 RABBITMQCTL_TIMEOUT = 120.0
 
@@ -87,7 +88,13 @@ def _set_rabbit_env(timeout_ms: str, tick_ms: str) -> None:
 def consumer_timeout(ms: int, tick_ms: int = 500) -> Iterator[None]:
     """Lower the broker's consumer timeout (and the channel tick that checks it) for
     channels opened inside the block; restore the documented defaults in a finally
-    (checked), also when a failed run before this one left them lowered."""
+    (checked), also when a failed run before this one left them lowered. Only a test
+    marked `broker_settings` may: it holds the broker alone (tests/broker_lock.py)."""
+    if not broker_lock.exclusive_held():
+        raise RuntimeError(
+            "consumer_timeout() lowers a broker-wide setting: mark the test "
+            "@pytest.mark.broker_settings so that no other RabbitMQ test runs meanwhile"
+        )
     try:
         _set_rabbit_env(str(ms), str(tick_ms))
         yield

@@ -34,6 +34,7 @@ from .helpers import (
 FAST = {"recovery_interval": 0.5, "idle_check": 0.05}
 
 
+@pytest.mark.broker_settings
 def test_long_job_outlives_a_lowered_consumer_timeout_without_any_channel_closure(
     rabbit_url: str, prefix: str
 ) -> None:
@@ -58,6 +59,7 @@ def test_long_job_outlives_a_lowered_consumer_timeout_without_any_channel_closur
     assert not [k for k in stats if k.startswith("failure:")]
 
 
+@pytest.mark.broker_settings
 def test_held_acks_past_the_consumer_timeout_are_classified_as_ack_timeout_with_queue_names(
     rabbit_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
