@@ -14,7 +14,10 @@ does), until no job is left. The modes alternate within each repeat:
   every claim counts the jobs holding a slot (on PostgreSQL ahead of the key's
   advisory lock, which it takes with its writes and commit);
 - `concurrency + rate`: the same and a rate far above the claims' pace, so every
-  claim also counts (and extends) the key's sliding window;
+  claim also counts (and extends) the key's sliding window; its period is `--period`
+  (default 1 s: a round of 2,000 jobs is over before a lease leaves the window, so
+  no claim forgets one; a shorter period, e.g. 0.05, makes the window turn over many
+  times a round, as it does in a long run);
 - `beside capped kind`: the same `--jobs` of the unlimited kind, behind `--capped`
   queued jobs of a kind limited to `CAPPED_SLOTS` concurrent runs whose slots are all
   held (started by another owner that never finishes them in the round), so every
@@ -94,7 +97,14 @@ def own_backends_cpu(url: str) -> float:
 
 
 def one_round(
-    store: str, mode: str, jobs: int, claimers: int, batch: int, *, capped: int = 0
+    store: str,
+    mode: str,
+    jobs: int,
+    claimers: int,
+    batch: int,
+    *,
+    capped: int = 0,
+    period: float = NEVER_BINDING["period"],
 ) -> tuple[float, float]:
     """Jobs per second of one mode on a fresh store of kind `store`, and the CPU
     seconds per job of this process and the round's server processes meanwhile."""
@@ -107,7 +117,7 @@ def one_round(
             if mode in MODES[1:3]:
                 limits: dict[str, Any] = {"concurrency": NEVER_BINDING["concurrency"]}
                 if mode == MODES[2]:
-                    limits |= {"rate": NEVER_BINDING["rate"], "period": NEVER_BINDING["period"]}
+                    limits |= {"rate": NEVER_BINDING["rate"], "period": period}
                 setup.set_limit("kind:bench", **limits, actor="bench", reason="cost of counting")
             engines = [Engine(open_store(url)) for _ in range(claimers)]
             done = [0] * claimers
@@ -156,19 +166,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--capped", type=int, default=500, help="held-back jobs ahead (beside capped kind)"
     )
+    parser.add_argument(
+        "--period",
+        type=float,
+        default=NEVER_BINDING["period"],
+        help="the rate window in seconds (concurrency + rate)",
+    )
     args = parser.parse_args(argv)
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     costs: dict[str, list[float]] = {m: [] for m in MODES}
     for _ in range(args.repeats):
         for mode in MODES:
             rate, cost = one_round(
-                args.store, mode, args.jobs, args.claimers, args.batch, capped=args.capped
+                args.store,
+                mode,
+                args.jobs,
+                args.claimers,
+                args.batch,
+                capped=args.capped,
+                period=args.period,
             )
             rates[mode].append(rate)
             costs[mode].append(cost)
     print(
         f"{args.store}: {args.jobs} jobs, {args.claimers} claimers, batches of {args.batch}, "
-        f"median of {args.repeats}"
+        f"median of {args.repeats}, rate window {args.period:g} s"
     )
     median = {m: statistics.median(r) for m, r in rates.items()}
     cost = {m: statistics.median(c) for m, c in costs.items()}

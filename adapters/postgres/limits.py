@@ -130,6 +130,17 @@ class Count:
         return self.allowance - (total - self.leased)
 
 
+#: A claim deletes the rows of `limit_leases` that left the rate window of a key it
+#: leases under only when its leases carry the key's running total (`limits.leased`)
+#: past a multiple of this, or of the key's rate if lower (`PostgresLimits.mark_leases`),
+#: not at every claim: each delete leaves index entries that every later scan of the key
+#: walks until vacuum removes them. The totals move under the key locks, so exactly one
+#: committed claim passes each multiple (a rolled-back one leaves it to the next that
+#: commits). A key so keeps the rows of at most rate + min(rate, EXPIRE_EVERY) leases:
+#: at most `rate` in the window of the last claim that deleted (the limit holds there)
+#: and fewer than the step granted since. The counts read only `at > start`: a row
+#: older than the window is never counted, however long it stays.
+EXPIRE_EVERY = 1024
 #: what a claim's gate fails with (`PostgresLimits.mark_leases`)
 GATE_CLOSED = "jobfsm claim: limits moved since the count"
 #: take the advisory locks of a JSON array of lock ids, in one order (no deadlock)
@@ -469,12 +480,13 @@ class PostgresLimits(Connected):
         gate: Gate | None = None,
     ) -> None:
         """Add the leases of `jobs` to the running totals of `limits` and to their rate
-        windows, and forget the leases that left each window (same transaction, under
-        the key locks: a claim counted ahead of them, `gate`, takes them here; no result
-        is read, so it pipelines). With `gate`, the same statement fails the transaction
-        (`GATE_CLOSED`) unless every limit of `gate` holds: unchanged since the count,
-        and no more leases granted under its key since then, these included (the
-        totals the bump returns), than the count left room for.
+        windows, and now and then forget the leases that left a window (`EXPIRE_EVERY`)
+        (same transaction, under the key locks: a claim counted ahead of them, `gate`,
+        takes them here; no result is read, so it pipelines). With `gate`, the same
+        statement fails the transaction (`GATE_CLOSED`) unless every limit of `gate`
+        holds: unchanged since the count, and no more leases granted under its key
+        since then, these included (the totals the bump returns), than the count left
+        room for.
 
         The rows go as JSON documents, one parameter per part: a claim sends this on
         every lease under a limit, and an array parameter costs the driver several
@@ -484,9 +496,13 @@ class PostgresLimits(Connected):
             ids = sorted({lock_id(self.schema, lim.key) for lim in gate.limits})
             conn.execute(_LOCK_KEYS, (json.dumps(ids),))
         granted = Counter(k for job in jobs for k in job_keys(job))
-        bumps = [[lim.key, granted[lim.key]] for lim in limits if granted[lim.key]]
+        # each key granted under: its leases, and where it has a rate its window's start
+        bumps = [
+            [lim.key, granted[lim.key], window_start(lim, now)]
+            for lim in limits
+            if granted[lim.key]
+        ]
         marks = Counter(rate_marks(limits, jobs, now))  # one row per key and time
-        starts = [[lim.key, window_start(lim, now)] for lim in limits if lim.rate is not None]
         gated = gate is not None and bool(gate.limits)
         parts: list[str] = []
         params: list[Any] = []
@@ -494,20 +510,21 @@ class PostgresLimits(Connected):
             parts.append(
                 f"bumped AS (UPDATE {self._limits_table('limits')} AS l "
                 "SET leased = l.leased + u.n "
-                "FROM jsonb_to_recordset(%s::jsonb) AS u(key text, n int8) "
+                "FROM jsonb_to_recordset(%s::jsonb) AS u(key text, n int8, start float8) "
                 "WHERE l.key = u.key "
-                "RETURNING l.key, l.concurrency, l.rate, l.period, l.at, l.leased)"
+                "RETURNING l.key, l.concurrency, l.rate, l.period, l.at, l.leased, u.n, u.start)"
             )
-            params.append(_rows(("key", "n"), bumps))
+            params.append(_rows(("key", "n", "start"), bumps))
         leases = self._limits_table("limit_leases")
-        if starts:  # the leases that left each rate window
-            parts.append(
-                f"expired AS (DELETE FROM {leases} AS l "
-                "USING jsonb_to_recordset(%s::jsonb) AS w(key text, start float8) "
-                "WHERE l.key = w.key AND l.at <= w.start)"
-            )
-            params.append(_rows(("key", "start"), starts))
         if marks:
+            # the leases that left the windows, forgotten now and then (`EXPIRE_EVERY`):
+            # the condition reads no row of `limit_leases`, so it is tested once, first
+            parts.append(
+                f"expired AS (DELETE FROM {leases} AS l USING bumped AS b "
+                "WHERE l.key = b.key AND l.at <= b.start AND EXISTS (SELECT FROM bumped AS c "
+                f"WHERE c.leased / least(c.rate, {EXPIRE_EVERY}) "
+                f"<> (c.leased - c.n) / least(c.rate, {EXPIRE_EVERY}) AND c.start IS NOT NULL))"
+            )
             parts.append(
                 f"marked AS (INSERT INTO {leases} (key, at, n) SELECT m.key, m.at, m.n "
                 "FROM jsonb_to_recordset(%s::jsonb) AS m(key text, at float8, n int8))"
