@@ -11,7 +11,13 @@ Two things a sequential machine misses unless it lets them be late:
   `fsm.service.reconcile.Asker`, as a worker does), stalls past its claim, another
   sweep finds the claim lapsed (`reconciler_lost`), an operator may requeue the job
   and it may be lost and claimed again; then the old answer arrives. It was
-  recorded under a fence that is no longer the job's: it must change nothing (I7).
+  recorded under a fence that is no longer the job's: it must change nothing (I7);
+- a **recheck claim whose answer is still out when its own process sweeps again**:
+  the reconciler said still_running, the sweeper claimed the job again when its
+  next check came (`recheck`) and asks in the background; before the answer
+  arrives (and before the claim lapses), the same process's sweep judges the
+  owners: the claim is this process's, held in its registry, so it must be left
+  alone (I1), or the job goes to investigate while its reconciler is still asked.
 
 `fault_machine` builds the suite's machine from `LateRules` (the main machine of
 `faults_machine` with these rules).
@@ -152,6 +158,55 @@ class LateRules(FaultMachine):
             self._lose_again(jid, commit, roll)
         while first.calls:
             self._deliver_late(first, first.calls[0])
+
+    @precondition(lambda self: self.marking and any(x.active for x in self.workers))
+    @rule(w=W, j=J, commit=st.booleans())
+    def own_sweep_beside_a_recheck(self, w: int, j: int, commit: bool) -> None:
+        """A lost marked run is claimed for its reconciler by a new incarnation's sweep,
+        whose answer (held, then delivered) is still_running; at the next check the
+        same sweeper claims the job again (`recheck`) and asks in the background; then,
+        the answer still out and the claim not lapsed, the same process sweeps again.
+        Checked here (I1): that sweep leaves the recheck claim as it was."""
+        worker = self._active(w)
+        assert worker is not None
+        jid = self._lease_marking(worker, j)
+        if jid is None:
+            return
+        i = self.workers.index(worker)
+        first = HeldAsker(self.real.get)
+        mode, self.outside.mode = self.outside.mode, "still_running"
+        try:
+            if not self._lose_with_held_answer(worker, jid, commit, first):
+                return
+            sweeper = self.workers[i]  # the new incarnation that claimed the lost run
+            while first.calls:
+                self._deliver_late(first, first.calls[0])
+            job = self.real.get(jid)
+            if job is None or job.state != "reconciling" or job.owner is not None:
+                return
+            self.clock.advance(max(0.0, job.run_after - self.clock.now()))
+            second = HeldAsker(self.real.get)
+            self._sweep(judged=True, by=sweeper, asker=second)
+        finally:
+            self.outside.mode = mode
+        claim = self.real.get(jid)
+        if claim is None or claim.state != "reconciling" or claim.owner != sweeper.owner:
+            return
+        if not any(c.job_id == jid for c in second.calls):
+            return
+        self._fault("recheck claim with its answer held")
+        self._sweep(judged=True, by=sweeper)
+        self._fault("own sweep while a recheck's answer is out")
+        after = self.real.get(jid)
+        if after is not None and (after.fence != claim.fence or after.state != "reconciling"):
+            trail = [(e.event, e.reason) for e in self.real.history(jid)][-2:]
+            self._fail(
+                f"I1 job {jid}: its recheck claim (fence {claim.fence}) by {sweeper.owner}, "
+                f"whose answer is still out, was taken by that process's own sweep: now "
+                f"{after.state} under fence {after.fence} ({trail})"
+            )
+        self.stats.checks["I1 a recheck claim is held by its own process"] += 1
+        self.late.append(second)
 
     def _lose_with_held_answer(
         self, worker: SimWorker, jid: str, commit: bool, asker: HeldAsker

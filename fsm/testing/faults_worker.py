@@ -10,12 +10,14 @@ interval and when the renewals start to fail.
 - W1 the worker gives a run up (its handler sees `ctx.lease_lost`) before the
   run's lease lapses at the store;
 - W2 a run given up reports nothing: its result never reaches the store;
-- W3 a run this process claimed is never judged dead by its own process: as the
-  worker's claim ends (`Identity.claiming` exits, the claim committed), a recovery
-  sweep of the worker itself (`Worker.sweep`, the worker's own identity) runs in
-  that very thread, before the claim returns to the worker's loop, and must leave
-  the run leased to the worker under its fence (a run the claim has not yet
-  registered as held would be expired as "owner_dead_not_held" and run twice).
+- W3 a run this process claimed is never judged dead by its own process: a
+  recovery sweep of the worker itself (`Worker.sweep`, the worker's own identity)
+  runs in the claim's own thread twice: while the claim is in flight (the store's
+  claim committed, the runs not yet registered as held: `Identity.claiming` says a
+  claim is in flight) and as the claim ends (`Identity.claiming` exits, the runs
+  registered), before the claim returns to the worker's loop; each must leave the
+  run leased to the worker under its fence (a run judged by neither the registry
+  nor the claim in flight would be expired as "owner_dead_not_held" and run twice).
 
 The model runs on wall-clock time (the worker's heartbeat thread sleeps for real),
 so its examples are few and short. It always runs over `memory://`, whatever store the
@@ -56,6 +58,9 @@ class _RenewalsFail:
         self.failing = threading.Event()
 
         self.claimed: list[Job] = []
+        #: run with the jobs a claim leased, just after the store committed it (the
+        #: claim still in flight: its runs not yet registered as held)
+        self.on_committed: Callable[[list[Job]], None] | None = None
 
     def renew(self, request: RenewRequest) -> dict[str, str]:
         if self.failing.is_set():
@@ -65,6 +70,8 @@ class _RenewalsFail:
     def claim(self, request: ClaimRequest) -> list[Job]:
         got = self._store.claim(request)
         self.claimed.extend(got)
+        if got and self.on_committed is not None:
+            self.on_committed(got)
         return got
 
     def __getattr__(self, name: str) -> Any:
@@ -149,19 +156,24 @@ class WorkerModel:
         )
         judged: list[str] = []
 
-        def sweep_as_claim_ends(jobs: list[Job]) -> None:
-            worker.sweep()
-            ctx.stats.faults["worker: own sweep as its claim ends"] += 1
-            for got in jobs:
-                now = engine.get(got.id)
-                if now.fence != got.fence or now.state not in ("leased", "running"):
-                    trail = [(e.event, e.reason) for e in engine.history(got.id)][-2:]
-                    judged.append(
-                        f"W3 job {got.id}: claimed under fence {got.fence}, then its own "
-                        f"process's sweep left it {now.state} (fence {now.fence}; {trail})"
-                    )
+        def own_sweep(when: str) -> Callable[[list[Job]], None]:
+            def sweep(jobs: list[Job]) -> None:
+                worker.sweep()
+                ctx.stats.faults[f"worker: own sweep {when}"] += 1
+                for got in jobs:
+                    now = engine.get(got.id)
+                    if now.fence != got.fence or now.state not in ("leased", "running"):
+                        trail = [(e.event, e.reason) for e in engine.history(got.id)][-2:]
+                        judged.append(
+                            f"W3 job {got.id}: claimed under fence {got.fence}, then its own "
+                            f"process's sweep {when} left it {now.state} (fence {now.fence}; "
+                            f"{trail})"
+                        )
 
-        identity.on_claimed = sweep_as_claim_ends
+            return sweep
+
+        store.on_committed = own_sweep("while its claim is in flight")
+        identity.on_claimed = own_sweep("as its claim ends")
         job = engine.submit("w", {})
         thread = threading.Thread(target=worker.run, name="worker-model", daemon=True)
         thread.start()

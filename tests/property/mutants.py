@@ -865,6 +865,37 @@ PATCHES: tuple[Patch, ...] = (
         "run, says nothing of who lost it (the Workers page loses it)",
     ),
     Patch(
+        "worker-sweep-ignores-claim-in-flight",
+        "owner",
+        "fsm/service/identity.py",
+        (
+            (
+                "                    if run in self._held or self._claiming:\n",
+                "                    if run in self._held:\n",
+            ),
+        ),
+        ("memory",),
+        "a process judges its own runs by its registry alone, not by a claim in flight: a "
+        "sweep between a claim's commit and its registration expires the runs just claimed "
+        "(blind study, issue 36)",
+    ),
+    Patch(
+        "recheck-claim-not-held",
+        "reconcile",
+        "fsm/service/maintenance/lost_runs.py",
+        (
+            (
+                "                self.identity.hold(claimed.id, claimed.fence)\n"
+                "                asked += self._ask(claimed)\n",
+                "                asked += self._ask(claimed)\n",
+            ),
+        ),
+        ("memory", "sqlite"),
+        "a recheck claim of a lost run is not registered as held: while its reconciler "
+        "answers in the background, the process's own next sweep sends the job to "
+        "investigate (blind study, issue 36)",
+    ),
+    Patch(
         "registry-drop-by-job-id",
         "registry",
         "fsm/service/identity.py",

@@ -116,6 +116,8 @@ CI_PATCHES: dict[str, str] = {
     "postgres-limits-stale-spent-guess": "limits",  # a handle's spent kinds: L4 (limits)
     "postgres-limits-kept-count-taken-as-new": "limits",  # a handle's kept counts: L1
     "hold-after-claiming": "worker",  # a run held as its claim ends: W3 (the worker model)
+    "worker-sweep-ignores-claim-in-flight": "worker",  # a claim in flight: W3 (the worker model)
+    "recheck-claim-not-held": "machine",  # recheck claims held: I1 (own_sweep_beside_a_recheck)
     "aio-insert-drops-capacity": "concurrency",  # capacity, async submits: K4 (concurrency)
     "retention-override-not-held": "retention",  # prerequisites kept: G5 (retention)
     "unique-live-scope-drops-retry-wait": "unique",  # unique submits: N2 (the unique model)
