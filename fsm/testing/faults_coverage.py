@@ -131,11 +131,13 @@ FLOORS: dict[str, float] = {
     "adapters/postgres/liveness.py": 31,
     # paths the suite does not take: AsyncEngine's thread path and most of its reads,
     # transactional submit (the caller's connection), migrations of old schemas, URL
-    # options, error texts (pauses: the pauses model reaches them, 94.9% with it alone
-    # on memory, so fsm/service/pausing.py is held to THRESHOLD)
+    # options, error texts. The pauses model (2026-12-07) reaches the pauses: at the quick
+    # size fsm/service/pausing.py ran 96.6%, adapters/postgres/store.py 92.6% and
+    # adapters/memory.py 88.4% (held to THRESHOLD now), fsm/service/engine.py 86.3% and
+    # adapters/sqlite/upkeep.py 83.6% (their floors raised to those less 3 points)
     "fsm/service/aio.py": 49,
     "fsm/service/drivers.py": 71,
-    "fsm/service/engine.py": 73,
+    "fsm/service/engine.py": 83,
     "fsm/service/batches.py": 75,
     "fsm/service/dependencies.py": 74,
     "fsm/service/identity.py": 66,
@@ -144,7 +146,6 @@ FLOORS: dict[str, float] = {
     "fsm/lifecycle/invariants.py": 70,
     "fsm/lifecycle/spec.py": 78,
     "adapters/claiming.py": 69,
-    "adapters/memory.py": 74,
     "adapters/rows.py": 71,
     "adapters/postgres/__init__.py": 77,
     "adapters/postgres/_base.py": 77,
@@ -154,11 +155,10 @@ FLOORS: dict[str, float] = {
     "adapters/postgres/inserts.py": 78,
     "adapters/postgres/ops.py": 52,
     "adapters/postgres/plan.py": 79,
-    "adapters/postgres/store.py": 78,
     "adapters/postgres/txn.py": 25,
     "adapters/sqlite/inserts.py": 44,
     "adapters/sqlite/store.py": 79,
-    "adapters/sqlite/upkeep.py": 64,
+    "adapters/sqlite/upkeep.py": 80,
     "adapters/sqlite/url.py": 73,
 }
 DOCS_BEGIN = "<!-- coverage-table:begin (python -m fsm.testing.faults_coverage --write-docs) -->"
