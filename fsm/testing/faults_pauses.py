@@ -208,7 +208,7 @@ class _Change:
 class PausesModel:
     name: ClassVar[str] = "pauses"
     about: ClassVar[str] = "engines claim while queues are paused and resumed"
-    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 100, "thorough": 1000}
+    examples: ClassVar[dict[str, int]] = {"quick": 10, "default": 60, "thorough": 600}
 
     def run(self, ctx: ModelRun) -> None:
         fake = _Monotonic()
