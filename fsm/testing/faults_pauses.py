@@ -243,7 +243,6 @@ class _Example:
         self.changes: dict[str, _Change] = {}  # per queue, its last pause or resume
         self.submitted: dict[str, Job] = {}  # every job as submitted
         self.claimed: set[str] = set()
-        self.claims = 0
 
     def _join(self) -> None:
         handle = _HeldReads(self.opener())
@@ -384,7 +383,6 @@ class _Example:
         got: list[Job],
     ) -> None:
         checks = self.ctx.stats.checks
-        self.claims += 1
         for job in got:
             if job.id in self.claimed or job.id not in self.submitted:
                 raise AssertionError(f"H3 engine {e} leased job {job.id} that was not due")
