@@ -496,12 +496,8 @@ class PostgresLimits(Connected):
             ids = sorted({lock_id(self.schema, lim.key) for lim in gate.limits})
             conn.execute(_LOCK_KEYS, (json.dumps(ids),))
         granted = Counter(k for job in jobs for k in job_keys(job))
-        # each key granted under: its leases, and where it has a rate its window's start
-        bumps = [
-            [lim.key, granted[lim.key], window_start(lim, now)]
-            for lim in limits
-            if granted[lim.key]
-        ]
+        starts = {lim.key: window_start(lim, now) for lim in limits}  # None: no rate
+        bumps = [[key, granted[key], start] for key, start in starts.items() if granted[key]]
         marks = Counter(rate_marks(limits, jobs, now))  # one row per key and time
         gated = gate is not None and bool(gate.limits)
         parts: list[str] = []
@@ -517,11 +513,15 @@ class PostgresLimits(Connected):
             params.append(_rows(("key", "n", "start"), bumps))
         leases = self._limits_table("limit_leases")
         if marks:
-            # the leases that left the windows, forgotten now and then (`EXPIRE_EVERY`):
-            # the condition reads no row of `limit_leases`, so it is tested once, first
+            # the leases that left the windows, now and then (`EXPIRE_EVERY`): the EXISTS
+            # reads no row, so it is tested once, first; the keys and latest start bound
+            # an index range (a join of rows to keys is planned as a scan of every key's)
             parts.append(
-                f"expired AS (DELETE FROM {leases} AS l USING bumped AS b "
-                "WHERE l.key = b.key AND l.at <= b.start AND EXISTS (SELECT FROM bumped AS c "
+                f"expired AS (DELETE FROM {leases} AS l WHERE l.key = ANY "
+                "(ARRAY(SELECT b.key FROM bumped AS b WHERE b.start IS NOT NULL)) "
+                "AND l.at <= (SELECT max(b.start) FROM bumped AS b) "
+                "AND l.at <= (SELECT b.start FROM bumped AS b WHERE b.key = l.key) "
+                "AND EXISTS (SELECT FROM bumped AS c "
                 f"WHERE c.leased / least(c.rate, {EXPIRE_EVERY}) "
                 f"<> (c.leased - c.n) / least(c.rate, {EXPIRE_EVERY}) AND c.start IS NOT NULL))"
             )
