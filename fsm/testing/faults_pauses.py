@@ -226,6 +226,14 @@ class PausesModel:
             one()
 
 
+def run_example(ctx: ModelRun, plan: Plan) -> None:
+    """One example of the model on `ctx`'s database and a fake clock of its own (the
+    model's tests run its explicit examples one at a time)."""
+    fake = _Monotonic()
+    with _pausing_time(fake), ctx.database() as opener:
+        _Example(ctx, opener, fake, plan).run()
+
+
 class _Example:
     def __init__(
         self, ctx: ModelRun, opener: Callable[[], Store], fake: _Monotonic, plan: Plan

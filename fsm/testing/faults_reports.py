@@ -111,7 +111,7 @@ class _Ahead:
         time.sleep(seconds)
 
 
-class _ReportPath:
+class ReportPath:
     """The worker's store: its writes of reports fail `failures` times (all of them
     while `away` is set), and a job of `take_over` is taken over by another owner just
     before its report is written (the worker's claims wait meanwhile, so the job
@@ -250,24 +250,29 @@ class ReportsModel:
             if found:
                 return
             try:
-                with ctx.database() as opener:
-                    endings, afters, fault, k, taken, progress_faults = plan
-                    _one(
-                        ctx,
-                        opener,
-                        endings,
-                        afters=afters,
-                        fault=fault,
-                        k=k,
-                        taken=taken,
-                        progress_faults=progress_faults,
-                    )
+                run_plan(ctx, plan)
             except AssertionError as err:
                 found.append(err)
 
         one()
         if found:
             raise found[0]
+
+
+def run_plan(ctx: ModelRun, plan: Plan) -> None:
+    """One example of the model on `ctx`'s database (its tests run examples one at a time)."""
+    endings, afters, fault, k, taken, progress_faults = plan
+    with ctx.database() as opener:
+        _one(
+            ctx,
+            opener,
+            endings,
+            afters=afters,
+            fault=fault,
+            k=k,
+            taken=taken,
+            progress_faults=progress_faults,
+        )
 
 
 def _one(
@@ -283,7 +288,7 @@ def _one(
 ) -> None:
     stats, checks = ctx.stats, ctx.stats.checks
     raw = opener()
-    path = _ReportPath(raw)
+    path = ReportPath(raw)
     queue = f"reports-{uuid.uuid4().hex[:8]}"
     policy = Policy(
         seed=1,

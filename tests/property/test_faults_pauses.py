@@ -26,9 +26,7 @@ def _run(plan: faults_pauses.Plan, url: str = "memory://") -> ModelRun:
     """One example of the model, as its `run` makes it."""
     with fresh_databases(url) as database:
         ctx = ModelRun(database=database, size="quick", stats=FaultStats(), coverage=Coverage())
-        fake = faults_pauses._Monotonic()
-        with faults_pauses._pausing_time(fake), database() as opener:
-            faults_pauses._Example(ctx, opener, fake, plan).run()
+        faults_pauses.run_example(ctx, plan)
     return ctx
 
 

@@ -20,20 +20,9 @@ from fsm.worker.state import Shared
 
 def _run(plan: faults_reports.Plan, url: str = "memory://") -> ModelRun:
     """One example of the reports model, as its `run` makes it."""
-    endings, afters, fault, k, taken, progress_faults = plan
     with fresh_databases(url) as database:
         ctx = ModelRun(database=database, size="quick", stats=FaultStats(), coverage=Coverage())
-        with database() as opener:
-            faults_reports._one(
-                ctx,
-                opener,
-                endings,
-                afters=afters,
-                fault=fault,
-                k=k,
-                taken=taken,
-                progress_faults=progress_faults,
-            )
+        faults_reports.run_plan(ctx, plan)
     return ctx
 
 
@@ -81,6 +70,6 @@ def test_a_store_without_progress_gets_no_progress_writes_from_the_wrapper() -> 
         def apply(self, decisions: Any) -> Any:
             return decisions
 
-    path = faults_reports._ReportPath(Bare())  # type: ignore[arg-type]
+    path = faults_reports.ReportPath(Bare())  # type: ignore[arg-type]
     # then it adds no save_progress of its own
     assert not hasattr(path, "save_progress")
