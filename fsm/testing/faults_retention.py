@@ -41,17 +41,20 @@ expired.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
+import hypothesis
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ..clock import FakeClock
 from ..inputs import KindPolicy
+from ..lifecycle.prerequisites import PREREQUISITE_GONE
 from ..lifecycle.spec import lifecycle
 from ..ports import LeasesServices, ScanRequest
 from ..records import Job, Owner
@@ -80,13 +83,17 @@ _jobs = st.tuples(
 )
 #: a waiting job with a succeeded prerequisite and an unfinished one, in queue 0 or 1
 _dependent = st.tuples(st.just("dependent"), st.integers(0, 1), st.just(0))
+#: a dependent cancelled by an operator, so its finished prerequisite may be pruned, then
+#: requeued back to waiting and judged: on a pruned prerequisite alone (0) or beside a
+#: queued one that then succeeds (1)
+_orphan = st.tuples(st.just("orphan"), st.integers(0, 1), st.integers(0, 1))
 _advance = st.tuples(
     st.just("advance"), st.sampled_from((1.0, 5.0, 10.0, 30.0, 60.0, 600.0, 3600.0)), st.just(0)
 )
 _pass = st.tuples(st.just("pass"), st.integers(0, 2), st.just(0))
 _end = st.tuples(st.sampled_from(("stop", "die")), st.integers(0, 2), st.just(0))
 #: passes and jobs weigh most; a worker ends now and then
-_step = st.one_of(_jobs, _jobs, _dependent, _advance, _advance, _pass, _pass, _pass, _end)
+_step = st.one_of(_jobs, _jobs, _dependent, _orphan, _advance, _advance, _pass, _pass, _pass, _end)
 _example = st.fixed_dictionaries(
     {
         "keep": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
@@ -104,6 +111,31 @@ _example = st.fixed_dictionaries(
 )
 
 
+#: an explicit example (every run): two dependents cancelled by an operator, one on a
+#: succeeded prerequisite alone and one beside a queued one; a pass prunes the succeeded
+#: ones (1 s) and keeps the cancelled dependents (forever); each is requeued and judged
+_KEEP = {"succeeded": 1.0, "failed": None, "cancelled": None}
+ORPHANS: dict[str, Any] = {
+    "keep": _KEEP,
+    "default": _KEEP,
+    "batch": 3,
+    "max_batches": 3,
+    "lease_for": 30.0,
+    "workers": 2,
+    "steps": [
+        ("orphan", 0, 0),
+        ("orphan", 1, 1),
+        ("jobs", ("succeeded", 0), 1),
+        ("advance", 10.0, 0),
+        ("pass", 0, 0),
+        ("orphan", 0, 1),
+        ("advance", 10.0, 0),
+        ("pass", 1, 0),
+        ("pass", 0, 0),
+    ],
+}
+
+
 class RetentionModel:
     name: ClassVar[str] = "retention"
     about: ClassVar[str] = "retention passes of several workers, lease expiry and hand-over, bounds"
@@ -119,12 +151,19 @@ class RetentionModel:
 
         @ctx.settings(self.examples[ctx.size])
         @given(example=_example)
+        @hypothesis.example(example=ORPHANS)
         def one(example: dict[str, Any]) -> None:
-            with ctx.database() as opener:
-                _World(ctx, opener, example, START + next(years) * YEAR).play(example["steps"])
+            run_example(ctx, example, START + next(years) * YEAR)
 
         with quiet(("fsm.service.maintenance.retention",)):  # a line per pass, by design
             one()
+
+
+def run_example(ctx: ModelRun, example: dict[str, Any], start: float = START) -> None:
+    """One example (`ORPHANS`, or a drawn one) on a fresh database of `ctx`; on a shared
+    one, `start` must be past the leases of the examples before it."""
+    with ctx.database() as opener:
+        _World(ctx, opener, example, start).play(example["steps"])
 
 
 class _Told(ObserverBase):
@@ -170,6 +209,9 @@ class _World:
         self.admin = Engine(opener(), clock=self.clock, policy=policy, kinds=kinds)
         #: dependent -> its prerequisites (the model's own record of who waits on whom)
         self.deps: dict[str, tuple[str, ...]] = {}
+        #: a cancelled dependent -> (its finished prerequisite, its queued one or None):
+        #: requeued and judged once a pass pruned the finished one
+        self.orphans: dict[str, tuple[str, str | None]] = {}
         # the plan's own rule is the default one (overriding the policy's "forever")
         self.plan = RetentionPlan(
             keep=default,
@@ -206,6 +248,68 @@ class _World:
         job = self.admin.submit(self.kinds[q], {"n": 1}, after=[done.id, pending.id])
         self.deps[job.id] = (done.id, pending.id)
         self.ctx.stats.faults["retention: a job waits on a finished and an unfinished one"] += 1
+
+    def _orphan(self, q: int, beside: int) -> None:
+        """A job waiting on a succeeded prerequisite (and, `beside`, a queued one),
+        cancelled by an operator: no job waits on the succeeded one any more, so a pass
+        may prune it by age (docs/dependencies.md, "Retention")."""
+        done = self._make("succeeded", 1, q)[0]
+        pending = self._make("queued", 1, q)[0] if beside else None
+        after = [done.id] if pending is None else [done.id, pending.id]
+        job = self.admin.submit(self.kinds[q], {"n": 1}, after=after)
+        self.admin.cancel(job.id, actor="fault-model", reason="retention model: orphan")
+        self.deps[job.id] = tuple(after)
+        self.orphans[job.id] = (done.id, None if pending is None else pending.id)
+        self.ctx.stats.faults["retention: a cancelled dependent of a prunable job"] += 1
+
+    def _judge(self, now: float) -> None:
+        """Each cancelled dependent whose succeeded prerequisite a pass pruned is requeued
+        by an operator (back to waiting: it has prerequisites), and its queued one, if it
+        has one, then succeeds. D6: a pruned prerequisite counts as failed ("gone"), so
+        the dependent ends `cancelled` by `dependency_failed` (the default rule) with the
+        pruned one named gone, and is never queued (docs/dependencies.md, "What happens")."""
+        stats, jobs = self.ctx.stats, self._jobs()
+        for dep, (pruned, pending) in list(self.orphans.items()):
+            if pruned in jobs:
+                continue
+            del self.orphans[dep]
+            if dep not in jobs:  # pruned with it: nothing left to judge
+                stats.faults["retention: an orphan pruned with its prerequisite"] += 1
+                continue
+            e = self.admin
+            e.requeue(dep, actor="fault-model", reason="retention model: orphan", attempts=1)
+            if pending is not None and pending in jobs:
+                self._succeed(jobs[pending])
+            job = e.get(dep)
+            trail = [x for x in e.history(dep) if x.outcome == "applied"]
+            last = trail[-1] if trail else None
+            requeued = max(i for i, x in enumerate(trail) if x.event == "requeue")
+            read = {} if last is None else json.loads(last.data_json).get("prerequisites", {})
+            if (
+                job is None
+                or job.state != "cancelled"
+                or last is None
+                or last.event != "dependency_failed"
+                or read.get(pruned) != PREREQUISITE_GONE
+                or any(x.to_state == "queued" for x in trail[requeued:])
+            ):
+                raise AssertionError(
+                    f"D6 job {dep} waited on {pruned}, pruned at {now - self.start:g} s, and "
+                    f"was requeued: it is {None if job is None else job.state} after "
+                    f"{None if last is None else last.event} on prerequisites {read} (a "
+                    "pruned prerequisite counts as failed: cancelled by dependency_failed, "
+                    f"{pruned} read as {PREREQUISITE_GONE!r}, never queued)"
+                )
+            self.deps.pop(dep, None)
+            stats.faults[f"retention: a requeued orphan judged ({len(read)} prerequisites)"] += 1
+            stats.checks["D6 a pruned prerequisite counts as failed for its dependent"] += 1
+
+    def _succeed(self, job: Job) -> None:
+        running = self.admin.claim(OWNER, (job.queue,), 1, ids=[job.id], start=lambda j: {})
+        assert [j.id for j in running] == [job.id], f"claimed {running} for {job.id}"
+        (done,) = self.admin.report_many([(running[0], "succeed", {"fence": running[0].fence})])
+        if not isinstance(done, Job):
+            raise done
 
     def _held(self, jobs: Mapping[str, Job]) -> dict[str, str]:
         """prerequisite -> a job in `jobs` that waits on it (a waiting state)."""
@@ -250,6 +354,8 @@ class _World:
                 self._make(arg[0], n, arg[1])
             elif op == "dependent":
                 self._dependent(arg)
+            elif op == "orphan":
+                self._orphan(arg, n)
             elif op == "advance":
                 self.clock.advance(arg)
                 stats.faults["retention: clock advances"] += 1
@@ -348,6 +454,8 @@ class _World:
                 )
         checks["G2 only finished jobs past their retention are pruned"] += 1
         checks["G5 a prerequisite of a waiting job is never pruned"] += 1
+        if gone and self.orphans:
+            self._judge(now)
 
     def _due(self, job: Job, now: float) -> bool:
         keep = self.rules[job.queue].get(job.state)

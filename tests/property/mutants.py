@@ -1302,6 +1302,21 @@ PATCHES: tuple[Patch, ...] = (
         "the memory store's default retention rule prunes the queues that have a rule of "
         "their own (outside study, issue 36)",
     ),
+    Patch(
+        "postgres-prerequisites-drop-pruned",
+        "retention",
+        "adapters/postgres/deps.py",
+        (
+            (
+                'f"LEFT JOIN {jobs} j ON j.id = d.after_id',
+                'f"JOIN {jobs} j ON j.id = d.after_id',
+            ),
+        ),
+        ("postgres",),
+        "PostgreSQL's prerequisites read drops a pruned prerequisite (an inner join): a "
+        "requeued dependent of a pruned job is released on the others, or never judged "
+        "when all are gone (second blind study, issue 36)",
+    ),
     # --- typed payloads (issue 33 item 5, docs/typed-payloads.md) ----------------------
     Patch(
         "payloads-int-takes-a-bool",
