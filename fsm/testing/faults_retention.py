@@ -111,9 +111,10 @@ _example = st.fixed_dictionaries(
 )
 
 
-#: an explicit example (every run): two dependents cancelled by an operator, one on a
-#: succeeded prerequisite alone and one beside a queued one; a pass prunes the succeeded
-#: ones (1 s) and keeps the cancelled dependents (forever); each is requeued and judged
+#: an explicit example (every run): a waiting dependent (G5: its succeeded prerequisite is
+#: past retention and kept), then dependents cancelled by an operator, on a succeeded
+#: prerequisite alone or beside a queued one; passes prune the succeeded ones (1 s) and
+#: keep the cancelled dependents (forever); each is requeued and judged (D6)
 _KEEP = {"succeeded": 1.0, "failed": None, "cancelled": None}
 ORPHANS: dict[str, Any] = {
     "keep": _KEEP,
@@ -123,6 +124,7 @@ ORPHANS: dict[str, Any] = {
     "lease_for": 30.0,
     "workers": 2,
     "steps": [
+        ("dependent", 0, 0),
         ("orphan", 0, 0),
         ("orphan", 1, 1),
         ("jobs", ("succeeded", 0), 1),
