@@ -73,6 +73,7 @@ from .faults_models import SIZES, Coverage, Database, FaultModel, ModelRun, chec
 from .faults_pauses import PausesModel
 from .faults_payloads import PayloadsModel
 from .faults_policy import PolicyModel
+from .faults_pool import PoolModel
 from .faults_race import RaceModel
 from .faults_reports import ReportsModel
 from .faults_retention import RetentionModel
@@ -97,6 +98,7 @@ MODELS: tuple[FaultModel, ...] = (
     WorkerModel(),
     ClaimsModel(),
     CommitsModel(),
+    PoolModel(),
     TransactionsModel(),
     SchedulesModel(),
     LimitsModel(),

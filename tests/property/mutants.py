@@ -953,6 +953,26 @@ PATCHES: tuple[Patch, ...] = (
         "queue that sync submits respect",
     ),
     Patch(
+        "aio-pool-turn-kept-on-error",
+        "async",
+        "adapters/postgres/aio.py",
+        (
+            (
+                "                    yield conn\n"
+                "            finally:\n"
+                "                self.gate.release()\n",
+                "                    yield conn\n"
+                "                self.gate.release()\n"
+                "            finally:\n"
+                "                pass\n",
+            ),
+        ),
+        ("postgres",),
+        "the asyncio store keeps its pool turn when a call raises: after pool_max failed "
+        "calls every AsyncEngine call waits for a turn until it times out (second blind "
+        "study, issue 36)",
+    ),
+    Patch(
         "schedules-last-tick-to-pass-time",
         "schedules",
         "fsm/service/maintenance/ticks.py",
