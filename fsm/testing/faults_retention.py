@@ -114,7 +114,7 @@ _example = st.fixed_dictionaries(
 #: an explicit example (every run): a waiting dependent (G5: its succeeded prerequisite is
 #: past retention and kept), then dependents cancelled by an operator, on a succeeded
 #: prerequisite alone or beside a queued one; passes prune the succeeded ones (1 s) and
-#: keep the cancelled dependents (forever); each is requeued and judged (D6)
+#: keep the cancelled dependents (forever); each is requeued and judged (D3)
 _KEEP = {"succeeded": 1.0, "failed": None, "cancelled": None}
 ORPHANS: dict[str, Any] = {
     "keep": _KEEP,
@@ -267,7 +267,7 @@ class _World:
     def _judge(self, now: float) -> None:
         """Each cancelled dependent whose succeeded prerequisite a pass pruned is requeued
         by an operator (back to waiting: it has prerequisites), and its queued one, if it
-        has one, then succeeds. D6: a pruned prerequisite counts as failed ("gone"), so
+        has one, then succeeds. D3: a pruned prerequisite counts as failed ("gone"), so
         the dependent ends `cancelled` by `dependency_failed` (the default rule) with the
         pruned one named gone, and is never queued (docs/dependencies.md, "What happens")."""
         stats, jobs = self.ctx.stats, self._jobs()
@@ -296,7 +296,7 @@ class _World:
                 or any(x.to_state == "queued" for x in trail[requeued:])
             ):
                 raise AssertionError(
-                    f"D6 job {dep} waited on {pruned}, pruned at {now - self.start:g} s, and "
+                    f"D3 job {dep} waited on {pruned}, pruned at {now - self.start:g} s, and "
                     f"was requeued: it is {None if job is None else job.state} after "
                     f"{None if last is None else last.event} on prerequisites {read} (a "
                     "pruned prerequisite counts as failed: cancelled by dependency_failed, "
@@ -304,7 +304,7 @@ class _World:
                 )
             self.deps.pop(dep, None)
             stats.faults[f"retention: a requeued orphan judged ({len(read)} prerequisites)"] += 1
-            stats.checks["D6 a pruned prerequisite counts as failed for its dependent"] += 1
+            stats.checks["D3 a pruned prerequisite counts as failed for its dependent"] += 1
 
     def _succeed(self, job: Job) -> None:
         running = self.admin.claim(OWNER, (job.queue,), 1, ids=[job.id], start=lambda j: {})

@@ -1,4 +1,4 @@
-"""The `retention` model's step D6 (fsm/testing/faults_retention.py): a dependent
+"""The `retention` model's step D3 (fsm/testing/faults_retention.py): a dependent
 cancelled by an operator lets a pass prune its succeeded prerequisite; requeued, it
 must read that prerequisite as gone and end cancelled (docs/dependencies.md,
 "Retention"), on every store that leases services."""
@@ -12,7 +12,7 @@ from fsm.testing.faults import fresh_databases
 from fsm.testing.faults_machine import FaultStats
 from fsm.testing.faults_models import Coverage, ModelRun
 
-D6 = "D6 a pruned prerequisite counts as failed for its dependent"
+D3 = "D3 a pruned prerequisite counts as failed for its dependent"
 
 
 def _run(url: str) -> ModelRun:
@@ -36,8 +36,8 @@ def test_a_requeued_dependent_of_a_pruned_prerequisite_is_judged_gone(url: str) 
     # given the explicit example: three dependents cancelled, their succeeded
     # prerequisites past retention; when passes prune them and each dependent is requeued
     ctx = _run(url)
-    # then each was judged, alone on the pruned one and beside a queued one, and D6 held
-    assert ctx.stats.checks[D6] == 3
+    # then each was judged, alone on the pruned one and beside a queued one, and D3 held
+    assert ctx.stats.checks[D3] == 3
     assert _judged(ctx) == (1, 2)
 
 
@@ -46,5 +46,5 @@ def test_the_same_on_postgresql(pg_url: str) -> None:
     # given PostgreSQL (its prerequisites read is a join of job_deps to jobs)
     ctx = _run(pg_url)
     # then the same three dependents were judged with the pruned ones gone
-    assert ctx.stats.checks[D6] == 3
+    assert ctx.stats.checks[D3] == 3
     assert _judged(ctx) == (1, 2)

@@ -126,6 +126,8 @@ CI_PATCHES: dict[str, str] = {
     "reports-payload-limit-inclusive": "reports",  # a worker's reports: E1 (the reports model)
     "progress-saved-before-the-write": "reports",  # progress writes that fail: E5 (reports)
     "pauses-own-pause-not-seen": "pauses",  # paused queues: H1 (the pauses model)
+    "aio-pool-turn-kept-on-error": "pool",  # failing calls on one asyncio store: B1 (pool)
+    "postgres-prerequisites-drop-pruned": "retention",  # a pruned prerequisite: D3 (retention)
 }
 
 
