@@ -50,13 +50,13 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ..errors import Ambiguous, Permanent, Retry, TransientStoreError
+from ..errors import Ambiguous, JobFSMError, Permanent, Retry, StoreError, TransientStoreError
 from ..inputs import KindPolicy
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
 from ..ports import ClaimRequest, Store, StoresProgress
@@ -122,8 +122,6 @@ class ReportPath:
         self.failures = 0
         self.away = threading.Event()
         self.take_over: dict[str, Callable[[], None]] = {}
-        #: per job, when each write of its report failed (time.monotonic)
-        self.failed: dict[str, list[float]] = {}
         #: how many more writes of progress fail, and the jobs whose writes failed
         self.progress_failures = 0
         self.progress_failed: set[str] = set()
@@ -134,9 +132,6 @@ class ReportPath:
         if reports:
             if self.away.is_set() or self.failures > 0:
                 self.failures -= 1
-                now = time.monotonic()
-                for d in reports:
-                    self.failed.setdefault(d.job.id, []).append(now)
                 raise TransientStoreError("report write fails (reports fault model)")
             with self._gate:
                 for d in reports:
@@ -163,6 +158,34 @@ class ReportPath:
         found = getattr(self._store, name)
         # only a store that keeps progress has save_progress: the wrapper adds none
         return self._save_progress(found) if name == "save_progress" else found
+
+
+class Reporting(Engine):
+    """The worker's engine, which notes when each job's report failed to be written as
+    the worker meets it: `report_many` raised a store error (nothing of the batch was
+    written; the worker tries the batch again within its bound).
+
+    Noted here, not per decision at the store: a report the engine cannot decide on the
+    record the worker holds (it moved: a cancel request the heartbeat saw) is decided on
+    the stored record and written only after the batch's first write went through, so
+    while the store fails that write the report never reaches it, though the worker
+    tries it with its batch for the whole bound (E3)."""
+
+    def __init__(self, store: Any, **options: Any) -> None:
+        super().__init__(store, **options)
+        #: per job, when each write of its report failed (time.monotonic)
+        self.failed: dict[str, list[float]] = {}
+
+    def report_many(
+        self, reports: Sequence[tuple[Job, str, Mapping[str, Any]]]
+    ) -> list[Job | JobFSMError]:
+        try:
+            return super().report_many(reports)
+        except StoreError:
+            now = time.monotonic()
+            for job, _, _ in reports:
+                self.failed.setdefault(job.id, []).append(now)
+            raise
 
 
 #: a plan: endings, Retry(after=) per job, report fault, its count, jobs taken over,
@@ -362,7 +385,7 @@ def _one(
     if fault != "none":
         stats.faults[f"reports: report writes fail {'until the bound' if k == 0 else k}"] += 1
 
-    engine = Engine(path, policy=policy, kinds=kinds)
+    engine = Reporting(path, policy=policy, kinds=kinds)
     identity = Identity()
     worker = Worker(
         engine,
@@ -414,7 +437,7 @@ def _one(
                 after=afters[i],
                 latest=progress.get(i),
                 fault=fault,
-                failed=path.failed.get(job.id, []),
+                failed=engine.failed.get(job.id, []),
                 lost=i in contexts and contexts[i].lease_lost.is_set(),
                 taken=i in taken,
                 progress_failed=job.id in path.progress_failed,

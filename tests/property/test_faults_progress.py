@@ -1,9 +1,11 @@
 """Progress writes that fail, in the `reports` fault model (fsm/testing/faults_reports.py,
 E5): the worker writes the latest progress again, so it is stored with its job; a
-worker that counts a write as done before the store did it is caught."""
+worker that counts a write as done before the store did it is caught. And how the model
+counts a report's failed writes for E3: a report its batch held back counts as tried."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,3 +75,35 @@ def test_a_store_without_progress_gets_no_progress_writes_from_the_wrapper() -> 
     path = faults_reports.ReportPath(Bare())  # type: ignore[arg-type]
     # then it adds no save_progress of its own
     assert not hasattr(path, "save_progress")
+
+
+def test_a_report_held_back_by_its_batch_counts_as_tried_while_the_store_is_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a reporter that gathers the three outcomes into one batch and builds its
+    # reports only once the heartbeat has seen the cancel request: the cancelled job's
+    # report (`cancelled_ack`) cannot be decided on the record the worker holds, so the
+    # engine decides it on the stored record after the batch's first write, which the
+    # store fails every time
+    monkeypatch.setattr(reports, "BATCH_WINDOW", 2.0)
+    real = reports.Reporter.report
+
+    def once_the_cancel_is_seen(self: reports.Reporter, batch: list[Any]) -> None:
+        until = time.monotonic() + faults_reports.WAIT
+        while time.monotonic() < until and all(r.cancel_seen is None for r, _ in batch):
+            time.sleep(0.01)
+        real(self, batch)
+
+    monkeypatch.setattr(reports.Reporter, "report", once_the_cancel_is_seen)
+    plan: faults_reports.Plan = (
+        ["small", "permanent", "cancel_fail"],
+        [60.0] * 3,
+        "away",
+        0,
+        [],
+        0,
+    )
+    # when the store stays away past the bound
+    ctx = _run(plan)
+    # then every job is left to recovery, its report tried for the bound (E3)
+    assert ctx.stats.checks["E3 a report past the bound is given up and left to recovery"] == 3
