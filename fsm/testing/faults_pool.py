@@ -134,7 +134,7 @@ class _Failing:
 class PoolModel:
     name: ClassVar[str] = "pool"
     about: ClassVar[str] = "many failing calls on one asyncio store, then a call within a bound"
-    examples: ClassVar[dict[str, int]] = {"quick": 4, "default": 20, "thorough": 200}
+    examples: ClassVar[dict[str, int]] = {"quick": 4, "default": 12, "thorough": 120}
 
     def run(self, ctx: ModelRun) -> None:
         with ctx.database() as opener:

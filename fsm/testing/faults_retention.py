@@ -92,8 +92,11 @@ _advance = st.tuples(
 )
 _pass = st.tuples(st.just("pass"), st.integers(0, 2), st.just(0))
 _end = st.tuples(st.sampled_from(("stop", "die")), st.integers(0, 2), st.just(0))
-#: passes and jobs weigh most; a worker ends now and then
-_step = st.one_of(_jobs, _jobs, _dependent, _orphan, _advance, _advance, _pass, _pass, _pass, _end)
+#: passes and jobs weigh most; a worker ends now and then; a dependent or an orphan
+#: weighs as much as a dependent alone did before orphans (the time of a run)
+_step = st.one_of(
+    _jobs, _jobs, st.one_of(_dependent, _orphan), _advance, _advance, _pass, _pass, _pass, _end
+)
 _example = st.fixed_dictionaries(
     {
         "keep": st.fixed_dictionaries(dict.fromkeys(FINISHED, _keep)),
@@ -115,7 +118,7 @@ _example = st.fixed_dictionaries(
 #: past retention and kept), then dependents cancelled by an operator, on a succeeded
 #: prerequisite alone or beside a queued one; passes prune the succeeded ones (1 s) and
 #: keep the cancelled dependents (forever); each is requeued and judged (D3)
-_KEEP = {"succeeded": 1.0, "failed": None, "cancelled": None}
+_KEEP = {"succeeded": 1.0, "failed": 3600.0, "cancelled": None}
 ORPHANS: dict[str, Any] = {
     "keep": _KEEP,
     "default": _KEEP,
@@ -128,6 +131,7 @@ ORPHANS: dict[str, Any] = {
         ("orphan", 0, 0),
         ("orphan", 1, 1),
         ("jobs", ("succeeded", 0), 1),
+        ("jobs", ("failed", 0), 1),  # kept an hour: G2 (not by the shortest retention)
         ("advance", 10.0, 0),
         ("pass", 0, 0),
         ("orphan", 0, 1),
