@@ -223,7 +223,7 @@ class _World:
             await asyncio.gather(*crowd, return_exceptions=True)
             return
         if mode == "cancel":
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(TimeoutError, JobFSMError):
                 await asyncio.wait_for(self._call(op, i), CANCEL_AFTER)
             return
         with contextlib.suppress(JobFSMError):  # the call failed: what B1, B2 check
