@@ -35,6 +35,7 @@ WEIGHTS: Mapping[str, float] = {
     "reports": 6.0,
     "verdicts": 6.0,
     "commits": 5.0,
+    "pool": 4.0,
     "transactions": 5.0,
     "payloads": 3.0,
     "pauses": 3.0,
