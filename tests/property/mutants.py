@@ -1167,6 +1167,25 @@ PATCHES: tuple[Patch, ...] = (
         "has a limit (the plain statement refuses while any limit is stored)",
     ),
     Patch(
+        "postgres-limits-window-rows-deleted-inside",
+        "limits",
+        "adapters/postgres/limits.py",
+        (
+            (
+                '"AND l.at <= (SELECT b.start FROM bumped AS b WHERE b.key = l.key) "',
+                '"AND l.at <= (SELECT b.start + 1e9 FROM bumped AS b WHERE b.key = l.key) "',
+            ),
+            (
+                '"AND l.at <= (SELECT max(b.start) FROM bumped AS b) "',
+                '"AND l.at <= (SELECT max(b.start) + 1e9 FROM bumped AS b) "',
+            ),
+        ),
+        ("postgres",),
+        "the claim that forgets a rate window's old rows (one per min(R, 1024) leases of "
+        "the key) deletes the key's rows inside the window too: the next claims count "
+        "too few leases in the window, and a kind is leased past its rate",
+    ),
+    Patch(
         "rate-marks-kind-only",
         "limits",
         "adapters/claiming.py",

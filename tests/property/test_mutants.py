@@ -113,6 +113,7 @@ CI_PATCHES: dict[str, str] = {
     "limits-rate-window-short": "limits",  # rate windows: L2 (the limits model)
     "postgres-limits-gate-ignores-leases-since": "limits",  # claims counted ahead: L1 (limits)
     "postgres-limits-other-queue-starved": "limits",  # another queue's limit: L4 (limits)
+    "postgres-limits-window-rows-deleted-inside": "limits",  # a rate's rows: L2 (limits)
     "postgres-limits-stale-spent-guess": "limits",  # a handle's spent kinds: L4 (limits)
     "postgres-limits-kept-count-taken-as-new": "limits",  # a handle's kept counts: L1
     "hold-after-claiming": "worker",  # a run held as its claim ends: W3 (the worker model)
