@@ -38,14 +38,17 @@ def _machine(store: MemoryStore) -> FaultMachine:
     return fault_machine(lambda: store, stats=FaultStats())()
 
 
-def test_the_prune_rule_reads_the_examples_jobs_in_two_scans_not_one_get_per_job() -> None:
-    # given an example with six jobs, none finished (so none may be pruned)
+@pytest.mark.parametrize("late", [False, True], ids=["now", "after-retention"])
+def test_the_prune_rule_reads_the_examples_jobs_in_two_scans_not_one_get_per_job(
+    late: bool,
+) -> None:
+    # given an example with six jobs, none finished (so none may be pruned, however old)
     store = CountingStore()
     machine = _machine(store)
     machine.submit_batch([0, 1, 2, 3, 4, 5])
     store.gets = 0
     # when the prune rule runs
-    machine.prune()
+    machine.prune(late)
     # then it read no job by id (before: two gets per job) and forgot none
     assert store.gets == 0
     assert len(machine.jobs) == 6
