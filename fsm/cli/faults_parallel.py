@@ -52,11 +52,15 @@ def serve_as_part() -> None:
         sys.exit(128 + signal.SIGTERM)
 
 
-class Terminated(BaseException):
+class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread while a run lasts (`sigterm_ends_run`). Not a
     `SystemExit`: hypothesis takes a `SystemExit` raised in an example for the
-    example's failure, replays it and reports the run as failed, while it lets any
-    other `BaseException` through at once, as it does `KeyboardInterrupt`."""
+    example's failure, replays it and reports the run as failed, while it lets a
+    `KeyboardInterrupt` through at once. A `KeyboardInterrupt` because psycopg treats
+    one raised while it waits on the server as an interruption (it cancels the
+    statement and raises it again), while any other `BaseException` raised as a
+    pipeline ends is replaced by "cannot exit pipeline mode while busy", a store error:
+    the example then failed and the run reported a failure, not SIGTERM."""
 
 
 def _terminated(signum: int, frame: object) -> None:

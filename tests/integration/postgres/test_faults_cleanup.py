@@ -4,15 +4,18 @@ once left its schema (626 jobs) behind on a shared server."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
 import pytest
 
 from fsm import Engine
+from fsm.cli.faults_parallel import sigterm_ends_run
 from fsm.testing.faults import fresh_stores, run_faults
 
 pytestmark = pytest.mark.postgres
@@ -123,3 +126,33 @@ def test_a_one_process_run_ended_by_sigterm_drops_its_schema(pg_url: str) -> Non
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+def _pipeline_under_sigterm(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    with sigterm_ends_run(), conn.pipeline():
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_sleep(3)")
+        conn.execute("COMMIT")
+
+
+def test_sigterm_while_a_pipeline_ends_is_sigterm_not_a_store_error(pg_url: str) -> None:
+    # given a run's SIGTERM handler, in the main thread (where a handler can be set;
+    # elsewhere the signal would end this test process)
+    assert threading.current_thread() is threading.main_thread()
+    conn = psycopg.connect(pg_url)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        # when SIGTERM comes while a pipeline waits for the server as it ends (as a
+        # claim's does): before, psycopg replaced the signal's exception with "cannot
+        # exit pipeline mode while busy", which the store reports as a transient error
+        timer.start()
+        with pytest.raises(SystemExit) as ended:
+            _pipeline_under_sigterm(conn)
+        # then the run ends with SIGTERM's status, and the connection (its statement
+        # cancelled) still works for the run's clean-up
+        assert ended.value.code == 128 + signal.SIGTERM
+        conn.rollback()
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        timer.cancel()
+        conn.close()
