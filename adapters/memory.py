@@ -45,6 +45,11 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._unclaimable = Unclaimable(log)
+        self._empty()
+
+    def _empty(self) -> None:
+        """Every table, empty: the new store's, and what `drop_schema` leaves."""
         self._jobs: dict[str, Job] = {}
         self._audit: dict[str, list[AuditEntry]] = {}
         self._keys: dict[str, str] = {}
@@ -60,7 +65,6 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
         self._service_leases: dict[str, ServiceLease] = {}
         #: state -> ids, so claim and scan look only at jobs in the states asked for
         self._by_state: dict[str, dict[str, None]] = {}
-        self._unclaimable = Unclaimable(log)
         #: job id -> its prerequisites, and prerequisite id -> the jobs that name it
         self._deps: dict[str, tuple[str, ...]] = {}
         self._dependents: dict[str, dict[str, None]] = {}
@@ -396,19 +400,7 @@ class MemoryStore(MemoryBrowse, MemoryHistory, MemorySchedules, MemoryLimits, Me
         """Remove every job and audit entry (the memory store has no other schema);
         nothing is left (an empty tuple)."""
         with self._lock:
-            self._paused.clear()
-            self._limits.clear()
-            self._limit_changes.clear()
-            self._limit_leases.clear()
-            self._schedules.clear()
-            self._schedule_changes.clear()
-            self._schedulers.clear()
-            self._jobs.clear()
-            self._audit.clear()
-            self._keys.clear()
-            self._by_state.clear()
-            self._deps.clear()
-            self._dependents.clear()
+            self._empty()
         return ()
 
     def close(self) -> None:
