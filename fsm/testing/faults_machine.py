@@ -1528,6 +1528,7 @@ class FaultMachine(RuleBasedStateMachine):
 
     @invariant()
     def invariants_hold(self) -> None:
+        self.outside.release()  # a hang outlives its timeout, not its step
         self.stats.steps += 1
         checks = self.stats.checks
         listed = self.real.scan(
@@ -1657,6 +1658,7 @@ class FaultMachine(RuleBasedStateMachine):
             if sys.exc_info()[1] is None and not self.broken:
                 self._settle()
         finally:
+            self.outside.release()
             self.stats.faults.update(self.store.fired)
             try:
                 if isinstance(self.client, AsyncClient):
@@ -1675,6 +1677,7 @@ class FaultMachine(RuleBasedStateMachine):
         for rnd in range(SETTLE_ROUNDS):
             if all(self.spec.is_final(j.state) for j in self._tracked()):
                 break
+            self.outside.release()
             for x in self.workers:
                 self._heartbeat(x)
             self._sweep(judged=True, by=self.workers[rnd % len(self.workers)])
