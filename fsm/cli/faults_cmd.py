@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sys
 import threading
 from collections.abc import Iterator
@@ -218,6 +219,11 @@ def faults(
     # Rejected stale reports are logged as warnings by design; here they are the point.
     logging.getLogger("fsm.transitions").setLevel(logging.ERROR)
     click.echo(f"faults {printable(redact_url(store))}", err=True)
+    if seed is None and not settings_of(chosen).derandomize:
+        # drawn here, not by hypothesis, so that the run can name it (and its parts
+        # of --jobs N all get it): a failure, a Flaky one too, can be run again
+        seed = random.SystemRandom().randrange(1 << 32)
+        click.echo(f"seed {seed} (drawn: --seed {seed} makes the same draws)", err=True)
     machine_bar: list[Any] = []
 
     @contextmanager

@@ -447,7 +447,7 @@ FLAKY_DATA_TEXT = (
     "Nothing was found broken; the run's own behaviour is not a function of its choices: "
     "something random or timing-dependent (random ids, thread timing, the order a store "
     "returns unordered rows) decides what the next step may do. Run again; if it "
-    "recurs, report it with the --seed you used."
+    "recurs, report it with its seed (the run prints the one it drew, or give --seed)."
 )
 
 

@@ -146,3 +146,35 @@ def test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs() -> None:
     assert "WARNING" not in quiet.stderr
     assert "Traceback" not in quiet.stderr
     assert "WARNING" in loud.stderr, loud.stderr[-2000:]
+
+
+@pytest.mark.slow  # two quick runs of one model in subprocesses
+def test_a_run_that_draws_its_seed_names_it_and_the_seed_makes_the_same_draws(
+    tmp_path: Path,
+) -> None:
+    # given a profile that draws at random (dev), and no --seed
+    first = tmp_path / "first.json"
+    args = ("faults", "--store", "memory://", "--quick", "--profile", "dev", "--model", "races")
+    done = jobfsm(*args, "--json", str(first))
+    # then the run names the seed it drew, and its report carries it
+    assert done.returncode == 0, done.stderr
+    drawn = re.search(r"^seed (\d+) \(drawn: --seed \1 makes the same draws\)$", done.stderr, re.M)
+    assert drawn is not None, done.stderr
+    report = json.loads(first.read_text())
+    assert report["seed"] == int(drawn.group(1))
+    # and a run with that seed injects the same faults and makes the same checks
+    again = tmp_path / "again.json"
+    replay = jobfsm(*args, "--seed", drawn.group(1), "--json", str(again))
+    assert replay.returncode == 0, replay.stderr
+    assert "drawn" not in replay.stderr
+    replayed = json.loads(again.read_text())
+    assert (replayed["faults"], replayed["checks"]) == (report["faults"], report["checks"])
+
+
+def test_a_derandomized_profile_draws_no_seed() -> None:
+    # given the ci profile, which derandomizes (every run makes the same draws)
+    args = ("faults", "--store", "memory://", "--quick", "--profile", "ci", "--model", "races")
+    done = jobfsm(*args)
+    # then no seed is drawn or named
+    assert done.returncode == 0, done.stderr
+    assert "drawn" not in done.stderr
