@@ -31,8 +31,9 @@ Promises:
   (every due tick when a scheduler handled the schedule within the lateness bound;
   else the newest `catch_up` of the missed ones, or none under `skip`, plus every
   tick younger than the bound); a following pass submits nothing;
-- T3 a tick skipped as missed never gets a job later, and at the end every tick up
-  to the last one handled has its job unless a pass skipped it;
+- T3 a tick skipped as missed never gets a job from a pass that read the schedule
+  after the skip was recorded, and at the end every tick up to the last one handled
+  has its job unless a pass skipped it;
 - T4 whatever passes overlap: each pass, held or not, submits what the policy picks
   from the record it read (T2, seen at the store's insert), a tick recorded as handled
   is never submitted again by a pass that read the schedule after it was recorded,
