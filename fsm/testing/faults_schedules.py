@@ -9,7 +9,13 @@ three schedulers (`fsm.service.maintenance.Ticks`, each on its own store handle,
 separate workers hold) then pass with a per-pass bound of 1 to 4 ticks, while the
 clock moves by steps from 1 s to a day (outages longer than the lateness bound
 included), and a pass may be killed between submitting its ticks and recording them
-(the store refuses its `advance_schedule` once).
+(the store refuses its `advance_schedule` once). Passes of two schedulers also
+overlap, as when a scheduler stalls past its lead (a long GC pause, a slow store)
+while another takes over: the production pass of one is held at one of its writes'
+seams (just after it read the schedules, just before it submits one schedule's
+ticks, or just before it records them) while the clock moves and another scheduler
+passes whole; then the held pass goes on with what it read. The seam is the held
+scheduler's store handle (`_Handle`): the pass itself is `Ticks.run_once`, unchanged.
 
 The oracle is the documented policy, computed here from the schedule's definition
 alone (ticks at whole multiples of the interval since the epoch; the daily cron tick
@@ -25,8 +31,16 @@ Promises:
   (every due tick when a scheduler handled the schedule within the lateness bound;
   else the newest `catch_up` of the missed ones, or none under `skip`, plus every
   tick younger than the bound); a following pass submits nothing;
-- T3 a tick skipped as missed never gets a job later, and at the end every tick up
-  to the last one handled has its job unless a pass skipped it.
+- T3 a tick skipped as missed never gets a job from a pass that read the schedule
+  after the skip was recorded, and at the end every tick up to the last one handled
+  has its job unless a pass skipped it;
+- T4 whatever passes overlap: each pass, held or not, submits what the policy picks
+  from the record it read (T2, seen at the store's insert), a tick recorded as handled
+  is never submitted again by a pass that read the schedule after it was recorded,
+  and no pass moves `last_tick` back (a held pass records its ticks only over the
+  value it read, as a compare-and-set, or over an older one after a lost race).
+
+T1 and T4 are checked after every pass, the held one and the one that ran inside it.
 """
 
 from __future__ import annotations
@@ -35,16 +49,19 @@ import calendar
 import itertools
 import math
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ..clock import FakeClock
 from ..inputs import KindPolicy
-from ..ports import HoldsSchedules, ScanRequest, Store
+from ..ports import HoldsSchedules, ScanRequest, ScheduleRecord, Store
+from ..records import Decision, Job
 from ..service.engine import Engine
 from ..service.maintenance.ticks import Ticks
 from ..service.schedules import Schedule, Schedules, schedule
@@ -56,10 +73,45 @@ from .faults_models import ModelRun
 KIND = "tick.job"
 BERLIN = ZoneInfo("Europe/Berlin")
 STEPS = (1.0, 5.0, 20.0, 44.0, 61.0, 200.0, 3000.0, 86400.0)
+#: where a held pass stops: after reading the schedules, before submitting one
+#: schedule's ticks, before recording them (the writes `Ticks.run_once` makes)
+SEAMS = ("read", "submit", "record")
+
+
+@attrs.frozen
+class Overlap:
+    """`wait` seconds on, scheduler `held` passes (bound `limit`) and stalls at `seam`
+    (of schedule number `which`, for `submit` and `record`) for `stall` seconds, while
+    the `other`-th of the remaining schedulers passes whole (bound `other_limit`); then
+    the held pass goes on with what it read. The wait gives the held pass ticks to
+    submit and record (and lets a lead it does not hold lapse); a stall of LEAD_FOR or
+    more lets the other lead too."""
+
+    wait: float
+    held: int
+    limit: int
+    seam: str
+    which: int
+    stall: float
+    other: int
+    other_limit: int
+
+
 _step = st.one_of(
     st.tuples(st.just("pass"), st.integers(0, 2), st.integers(1, 4)),
     st.tuples(st.just("crash"), st.integers(0, 2), st.integers(1, 4)),
     st.tuples(st.just("advance"), st.sampled_from(STEPS), st.just(0)),
+    st.builds(
+        Overlap,
+        wait=st.sampled_from((0.0, *STEPS)),
+        held=st.integers(0, 2),
+        limit=st.integers(1, 4),
+        seam=st.sampled_from(SEAMS),
+        which=st.integers(0, 1),
+        stall=st.sampled_from(STEPS),
+        other=st.integers(0, 1),
+        other_limit=st.integers(1, 4),
+    ),
 )
 _example = st.fixed_dictionaries(
     {
@@ -107,23 +159,71 @@ def ticks_between(s: Schedule, after: float, upto: float) -> list[float]:
         day += timedelta(days=1)
 
 
-class _RefusesAdvance:
-    """A store handle whose next `advance_schedule` fails, as a scheduler killed between
-    submitting its ticks and recording them (everything else is the store's)."""
+class _Handle:
+    """A scheduler's store handle (everything else is the store's) that
+
+    - when `armed`, fails its next `advance_schedule`, as a scheduler killed between
+      submitting its ticks and recording them;
+    - when given a `hold` at a seam, runs it once there: after `schedules()` returns
+      (`read`), before the `insert` of a schedule's ticks (`submit`), before that
+      schedule's `advance_schedule` (`record`), as a scheduler stalled there;
+    - logs the idempotency keys it inserts and the advances it makes, with their
+      answers: what its pass did, whatever ran while it was held."""
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.armed = False
+        self.hold: tuple[str, str, Callable[[], None]] | None = None
+        self.inserted: list[str] = []
+        self.advances: list[tuple[str, float | None, float | None, bool]] = []
 
-    def advance_schedule(self, *args: Any, **kwargs: Any) -> bool:
+    def _held(self, seam: str, name: str) -> None:
+        if self.hold is not None and self.hold[:2] == (seam, name):
+            run, self.hold = self.hold[2], None
+            run()
+
+    def schedules(self) -> list[ScheduleRecord]:
+        records: list[ScheduleRecord] = self.inner.schedules()  # type: ignore[attr-defined]
+        if self.hold is not None and self.hold[0] == "read":
+            self._held("read", "")
+        return records
+
+    def insert(self, decisions: Sequence[Decision], capacity: Any = None) -> list[Job]:
+        keys = [d.job.idempotency_key or "" for d in decisions]
+        if self.hold is not None and any(k.startswith(f"schedule:{self.hold[1]}:") for k in keys):
+            self._held("submit", self.hold[1])
+        jobs = self.inner.insert(decisions, capacity)
+        self.inserted += keys
+        return jobs
+
+    def advance_schedule(
+        self, name: str, expected: float | None, tick: float | None, at: float
+    ) -> bool:
+        self._held("record", name)
         if self.armed:
             self.armed = False
             raise ConnectionError("scheduler killed between submit and advance")
-        result: bool = self.inner.advance_schedule(*args, **kwargs)  # type: ignore[attr-defined]
-        return result
+        done: bool = self.inner.advance_schedule(name, expected, tick, at)  # type: ignore[attr-defined]
+        self.advances.append((name, expected, tick, done))
+        return done
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+@attrs.define
+class _Pass:
+    """What the model knew as one scheduler's pass began: the oracle's inputs."""
+
+    ticker: int
+    limit: int
+    now: float
+    records: dict[str, Any]
+    present: dict[str, set[float]]
+    #: per schedule, the newest last tick recorded, and the ticks recorded as skipped,
+    #: before the pass read the schedule (T4: it must not submit those again)
+    recorded: dict[str, float | None]
+    skipped: dict[str, set[float]]
 
 
 class SchedulesModel:
@@ -190,7 +290,10 @@ class _World:
         self.admin = Schedules(admin)
         for s in self.schedules:
             self.admin.add(s, actor="fault-model", reason="schedules model")
-        self.handles = [_RefusesAdvance(opener()) for _ in range(example["schedulers"])]
+        names = {s.name for s in self.schedules}
+        #: each schedule's creation time (fixed: read once)
+        self.created = {r.name: r.created_at for r in store.schedules() if r.name in names}
+        self.handles = [_Handle(opener()) for _ in range(example["schedulers"])]
         self.tickers = [
             Ticks(
                 Engine(h, clock=self.clock, policy=policy, kinds=kinds),
@@ -206,8 +309,10 @@ class _World:
         for s in self.schedules:
             self.admin.remove(s.name, actor="fault-model", reason="example done")
 
-    def _record(self, name: str) -> Any:
-        return next(r for r in self.store.schedules() if r.name == name)
+    def _records(self) -> dict[str, Any]:
+        """This example's schedules as stored, by name (one read: PostgreSQL's model time
+        is mostly round trips)."""
+        return {r.name: r for r in self.store.schedules() if r.name in self.created}
 
     def _present(self) -> dict[str, set[float]]:
         """Per schedule, the ticks that have a job (read from the jobs' keys); T1."""
@@ -217,7 +322,7 @@ class _World:
             raise AssertionError(f"T1 a tick has two jobs: {sorted(keys)}")
         out: dict[str, set[float]] = {}
         for s in self.schedules:
-            created = self._record(s.name).created_at
+            created = self.created[s.name]
             prefix = f"schedule:{s.name}:"
             mine = [k[len(prefix) :] for k in keys if k and k.startswith(prefix)]
             ticks = {datetime.fromisoformat(k).timestamp() for k in mine}
@@ -227,9 +332,13 @@ class _World:
             out[s.name] = ticks
         return out
 
-    def play(self, steps: list[tuple[str, Any, int]]) -> None:
+    def play(self, steps: list[Any]) -> None:
         stats = self.ctx.stats
-        for op, arg, limit in steps:
+        for step in steps:
+            if isinstance(step, Overlap):
+                self._overlap(step)
+                continue
+            op, arg, limit = step
             if op == "advance":
                 self.clock.advance(arg)
                 stats.faults[
@@ -240,11 +349,14 @@ class _World:
             i = arg % len(self.tickers)
             if op == "crash":
                 self.handles[i].armed = True
-            self._pass(i, limit, crashed=op == "crash")
+            before = self._present()
+            self._run(self._begin(i, limit, before), crashed=op == "crash")
             self.handles[i].armed = False
+            self._stored(before, [i])
         present = self._present()
+        records = self._records()
         for s in self.schedules:
-            record = self._record(s.name)
+            record = records[s.name]
             handled = record.last_tick if record.last_tick is not None else record.created_at
             lost = [
                 t
@@ -255,51 +367,126 @@ class _World:
                 raise AssertionError(f"T3 schedule {s.name}: ticks handled without a job: {lost}")
         stats.checks["T3 every handled tick has its job unless skipped"] += 1
 
-    def _pass(self, i: int, limit: int, *, crashed: bool) -> None:
-        now = self.clock.now()
+    def _overlap(self, step: Overlap) -> None:
+        """One pass held at a seam while another scheduler passes whole (`Overlap`)."""
+        stats = self.ctx.stats
+        n = len(self.tickers)
+        i = step.held % n
+        others = [k for k in range(n) if k != i]
+        j = others[step.other % len(others)]
+        name = self.schedules[step.which].name if step.seam != "read" else ""
+        seam = step.seam if step.seam == "read" else f"{step.seam} ({name.split('-')[0]})"
+        ran: list[bool] = []
+
+        def other() -> None:
+            ran.append(True)
+            self.clock.advance(step.stall)
+            self._run(self._begin(j, step.other_limit, self._present()), crashed=False)
+
+        self.clock.advance(step.wait)
         before = self._present()
-        records = {s.name: self._record(s.name) for s in self.schedules}
-        ticker = self.tickers[i]
-        ticker.run_once(limit)
+        held = self._begin(i, step.limit, before)
+        self.handles[i].hold = (step.seam, name, other)
+        self._run(held, crashed=False, overlap=seam)
+        self.handles[i].hold = None
+        if not ran:  # it followed, or had nothing to submit or record there: after it
+            stats.faults["schedules: overlap: the held pass never reached its seam"] += 1
+            other()
+        else:
+            stats.faults[f"schedules: overlap: a pass held at {seam}, another passed"] += 1
+            if self.tickers[j].leading:
+                stats.faults["schedules: overlap: both led (the held lead lapsed)"] += 1
+        refused = [a for a in self.handles[i].advances if not a[3]]
+        if ran and refused:
+            stats.faults["schedules: overlap: the held pass lost its compare-and-set"] += 1
+        self._stored(before, [i, j])
+
+    def _begin(self, i: int, limit: int, present: dict[str, set[float]]) -> _Pass:
+        self.handles[i].inserted.clear()
+        self.handles[i].advances.clear()
+        return _Pass(
+            ticker=i,
+            limit=limit,
+            now=self.clock.now(),
+            records=self._records(),
+            present=present,
+            recorded=dict(self.last),
+            skipped={name: set(ticks) for name, ticks in self.skipped.items()},
+        )
+
+    def _stored(self, before: dict[str, set[float]], tickers: list[int]) -> None:
+        """The jobs a step added are the ticks its passes inserted (T1: once each)."""
         after = self._present()
+        for s in self.schedules:
+            inserted: set[float] = set()
+            for i in tickers:
+                inserted |= _ticks(s.name, self.handles[i].inserted)
+            if after[s.name] - before[s.name] != inserted - before[s.name]:
+                raise AssertionError(
+                    f"T1 schedule {s.name}: the passes inserted {sorted(inserted)}, but the "
+                    f"store added jobs for {sorted(after[s.name] - before[s.name])}"
+                )
+
+    def _run(self, p: _Pass, *, crashed: bool, overlap: str | None = None) -> None:
+        ticker = self.tickers[p.ticker]
+        ticker.run_once(p.limit)
+        handle = self.handles[p.ticker]
         stats = self.ctx.stats
         stats.faults[f"schedules: pass{' killed before recording' if crashed else ''}"] += 1
+        stored = self._records()
         for s in self.schedules:
-            new = after[s.name] - before[s.name]
-            rec, now_rec = records[s.name], self._record(s.name)
+            rec, now_rec = p.records[s.name], stored[s.name]
+            new = _ticks(s.name, handle.inserted)
+            self._never_back(s.name, now_rec.last_tick, overlap)
             if not ticker.leading:
                 if new:
                     raise AssertionError(f"T2 a following scheduler submitted {sorted(new)}")
                 continue
-            picks, skipped = self._policy(s, rec, now)
-            submitted = picks[:limit]
-            if new != set(submitted) - before[s.name]:
+            picks, skipped = self._policy(s, rec, p.now)
+            submitted = picks[: p.limit]
+            if new != set(submitted):
                 raise AssertionError(
                     f"T2 schedule {s.name} ({s.missed}, catch_up {s.catch_up}): a pass at "
-                    f"{now} with last_tick {rec.last_tick}, checked_at {rec.checked_at}, "
-                    f"limit {limit} submitted {sorted(new)}; the policy picks "
+                    f"{p.now} with last_tick {rec.last_tick}, checked_at {rec.checked_at}, "
+                    f"limit {p.limit} submitted {sorted(new)}; the policy picks "
                     f"{sorted(submitted)} (skipped {len(skipped)})"
+                    + (f"; it was held at {overlap}" if overlap else "")
+                )
+            done = p.recorded.get(s.name)
+            again = sorted(t for t in new if done is not None and t <= done)
+            if again:
+                raise AssertionError(
+                    f"T4 schedule {s.name}: a pass that read it after tick {done} was recorded "
+                    f"submitted {again} again (last_tick it read: {rec.last_tick})"
                 )
             if skipped:
                 stats.faults[f"schedules: missed ticks ({s.missed})"] += 1
-            if len(picks) > limit:
+            if len(picks) > p.limit:
                 stats.faults["schedules: more due than the per-pass bound"] += 1
             if s.cron is not None and any(self._dst_day(t) for t in new):
                 stats.faults["schedules: the daylight-saving day's tick submitted"] += 1
-            recorded = (now_rec.last_tick, now_rec.checked_at) != (rec.last_tick, rec.checked_at)
-            if recorded:  # a pass killed before recording this schedule skipped nothing yet
-                self.skipped[s.name] |= set(skipped) - before[s.name]
-            old, last = self.last.get(s.name), now_rec.last_tick
-            if old is not None and (last is None or last < old):
-                raise AssertionError(f"T1 schedule {s.name}: last_tick moved back {old} -> {last}")
-            if last is not None:
-                self.last[s.name] = last
-            back = self.skipped[s.name] & after[s.name] - before[s.name]
+            if any(a[0] == s.name and a[3] for a in handle.advances):
+                # a pass killed before recording this schedule skipped nothing yet
+                self.skipped[s.name] |= set(skipped) - p.present[s.name]
+            back = p.skipped[s.name] & new
             if back:
                 raise AssertionError(f"T3 schedule {s.name}: skipped ticks came back {back}")
         checks = stats.checks
         checks["T1 each tick at most one job, last_tick never back"] += 1
         checks["T2 a pass submits what the policy picks, within its bound"] += 1
+        if overlap is not None:
+            checks["T4 a held pass submits what it read, never moves last_tick back"] += 1
+
+    def _never_back(self, name: str, last: float | None, overlap: str | None) -> None:
+        old = self.last.get(name)
+        if old is not None and (last is None or last < old):
+            raise AssertionError(
+                f"{'T4' if overlap else 'T1'} schedule {name}: last_tick moved back {old} -> "
+                f"{last}"
+                + (f" (a pass held at {overlap} recorded what it read)" if overlap else "")
+            )
+        if last is not None:
+            self.last[name] = last
 
     def _dst_day(self, t: float) -> bool:
         day = datetime.fromtimestamp(t, BERLIN)
@@ -317,6 +504,14 @@ class _World:
         young = [t for t in due if t > now - LATE_GRACE]
         kept = missed[-s.catch_up :] if s.missed == "catch_up" and s.catch_up else []
         return kept + young, [t for t in missed if t not in kept]
+
+
+def _ticks(name: str, keys: list[str]) -> set[float]:
+    """The ticks of schedule `name` among idempotency keys (`tick_key`)."""
+    prefix = f"schedule:{name}:"
+    return {
+        datetime.fromisoformat(k[len(prefix) :]).timestamp() for k in keys if k.startswith(prefix)
+    }
 
 
 def _is_tick(s: Schedule, t: float) -> bool:

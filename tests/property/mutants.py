@@ -1393,6 +1393,16 @@ PATCHES: tuple[Patch, ...] = (
         "types (attrs checks none at construction): the handler fails later (outside "
         "study, issue 36)",
     ),
+    Patch(
+        "memory-schedule-advance-unchecked",
+        "schedules",
+        "adapters/memory_schedules.py",
+        (("if old is None or old.last_tick != expected:", "if old is None:"),),
+        ("memory",),
+        "a schedule's last tick is advanced without its compare-and-set: a scheduler that "
+        "stalled past its lead records what it read over a newer pass's, moving the last "
+        "tick back, and the ticks in between are submitted again (study mutant 04)",
+    ),
 )
 
 

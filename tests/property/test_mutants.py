@@ -108,6 +108,7 @@ CI_PATCHES: dict[str, str] = {
     "postgres-claim-by-ids-ignores-kinds": "claims",  # kind filters: Q1 (the claims model)
     "postgres-unknown-commit-taken-as-own": "commits",  # async/sync unknown commit: U1 (commits)
     "schedules-last-tick-to-pass-time": "schedules",  # schedules: T3 (the schedules model)
+    "memory-schedule-advance-unchecked": "schedules",  # overlapping passes: T4 (schedules)
     "session-submit-outside-its-transaction": "transactions",  # transactional submit: J1
     "limits-claim-ignores-concurrency-by-one": "limits",  # global limits: L1 (the limits model)
     "limits-rate-window-short": "limits",  # rate windows: L2 (the limits model)
