@@ -13,7 +13,8 @@ Progress (on a store that keeps it, `StoresProgress`): a worker holding a runnin
 job saves its handler's progress through `Engine.save_progress`, as
 `fsm.worker.saving` does, then maybe heartbeats or reports its running jobs in one
 batch decided on the records it saw before the save (`save_progress`); a zombie
-one fence behind saves after its run was taken over (`progress_taken_over_once`);
+one fence behind saves after its run was taken over by another worker or leased
+again by its own process (the same owner, an older fence: `progress_taken_over_once`);
 a concurrent writer may save the holder's progress between a decision's read and
 its write (`concurrent_write`). Checked after every step, U2: the stored progress
 is the current holder's latest save; nothing writes an older one back, and a
@@ -963,14 +964,16 @@ class FaultMachine(RuleBasedStateMachine):
             self._finish_all(worker, roll)
 
     @precondition(lambda self: self.saves and self.jobs and sum(x.active for x in self.workers) > 1)
-    @rule(w=W, j=J, roll=st.integers(0, 999))
-    def progress_taken_over_once(self, w: int, j: int, roll: int) -> None:
+    @rule(w=W, j=J, roll=st.integers(0, 999), own=st.booleans())
+    def progress_taken_over_once(self, w: int, j: int, roll: int, own: bool) -> None:
         """`lease_taken_over_once` with a progress save: the zombie, one fence behind,
-        saves its run's progress after another worker leased and started the job. The
-        save must be refused and change nothing (U2)."""
+        saves its run's progress after another worker leased and started the job, or
+        (`own`) after the zombie's own process leased and started it again (its older
+        run's thread ends late: the same owner, an older fence). The save must be
+        refused and change nothing (U2): the owner alone does not make a save current."""
         zombie = self._active(w)
         assert zombie is not None
-        taken = self._take_over_once(zombie, j, "running", roll)
+        taken = self._take_over_once(zombie, j, "running", roll, own=own)
         if taken is None:
             return
         jid, fence = taken
@@ -1158,33 +1161,49 @@ class FaultMachine(RuleBasedStateMachine):
         self._report_together(zombie, batch)
 
     def _take_over_once(
-        self, zombie: SimWorker, j: int, needs: str, roll: int
+        self, zombie: SimWorker, j: int, needs: str, roll: int, *, own: bool = False
     ) -> tuple[str, int] | None:
         """`zombie` holds a run in phase `needs` (`_one_behind_run`) and stalls past its
-        lease; the sweep expires it under the same fence; another worker leases it
-        (fence + 1) and starts it if `needs` is running; the zombie wakes, still
-        believing it holds the run. The run's job id and the zombie's fence, or None
-        (the zombie holds no such run, or no other worker is active)."""
+        lease; the sweep expires it under the same fence; another worker (with `own`,
+        the zombie's own process, awake again) leases it (fence + 1) and starts it if
+        `needs` is running; the zombie wakes, still believing it holds the run (with
+        `own`, its older run is still in flight). The run's job id and the zombie's
+        fence, or None (the zombie holds no such run, or no other worker is active)."""
         picked = self._one_behind_run(zombie, j, needs)
         if picked is None:
             return None
         jid, fence = picked
+        if not self._take_over(zombie, jid, needs, roll, own=own):
+            return None
+        return jid, fence
+
+    def _take_over(
+        self, zombie: SimWorker, jid: str, needs: str, roll: int, *, own: bool = False
+    ) -> bool:
+        """`_take_over_once` of the run of `jid` that `zombie` holds; False if no
+        other worker is active to take it (the zombie stays paused)."""
         zombie.paused = True
         self._fault("worker pause")
         self.clock.advance(self.policy.lease.ttl + 1.0)
         self._fault("clock jump past leases")
         self._sweep(judged=False)
-        takers = [x for x in self.workers if x.active]
-        if not takers:
-            return None
-        taker = takers[roll % len(takers)]
+        if own:
+            zombie.paused = False
+            self._fault("zombie wakes")
+            taker = zombie
+        else:
+            takers = [x for x in self.workers if x.active]
+            if not takers:
+                return False
+            taker = takers[roll % len(takers)]
         for job in self._claim(taker, 1, ids=[jid]):
-            self._fault("lease taken over once")
+            self._fault("job leased again by its own worker" if own else "lease taken over once")
             if needs == "running":
                 self._start(taker, jid, job.fence)
-        zombie.paused = False
-        self._fault("zombie wakes")
-        return jid, fence
+        if not own:
+            zombie.paused = False
+            self._fault("zombie wakes")
+        return True
 
     def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
         """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable

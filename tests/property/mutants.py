@@ -1393,6 +1393,23 @@ PATCHES: tuple[Patch, ...] = (
         "types (attrs checks none at construction): the handler fails later (outside "
         "study, issue 36)",
     ),
+    # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
+    Patch(
+        "sqlite-progress-fence-unchecked",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                'progress_json = v.progress "\n'
+                '                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND',
+                'progress_json = v.progress "\n                "FROM v WHERE jobs.id = v.id AND',
+            ),
+        ),
+        ("sqlite",),
+        "a progress save checks the owner, not the fence: an older run of the same worker "
+        "(the job leased again by it) overwrites the current run's progress (third blind "
+        "study, mutant 07)",
+    ),
 )
 
 
