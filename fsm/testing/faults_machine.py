@@ -52,6 +52,7 @@ from ..lifecycle.core import decide
 from ..lifecycle.invariants import (
     dependency_problems,
     owned_states,
+    rejection_problems,
     requeues,
     trail_problems,
 )
@@ -331,6 +332,9 @@ class FaultMachine(RuleBasedStateMachine):
         #: (a rejected report is audited without a new version)
         self.touched: set[str] = set()
         self.requeued: dict[str, int] = {}
+        #: job id -> the (event, fence) of every stale report the store refused
+        #: (LeaseLost): each must be in its trail as rejected, once (I7)
+        self.refused: dict[str, set[tuple[str, int]]] = {}
         #: does the store keep dependencies (then some jobs wait for others)?
         self.deps = isinstance(self.real, TracksDependencies)
         #: job id -> the prerequisites it was submitted with
@@ -450,6 +454,8 @@ class FaultMachine(RuleBasedStateMachine):
             self._fault("stale report (zombie or late duplicate)")
         if outcome == "lost" and not stale:
             self._fail(f"I7 job {jid}: {event} with the current fence {fence} got LeaseLost")
+        if outcome == "lost":
+            self.refused.setdefault(jid, set()).add((event, fence))
         if stale and (
             outcome == "applied" or self._applied_since(jid, before.version, event, fence)
         ):
@@ -1160,6 +1166,63 @@ class FaultMachine(RuleBasedStateMachine):
             batch.append((Sent(jid, event_i, held.fence), held.seen, args))
         self._report_together(zombie, batch)
 
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(
+        w=W,
+        j=J,
+        event=st.sampled_from(ONE_BEHIND_EVENTS),
+        roll=st.integers(0, 999),
+        own=st.booleans(),
+    )
+    def lease_taken_over_twice(self, w: int, j: int, event: str, roll: int, own: bool) -> None:
+        """Two older runs of one job report the same event late, the older first.
+
+        As `lease_taken_over_once`, the zombie's run (fence f) is taken over by
+        another worker (with `own`, by the zombie's own process again, its older run
+        still in flight); then that run (fence f + 1) lapses the same way and is
+        taken over once more (fence f + 2). The run of fence f sends its report, then
+        the run of fence f + 1 the same event.
+
+        Checked in the step (`_report`) and after it (`_check_job`): I7, both reports
+        are refused (`LeaseLost`) and change nothing, and each is audited as
+        rejected: one entry per (event, fence), the second not taken for a repeat
+        of the first.
+        """
+        zombie = self._active(w)
+        assert zombie is not None
+        needs = "leased" if event in ("start", "release") else "running"
+        taken = self._take_over_once(zombie, j, needs, roll, own=own)
+        if taken is None:
+            return
+        jid, first = taken
+        job = self.real.get(jid)
+        if job is None:
+            return
+        later = next(
+            (
+                x
+                for x in self.workers
+                if job.fence != first
+                and x.active
+                and jid in x.held
+                and x.held[jid].fence == job.fence
+            ),
+            None,
+        )
+        reports = [(zombie, first)]
+        if (
+            later is not None
+            and job.state == needs
+            and self._lapse_requeues(job)
+            and self._take_over(later, jid, needs, roll // 7)
+        ):
+            self._fault("lease taken over twice")
+            reports.append((later, job.fence))
+        for worker, fence in reports:
+            self._report(worker, jid, event, fence, self._zombie_call(jid, event, fence, roll))
+        for worker, _ in reports:
+            self._reconcile(worker, jid)
+
     def _take_over_once(
         self, zombie: SimWorker, j: int, needs: str, roll: int, *, own: bool = False
     ) -> tuple[str, int] | None:
@@ -1539,6 +1602,7 @@ class FaultMachine(RuleBasedStateMachine):
         self.seen.pop(jid, None)
         self.states.pop(jid, None)
         self.progress.pop(jid, None)
+        self.refused.pop(jid, None)
         for w in self.workers:
             w.let_go(jid)
             w.sent = [s for s in w.sent if s.job_id != jid]
@@ -1593,11 +1657,13 @@ class FaultMachine(RuleBasedStateMachine):
         if self.sound.get(job.id) != job.version or job.id in self.touched:
             history = self.real.history(job.id)
             problems = trail_problems(job, history, self.spec, self.policy)
+            problems += rejection_problems(job.id, history, self.refused.get(job.id, ()))
             if problems:
                 self._fail("; ".join(problems))
             self.sound[job.id] = job.version
             self.requeued[job.id] = requeues(history)
         checks["I2/I4/I5/I6/I8 audit trail and replay"] += 1
+        checks["I7 refused reports audited as rejected once per (event, fence)"] += 1
         if job.id in self.after:
             self._check_dependencies(job, by_id, stored)
         last = self.seen.get(job.id)

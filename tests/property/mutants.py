@@ -1410,6 +1410,21 @@ PATCHES: tuple[Patch, ...] = (
         "(the job leased again by it) overwrites the current run's progress (third blind "
         "study, mutant 07)",
     ),
+    Patch(
+        "postgres-rejected-audit-ignores-fence",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                'AND x.event = e.event "\n            "AND x.fence = e.fence)) ORDER BY e.ord"',
+                'AND x.event = e.event)) "\n            "ORDER BY e.ord"',
+            ),
+        ),
+        ("postgres",),
+        "a rejected report is recorded once per (job, event), not per (job, event, fence): "
+        "a later run's stale report of the same event goes unaudited (third blind study, "
+        "mutant 13)",
+    ),
 )
 
 
