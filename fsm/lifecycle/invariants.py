@@ -8,7 +8,8 @@ store (`trail_problems(job, store.history(job.id), lifecycle(), policy)`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 import attrs
 
@@ -137,6 +138,31 @@ def trail_problems(
                 and getattr(job, f.name) != getattr(replayed, f.name)
             ]
             bad("I6", "replay differs from the record: " + "; ".join(diff))
+    return found
+
+
+def rejection_problems(
+    job_id: str, history: Sequence[AuditEntry], refused: Collection[tuple[str, int]]
+) -> list[str]:
+    """I7 of specs/invariants.md on a job's rejected entries: every stale report the
+    store refused (`refused`: the (event, fence) of each report that raised
+    `LeaseLost`) is in the trail as a rejected entry of that event and fence, and no
+    (event, fence) is there twice: a stale worker repeating a report is audited once,
+    a later run's report of the same event (another fence) is audited too
+    (docs/stores.md, "Repeated stale reports are recorded once")."""
+    found: list[str] = []
+    audited = Counter((e.event, e.fence) for e in history if e.outcome == "rejected")
+    for (event, fence), n in sorted(audited.items()):
+        if n > 1:
+            found.append(
+                f"I7 job {job_id}: the rejected report {event} with fence {fence} is "
+                f"audited {n} times, not once"
+            )
+    for event, fence in sorted(set(refused) - set(audited)):
+        found.append(
+            f"I7 job {job_id}: the stale report {event} with fence {fence} was refused "
+            "(LeaseLost) but is not audited as rejected"
+        )
     return found
 
 

@@ -13,7 +13,8 @@ Progress (on a store that keeps it, `StoresProgress`): a worker holding a runnin
 job saves its handler's progress through `Engine.save_progress`, as
 `fsm.worker.saving` does, then maybe heartbeats or reports its running jobs in one
 batch decided on the records it saw before the save (`save_progress`); a zombie
-one fence behind saves after its run was taken over (`progress_taken_over_once`);
+one fence behind saves after its run was taken over by another worker or leased
+again by its own process (the same owner, an older fence: `progress_taken_over_once`);
 a concurrent writer may save the holder's progress between a decision's read and
 its write (`concurrent_write`). Checked after every step, U2: the stored progress
 is the current holder's latest save; nothing writes an older one back, and a
@@ -51,6 +52,7 @@ from ..lifecycle.core import decide
 from ..lifecycle.invariants import (
     dependency_problems,
     owned_states,
+    rejection_problems,
     requeues,
     trail_problems,
 )
@@ -330,6 +332,9 @@ class FaultMachine(RuleBasedStateMachine):
         #: (a rejected report is audited without a new version)
         self.touched: set[str] = set()
         self.requeued: dict[str, int] = {}
+        #: job id -> the (event, fence) of every stale report the store refused
+        #: (LeaseLost): each must be in its trail as rejected, once (I7)
+        self.refused: dict[str, set[tuple[str, int]]] = {}
         #: does the store keep dependencies (then some jobs wait for others)?
         self.deps = isinstance(self.real, TracksDependencies)
         #: job id -> the prerequisites it was submitted with
@@ -449,6 +454,8 @@ class FaultMachine(RuleBasedStateMachine):
             self._fault("stale report (zombie or late duplicate)")
         if outcome == "lost" and not stale:
             self._fail(f"I7 job {jid}: {event} with the current fence {fence} got LeaseLost")
+        if outcome == "lost":
+            self.refused.setdefault(jid, set()).add((event, fence))
         if stale and (
             outcome == "applied" or self._applied_since(jid, before.version, event, fence)
         ):
@@ -963,14 +970,16 @@ class FaultMachine(RuleBasedStateMachine):
             self._finish_all(worker, roll)
 
     @precondition(lambda self: self.saves and self.jobs and sum(x.active for x in self.workers) > 1)
-    @rule(w=W, j=J, roll=st.integers(0, 999))
-    def progress_taken_over_once(self, w: int, j: int, roll: int) -> None:
+    @rule(w=W, j=J, roll=st.integers(0, 999), own=st.booleans())
+    def progress_taken_over_once(self, w: int, j: int, roll: int, own: bool) -> None:
         """`lease_taken_over_once` with a progress save: the zombie, one fence behind,
-        saves its run's progress after another worker leased and started the job. The
-        save must be refused and change nothing (U2)."""
+        saves its run's progress after another worker leased and started the job, or
+        (`own`) after the zombie's own process leased and started it again (its older
+        run's thread ends late: the same owner, an older fence). The save must be
+        refused and change nothing (U2): the owner alone does not make a save current."""
         zombie = self._active(w)
         assert zombie is not None
-        taken = self._take_over_once(zombie, j, "running", roll)
+        taken = self._take_over_once(zombie, j, "running", roll, own=own)
         if taken is None:
             return
         jid, fence = taken
@@ -1157,34 +1166,107 @@ class FaultMachine(RuleBasedStateMachine):
             batch.append((Sent(jid, event_i, held.fence), held.seen, args))
         self._report_together(zombie, batch)
 
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(
+        w=W,
+        j=J,
+        event=st.sampled_from(ONE_BEHIND_EVENTS),
+        roll=st.integers(0, 999),
+        own=st.booleans(),
+    )
+    def lease_taken_over_twice(self, w: int, j: int, event: str, roll: int, own: bool) -> None:
+        """Two older runs of one job report the same event late, the older first.
+
+        As `lease_taken_over_once`, the zombie's run (fence f) is taken over by
+        another worker (with `own`, by the zombie's own process again, its older run
+        still in flight); then that run (fence f + 1) lapses the same way and is
+        taken over once more (fence f + 2). The run of fence f sends its report, then
+        the run of fence f + 1 the same event.
+
+        Checked in the step (`_report`) and after it (`_check_job`): I7, both reports
+        are refused (`LeaseLost`) and change nothing, and each is audited as
+        rejected: one entry per (event, fence), the second not taken for a repeat
+        of the first.
+        """
+        zombie = self._active(w)
+        assert zombie is not None
+        needs = "leased" if event in ("start", "release") else "running"
+        taken = self._take_over_once(zombie, j, needs, roll, own=own)
+        if taken is None:
+            return
+        jid, first = taken
+        job = self.real.get(jid)
+        if job is None:
+            return
+        later = next(
+            (
+                x
+                for x in self.workers
+                if job.fence != first
+                and x.active
+                and jid in x.held
+                and x.held[jid].fence == job.fence
+            ),
+            None,
+        )
+        reports = [(zombie, first)]
+        if (
+            later is not None
+            and job.state == needs
+            and self._lapse_requeues(job)
+            and self._take_over(later, jid, needs, roll // 7)
+        ):
+            self._fault("lease taken over twice")
+            reports.append((later, job.fence))
+        for worker, fence in reports:
+            self._report(worker, jid, event, fence, self._zombie_call(jid, event, fence, roll))
+        for worker, _ in reports:
+            self._reconcile(worker, jid)
+
     def _take_over_once(
-        self, zombie: SimWorker, j: int, needs: str, roll: int
+        self, zombie: SimWorker, j: int, needs: str, roll: int, *, own: bool = False
     ) -> tuple[str, int] | None:
         """`zombie` holds a run in phase `needs` (`_one_behind_run`) and stalls past its
-        lease; the sweep expires it under the same fence; another worker leases it
-        (fence + 1) and starts it if `needs` is running; the zombie wakes, still
-        believing it holds the run. The run's job id and the zombie's fence, or None
-        (the zombie holds no such run, or no other worker is active)."""
+        lease; the sweep expires it under the same fence; another worker (with `own`,
+        the zombie's own process, awake again) leases it (fence + 1) and starts it if
+        `needs` is running; the zombie wakes, still believing it holds the run (with
+        `own`, its older run is still in flight). The run's job id and the zombie's
+        fence, or None (the zombie holds no such run, or no other worker is active)."""
         picked = self._one_behind_run(zombie, j, needs)
         if picked is None:
             return None
         jid, fence = picked
+        if not self._take_over(zombie, jid, needs, roll, own=own):
+            return None
+        return jid, fence
+
+    def _take_over(
+        self, zombie: SimWorker, jid: str, needs: str, roll: int, *, own: bool = False
+    ) -> bool:
+        """`_take_over_once` of the run of `jid` that `zombie` holds; False if no
+        other worker is active to take it (the zombie stays paused)."""
         zombie.paused = True
         self._fault("worker pause")
         self.clock.advance(self.policy.lease.ttl + 1.0)
         self._fault("clock jump past leases")
         self._sweep(judged=False)
-        takers = [x for x in self.workers if x.active]
-        if not takers:
-            return None
-        taker = takers[roll % len(takers)]
+        if own:
+            zombie.paused = False
+            self._fault("zombie wakes")
+            taker = zombie
+        else:
+            takers = [x for x in self.workers if x.active]
+            if not takers:
+                return False
+            taker = takers[roll % len(takers)]
         for job in self._claim(taker, 1, ids=[jid]):
-            self._fault("lease taken over once")
+            self._fault("job leased again by its own worker" if own else "lease taken over once")
             if needs == "running":
                 self._start(taker, jid, job.fence)
-        zombie.paused = False
-        self._fault("zombie wakes")
-        return jid, fence
+        if not own:
+            zombie.paused = False
+            self._fault("zombie wakes")
+        return True
 
     def _one_behind_run(self, worker: SimWorker, j: int, phase: str) -> tuple[str, int] | None:
         """A run of `worker` in `phase` whose lapse the sweep turns back to a claimable
@@ -1520,6 +1602,7 @@ class FaultMachine(RuleBasedStateMachine):
         self.seen.pop(jid, None)
         self.states.pop(jid, None)
         self.progress.pop(jid, None)
+        self.refused.pop(jid, None)
         for w in self.workers:
             w.let_go(jid)
             w.sent = [s for s in w.sent if s.job_id != jid]
@@ -1574,11 +1657,13 @@ class FaultMachine(RuleBasedStateMachine):
         if self.sound.get(job.id) != job.version or job.id in self.touched:
             history = self.real.history(job.id)
             problems = trail_problems(job, history, self.spec, self.policy)
+            problems += rejection_problems(job.id, history, self.refused.get(job.id, ()))
             if problems:
                 self._fail("; ".join(problems))
             self.sound[job.id] = job.version
             self.requeued[job.id] = requeues(history)
         checks["I2/I4/I5/I6/I8 audit trail and replay"] += 1
+        checks["I7 refused reports audited as rejected once per (event, fence)"] += 1
         if job.id in self.after:
             self._check_dependencies(job, by_id, stored)
         last = self.seen.get(job.id)

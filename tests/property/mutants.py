@@ -1403,6 +1403,38 @@ PATCHES: tuple[Patch, ...] = (
         "stalled past its lead records what it read over a newer pass's, moving the last "
         "tick back, and the ticks in between are submitted again (study mutant 04)",
     ),
+    # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
+    Patch(
+        "sqlite-progress-fence-unchecked",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                'progress_json = v.progress "\n'
+                '                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND',
+                'progress_json = v.progress "\n                "FROM v WHERE jobs.id = v.id AND',
+            ),
+        ),
+        ("sqlite",),
+        "a progress save checks the owner, not the fence: an older run of the same worker "
+        "(the job leased again by it) overwrites the current run's progress (third blind "
+        "study, mutant 07)",
+    ),
+    Patch(
+        "postgres-rejected-audit-ignores-fence",
+        "postgres",
+        "adapters/postgres/_sql.py",
+        (
+            (
+                'AND x.event = e.event "\n            "AND x.fence = e.fence)) ORDER BY e.ord"',
+                'AND x.event = e.event)) "\n            "ORDER BY e.ord"',
+            ),
+        ),
+        ("postgres",),
+        "a rejected report is recorded once per (job, event), not per (job, event, fence): "
+        "a later run's stale report of the same event goes unaudited (third blind study, "
+        "mutant 13)",
+    ),
 )
 
 

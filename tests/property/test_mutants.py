@@ -130,6 +130,8 @@ CI_PATCHES: dict[str, str] = {
     "pauses-own-pause-not-seen": "pauses",  # paused queues: H1 (the pauses model)
     "aio-pool-turn-kept-on-error": "pool",  # failing calls on one asyncio store: B1 (pool)
     "postgres-prerequisites-drop-pruned": "retention",  # a pruned prerequisite: D3 (retention)
+    "sqlite-progress-fence-unchecked": "machine",  # an own older run's save: U2 (machine)
+    "postgres-rejected-audit-ignores-fence": "machine",  # rejected once per fence: I7 (machine)
 }
 
 
