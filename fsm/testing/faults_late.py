@@ -283,11 +283,12 @@ class LateRules(FaultMachine):
     @precondition(lambda self: self.jobs and any(x.active for x in self.workers))
     @rule(w=W, drop_first=st.booleans())
     def own_sweep_meets_held_and_ended(self, w: int, drop_first: bool) -> None:
-        """A worker runs two jobs or more; one of its runs ends without its report
-        reaching the store (the lease is still the worker's, the production run table
-        forgets that run); the worker's own sweep then judges its jobs in one pass.
-        `drop_first`: the run that ended is this process's first job in the sweep's
-        scan, else a later one (the first stays held): both orders.
+        """A worker runs two jobs or more (it claims and starts more if it holds fewer);
+        one of its runs ends without its report reaching the store (the lease is still
+        the worker's, the production run table forgets that run); the worker's own
+        sweep then judges its jobs in one pass. `drop_first`: the run that ended is
+        this process's first job in the sweep's scan, else the last (the first stays
+        held): both orders.
 
         Checked here (I1): no run the worker still holds is taken back on a death
         verdict (`_check_death_verdicts`), and the run it no longer holds is taken
@@ -349,59 +350,51 @@ class LateRules(FaultMachine):
             )
         self.stats.checks["I1 an own sweep judges each own run by itself"] += 1
 
-    @precondition(lambda self: self.marking and any(x.active for x in self.workers))
-    @rule(w=W, j=J, mark=st.booleans(), commit=st.booleans())
-    def reconcile_after_requeue(self, w: int, j: int, mark: bool, commit: bool) -> None:
-        """A marking job's attempt marks and commits its outside effect and is lost; the
-        reconciler cannot tell (unknown: investigate); an operator requeues the job; a
-        worker runs the next attempt, which marks (`mark`) and maybe commits, or not,
-        and is lost too; the new incarnation's sweep asks the truthful reconciler.
+    def _investigated_effects(self) -> list[str]:
+        return [
+            jid
+            for jid in self.effects
+            if self.states.get(jid) in self.requeue_states and jid in self.kind_of
+        ]
+
+    @precondition(lambda self: self.marking and self._investigated_effects())
+    @rule(j=J, mark=st.booleans(), commit=st.booleans())
+    def reconcile_after_requeue(self, j: int, mark: bool, commit: bool) -> None:
+        """A marking job whose earlier attempt committed its outside effect was parked
+        (investigate, or failed); an operator requeues it; a worker runs the next
+        attempt, which marks (`mark`) and maybe commits, or not, and is lost; the new
+        incarnation's sweep asks the truthful reconciler.
 
         Checked after every step (`check_reconciler_asks`, I7): the reconciler was given
         the lost attempt's own marks, and its "done" stands on that attempt's effect."""
-        worker = self._active(w)
-        assert worker is not None
-        jid = self._lease_marking(worker, j)
-        if jid is None:
-            return
-        mode = self.outside.mode
+        picks = self._investigated_effects()
+        jid = picks[j % len(picks)]
         try:
-            self.outside.mode = "unknown"
-            if not self._lose_marked(worker, jid, mark=True, commit=True):
+            self.direct.requeue(jid, attempts=2, actor="operator", reason="after investigate")
+        except (IllegalTransition, TransientStoreError):
+            return
+        self._fault("operator requeue of a job whose effect committed")
+        takers = [x for x in self.workers if x.active]
+        if not takers:
+            return
+        taker = takers[j % len(takers)]
+        if not self._claim(taker, 1, ids=[jid]):
+            return
+        mode, self.outside.mode = self.outside.mode, "truthful"
+        try:
+            self._start(taker, jid, taker.held[jid].fence)
+            if jid not in taker.held or taker.held[jid].phase != "running":
                 return
-            job = self.real.get(jid)
-            if job is None or job.state not in self.requeue_states:
-                return
-            try:
-                self.direct.requeue(jid, attempts=2, actor="operator", reason="after investigate")
-            except (IllegalTransition, TransientStoreError):
-                return
-            self._fault("operator requeue after an unknown answer")
-            takers = [x for x in self.workers if x.active]
-            taker = takers[j % len(takers)]
-            if not self._claim(taker, 1, ids=[jid]):
-                return
-            self.outside.mode = "truthful"
-            self._lose_marked(taker, jid, mark=mark, commit=commit)
+            if mark:
+                self._call_outside(taker, jid, commit)
+            i = self.workers.index(taker)
+            self._crash(taker)
+            self.workers[i] = sweeper = self._new_worker()
+            self._fault("worker restart")
+            self._sweep(judged=True, by=sweeper)
             self._fault("later attempt lost, truthful reconciler")
         finally:
             self.outside.mode = mode
-
-    def _lose_marked(self, worker: SimWorker, jid: str, *, mark: bool, commit: bool) -> bool:
-        """`worker` starts the leased `jid`, maybe marks and commits, and is killed; its
-        new incarnation sweeps at once (the reconciler answers as the mode is).
-        Whether the run got that far."""
-        self._start(worker, jid, worker.held[jid].fence)
-        if jid not in worker.held or worker.held[jid].phase != "running":
-            return False
-        if mark:
-            self._call_outside(worker, jid, commit)
-        i = self.workers.index(worker)
-        self._crash(worker)
-        self.workers[i] = sweeper = self._new_worker()
-        self._fault("worker restart")
-        self._sweep(judged=True, by=sweeper)
-        return True
 
     @invariant()
     def check_reconciler_asks(self) -> None:
