@@ -303,15 +303,22 @@ class LateRules(FaultMachine):
         )
 
         def own() -> list[Job]:
-            return [
-                job
-                for job in self.real.scan(scan)
-                if job.owner == worker.owner
-                and job.id in worker.held
-                and worker.held[job.id].fence == job.fence
-                and job.lease_until is not None
-                and job.lease_until > now
-            ]
+            # in job id order, which is the scan's on the memory and SQLite stores (in
+            # submit order); PostgreSQL's scan has no order of its own (its row order
+            # moves with updates and vacuum), so the job dropped must not follow it, or
+            # a replay takes another path (hypothesis's Flaky)
+            return sorted(
+                (
+                    job
+                    for job in self.real.scan(scan)
+                    if job.owner == worker.owner
+                    and job.id in worker.held
+                    and worker.held[job.id].fence == job.fence
+                    and job.lease_until is not None
+                    and job.lease_until > now
+                ),
+                key=lambda job: job.id,
+            )
 
         mine = own()
         if len(mine) < 2:
