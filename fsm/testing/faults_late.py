@@ -17,7 +17,17 @@ Two things a sequential machine misses unless it lets them be late:
   next check came (`recheck`) and asks in the background; before the answer
   arrives (and before the claim lapses), the same process's sweep judges the
   owners: the claim is this process's, held in its registry, so it must be left
-  alone (I1), or the job goes to investigate while its reconciler is still asked.
+  alone (I1), or the job goes to investigate while its reconciler is still asked;
+- an **own sweep that meets, in one pass, runs this process still holds and runs it
+  no longer holds**: a run ends (its report lost, so the job's lease is still this
+  process's) and the run table forgets it, while the same process runs others; its
+  sweep judges each of its own jobs by its run (I1 both ways: a held run is never
+  taken back, a run no longer held is), whichever comes first in the scan;
+- a **reconciler asked about a later attempt of a job whose earlier attempt committed
+  its outside effect** (investigated, requeued by an operator, lost again): it is
+  given the lost attempt's own marks only, and a truthful "done" needs that
+  attempt's own effect (I7, checked for every truthful answer by `OutsideSystem`'s
+  record of the runs it was asked about).
 
 `fault_machine` builds the suite's machine from `LateRules` (the main machine of
 `faults_machine` with these rules).
@@ -31,11 +41,12 @@ from typing import Any
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from ..errors import IllegalTransition, TransientStoreError
-from ..ports import Store
+from ..ports import ScanRequest, Store
 from ..records import Job
+from ..service import maintenance as recovery
 from ..service.reconcile import Asker
 from .faults_async import ENGINES
 from .faults_machine import (
@@ -268,6 +279,162 @@ class LateRules(FaultMachine):
                 f"{before.state}) and changed the job: {[e.event for e in moved]}"
             )
         self.stats.checks["I7 late reconcile answers change nothing"] += 1
+
+    @precondition(lambda self: self.jobs and any(x.active for x in self.workers))
+    @rule(w=W, drop_first=st.booleans())
+    def own_sweep_meets_held_and_ended(self, w: int, drop_first: bool) -> None:
+        """A worker runs two jobs or more (it claims and starts more if it holds fewer);
+        one of its runs ends without its report reaching the store (the lease is still
+        the worker's, the production run table forgets that run); the worker's own
+        sweep then judges its jobs in one pass. `drop_first`: the run that ended is
+        this process's first job in the sweep's scan, else the last (the first stays
+        held): both orders.
+
+        Checked here (I1): no run the worker still holds is taken back on a death
+        verdict (`_check_death_verdicts`), and the run it no longer holds is taken
+        back in that pass (unless the pass deferred it or failed)."""
+        worker = self._active(w)
+        assert worker is not None
+        now = self.clock.now()
+        scan = ScanRequest(
+            states=self.spec.sources("expire"),
+            owner_host=worker.identity.host,
+            limit=recovery.SWEEP_LIMIT,
+        )
+
+        def own() -> list[Job]:
+            # in job id order, which is the scan's on the memory and SQLite stores (in
+            # submit order); PostgreSQL's scan has no order of its own (its row order
+            # moves with updates and vacuum), so the job dropped must not follow it, or
+            # a replay takes another path (hypothesis's Flaky)
+            return sorted(
+                (
+                    job
+                    for job in self.real.scan(scan)
+                    if job.owner == worker.owner
+                    and job.id in worker.held
+                    and worker.held[job.id].fence == job.fence
+                    and job.lease_until is not None
+                    and job.lease_until > now
+                ),
+                key=lambda job: job.id,
+            )
+
+        mine = own()
+        if len(mine) < 2:
+            for job in self._claim(worker, 2 - len(mine)):
+                self._start(worker, job.id, job.fence)
+            mine = own()
+        if len(mine) < 2:
+            return
+        dropped = mine[0] if drop_first else mine[-1]
+        worker.let_go(dropped.id)  # the run ended; its report never reached the store
+        self._fault("own run ended, its lease still the worker's")
+        self.touched.update(job.id for job in mine)
+        before = {j.id: j for j in self._tracked() if j.state in self.owned}
+        try:
+            report = recovery.sweep(
+                self.engine,
+                worker.identity,
+                self.liveness.probe,
+                reconcilers=self.outside.reconcilers(self.marking),
+            )
+        except TransientStoreError:
+            report = None
+        self._check_death_verdicts(before)
+        self._fault("own sweep over held and ended runs")
+        after = self.real.get(dropped.id)
+        if report is None or report.errors or after is None:
+            return
+        if any(d.job_id == dropped.id for d in report.deferred):
+            return
+        if after.version == dropped.version:
+            self._fail(
+                f"I1 job {dropped.id}: its run (fence {dropped.fence}) ended and left "
+                f"{worker.owner}'s registry, but that process's own sweep left it "
+                f"{after.state}, leased to it, beside the runs it still holds "
+                f"{[j.id for j in mine if j.id != dropped.id]}"
+            )
+        self.stats.checks["I1 an own sweep judges each own run by itself"] += 1
+
+    def _investigated_effects(self) -> list[str]:
+        return [
+            jid
+            for jid in self.effects
+            if self.states.get(jid) in self.requeue_states and jid in self.kind_of
+        ]
+
+    @precondition(lambda self: self.marking and self._investigated_effects())
+    @rule(j=J, mark=st.booleans(), commit=st.booleans())
+    def reconcile_after_requeue(self, j: int, mark: bool, commit: bool) -> None:
+        """A marking job whose earlier attempt committed its outside effect was parked
+        (investigate, or failed); an operator requeues it; a worker runs the next
+        attempt, which marks (`mark`) and maybe commits, or not, and is lost; the new
+        incarnation's sweep asks the truthful reconciler.
+
+        Checked after every step (`check_reconciler_asks`, I7): the reconciler was given
+        the lost attempt's own marks, and its "done" stands on that attempt's effect."""
+        picks = self._investigated_effects()
+        jid = picks[j % len(picks)]
+        try:
+            self.direct.requeue(jid, attempts=2, actor="operator", reason="after investigate")
+        except (IllegalTransition, TransientStoreError):
+            return
+        self._fault("operator requeue of a job whose effect committed")
+        takers = [x for x in self.workers if x.active]
+        if not takers:
+            return
+        taker = takers[j % len(takers)]
+        if not self._claim(taker, 1, ids=[jid]):
+            return
+        mode, self.outside.mode = self.outside.mode, "truthful"
+        try:
+            self._start(taker, jid, taker.held[jid].fence)
+            if jid not in taker.held or taker.held[jid].phase != "running":
+                return
+            if mark:
+                self._call_outside(taker, jid, commit)
+            i = self.workers.index(taker)
+            self._crash(taker)
+            self.workers[i] = sweeper = self._new_worker()
+            self._fault("worker restart")
+            self._sweep(judged=True, by=sweeper)
+            self._fault("later attempt lost, truthful reconciler")
+        finally:
+            self.outside.mode = mode
+
+    @invariant()
+    def check_reconciler_asks(self) -> None:
+        """I7, for every run the reconciler was asked about (`OutsideSystem.asks`): it was
+        given exactly the marks the trail holds for the lost attempt (no earlier
+        attempt's), and a truthful "done" names an effect committed under a fence that
+        attempt marked with."""
+        asks = getattr(self, "outside", None)
+        if asks is None or not asks.asks:
+            return
+        for run, said in asks.drain():
+            jid = run.job.id
+            trail = self.real.history(jid)
+            own = sorted(
+                (str(e.data.get("label")), e.data.get("external_id"), e.fence)
+                for e in trail
+                if e.event == "mark" and e.outcome == "applied" and e.attempt == run.attempt
+            )
+            given = sorted((m.label, m.external_id, m.fence) for m in run.marks)
+            if run.attempt != run.job.attempt or given != own:
+                self._fail(
+                    f"I7 job {jid}: its reconciler was asked about attempt {run.attempt} "
+                    f"(the job's is {run.job.attempt}) with marks {given}, but that "
+                    f"attempt's marks in the trail are {own}"
+                )
+            fences = {f for _label, _ext, f in own}
+            if said == "done" and not fences & set(self.effects.get(jid, [])):
+                self._fail(
+                    f"I7 job {jid}: the truthful reconciler answered done for attempt "
+                    f"{run.attempt}, whose marks (fences {sorted(fences)}) committed no "
+                    f"effect (effects under fences {self.effects.get(jid, [])})"
+                )
+            self.stats.checks["I7 a reconciler is asked with the lost attempt's marks"] += 1
 
     def __init__(self) -> None:
         super().__init__()

@@ -58,10 +58,24 @@ class OutsideSystem:
         self.now = now
         self.mode = "truthful"
         self.asked = 0
+        #: the runs asked about, each with the truthful answer's word (None: another
+        #: mode answered); the machine checks them against the trail (`drain`)
+        self.asks: list[tuple[LostRun, str | None]] = []
         self._released = threading.Event()
+
+    def drain(self) -> list[tuple[LostRun, str | None]]:
+        """The runs asked about since the last drain."""
+        asks, self.asks = self.asks, []
+        return asks
 
     def answer(self, run: LostRun, *, hangs: bool = False) -> Any:
         self.asked += 1
+        truthful = not hangs and self.mode == "truthful"
+        said = self._answer(run, hangs=hangs)
+        self.asks.append((run, said.answer if truthful else None))
+        return said
+
+    def _answer(self, run: LostRun, *, hangs: bool) -> Any:
         if hangs:  # built while the reconciler hung: past its timeout, until released
             self._released.wait(HANG_BOUND)
             return done()

@@ -1435,6 +1435,46 @@ PATCHES: tuple[Patch, ...] = (
         "a later run's stale report of the same event goes unaudited (third blind study, "
         "mutant 13)",
     ),
+    # --- own sweeps and reconcilers (third blind study, mutants 16 and 17) -------------
+    Patch(
+        "rescue-own-verdict-per-owner",
+        "owner",
+        "fsm/service/maintenance/rescue.py",
+        (
+            (
+                "            if owner == me:\n"
+                "                verdict = identity.judge(owner, (job.id, job.fence), self.probe)\n"
+                "            else:\n"
+                "                if owner not in verdicts:\n"
+                "                    verdicts[owner] = identity.judge(owner, (job.id, job.fence), "
+                "self.probe)\n"
+                "                verdict = verdicts[owner]\n",
+                "            if owner not in verdicts:\n"
+                "                verdicts[owner] = identity.judge(owner, (job.id, job.fence), "
+                "self.probe)\n"
+                "            verdict = verdicts[owner]\n",
+            ),
+        ),
+        ("memory", "sqlite"),
+        "a process's own jobs are judged once per owner, like a foreign owner's: the first "
+        "own job judged decides for all, so its sweep expires a run it still holds (run "
+        "twice) or leaves a run it no longer holds (third blind study, mutant 16)",
+    ),
+    Patch(
+        "reconcile-marks-of-every-attempt",
+        "reconcile",
+        "fsm/service/reconcile.py",
+        (
+            (
+                'if e.event == "mark" and e.outcome == "applied" and e.attempt == job.attempt\n',
+                'if e.event == "mark" and e.outcome == "applied"\n',
+            ),
+        ),
+        ("memory", "sqlite"),
+        "a reconciler is given the marks of every attempt, not the lost one's: after an "
+        "operator requeue it answers done for an attempt whose own outside call never "
+        "committed, from an earlier attempt's effect (third blind study, mutant 17)",
+    ),
 )
 
 

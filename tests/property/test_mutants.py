@@ -132,6 +132,8 @@ CI_PATCHES: dict[str, str] = {
     "postgres-prerequisites-drop-pruned": "retention",  # a pruned prerequisite: D3 (retention)
     "sqlite-progress-fence-unchecked": "machine",  # an own older run's save: U2 (machine)
     "postgres-rejected-audit-ignores-fence": "machine",  # rejected once per fence: I7 (machine)
+    "rescue-own-verdict-per-owner": "machine",  # own jobs judged per run: I1 (machine)
+    "reconcile-marks-of-every-attempt": "machine",  # the lost attempt's marks: I7 (machine)
 }
 
 
