@@ -6,7 +6,8 @@ no limit stored and with limits stored that never bind, in the same run.
 Each round submits `--jobs` no-op jobs of one kind to a fresh store, then `--claimers`
 threads (each with its own store handle, as worker processes hold) claim-and-start
 batches of `--batch` and report each batch succeeded in one write (what a worker
-does), until no job is left. The modes alternate within each repeat:
+does), until no job is left. The modes alternate within each repeat, their order
+rotated from one repeat to the next so that none always runs first:
 
 - `no limits`: the baseline (on PostgreSQL the claim statement still checks that no
   limit is stored);
@@ -26,7 +27,9 @@ does), until no job is left. The modes alternate within each repeat:
   queue). Its rate is that of the unlimited kind's jobs.
 
 It prints the median rate of each mode over the repeats and the ratio of each limited
-mode to the baseline of the same run, and the CPU each job cost while the claimers ran:
+mode to the baseline of the same run, then the median of each repeat's own ratio (its
+rounds ran back to back, so a slow minute of the machine moves both sides) with the
+lowest and highest, and the CPU each job cost while the claimers ran:
 this process (every claimer thread) and, on PostgreSQL, the server processes serving
 the round's own database (the pids `pg_stat_activity` names for it, read from /proc),
 so the cost ratio holds on a machine busy with other work where the rate does not. No
@@ -175,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     costs: dict[str, list[float]] = {m: [] for m in MODES}
-    for _ in range(args.repeats):
-        for mode in MODES:
+    for repeat in range(args.repeats):
+        for mode in rotated(repeat):
             rate, cost = one_round(
                 args.store,
                 mode,
@@ -199,9 +202,27 @@ def main(argv: list[str] | None = None) -> None:
     base = median[MODES[0]]
     ratios = ", ".join(f"{m} {median[m] / base:.2f}x" for m in MODES[1:])
     print(f"ratio to no limits (same run): {ratios}")
+    # each repeat's own pair: its rounds ran back to back, so a slow minute of the
+    # machine moves both sides of the pair, where it moves one median only
+    paired = ", ".join(
+        f"{m} {spread([r / b for r, b in zip(rates[m], rates[MODES[0]], strict=True)])}"
+        for m in MODES[1:]
+    )
+    print(f"ratio to no limits, median of the repeats' pairs [lowest, highest]: {paired}")
     # the cost ratio: jobs per CPU second, as the rate ratio is jobs per wall second
     spent = ", ".join(f"{m} {cost[MODES[0]] / cost[m]:.2f}x" for m in MODES[1:])
     print(f"jobs per CPU second, ratio to no limits (same run): {spent}")
+
+
+def rotated(repeat: int) -> list[str]:
+    """The modes of repeat `repeat`, rotated so that no mode always runs first."""
+    k = repeat % len(MODES)
+    return [*MODES[k:], *MODES[:k]]
+
+
+def spread(ratios: list[float]) -> str:
+    """`0.93x [0.88x, 0.97x]`: the median of `ratios`, then the lowest and highest."""
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}x, {max(ratios):.2f}x]"
 
 
 if __name__ == "__main__":
