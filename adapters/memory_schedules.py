@@ -68,7 +68,8 @@ class MemorySchedules:
             old = self._schedules.get(name)
             if old is None or old.last_tick != expected:
                 return False
-            self._schedules[name] = attrs.evolve(old, last_tick=tick, checked_at=at)
+            checked = at if old.checked_at is None else max(old.checked_at, at)
+            self._schedules[name] = attrs.evolve(old, last_tick=tick, checked_at=checked)
             return True
 
     def schedules(self) -> list[ScheduleRecord]:

@@ -95,7 +95,9 @@ class PostgresSchedules(Connected):
         self, name: str, expected: float | None, tick: float | None, at: float
     ) -> bool:
         sql = (
-            f"UPDATE {self._table('schedules')} SET last_tick = %s, checked_at = %s "
+            f"UPDATE {self._table('schedules')} SET last_tick = %s, "
+            # greatest() leaves out a NULL: a first pass sets it
+            "checked_at = greatest(checked_at, %s::float8) "
             "WHERE name = %s AND last_tick IS NOT DISTINCT FROM %s::float8"
         )
         with self.connection("advance schedule") as conn:

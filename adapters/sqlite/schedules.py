@@ -105,9 +105,11 @@ class SqliteSchedules:
         with self._write("advance schedule") as conn:
             return bool(
                 conn.execute(
-                    "UPDATE schedules SET last_tick = ?, checked_at = ? "
+                    # max() of a NULL is NULL: a first pass sets it
+                    "UPDATE schedules SET last_tick = ?, "
+                    "checked_at = max(coalesce(checked_at, ?), ?) "
                     "WHERE name = ? AND last_tick IS ?",
-                    (tick, at, name, expected),
+                    (tick, at, at, name, expected),
                 ).rowcount
             )
 

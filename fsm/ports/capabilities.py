@@ -250,10 +250,13 @@ class HoldsSchedules(Protocol):
     def advance_schedule(
         self, name: str, expected: float | None, tick: float | None, at: float
     ) -> bool:
-        """Compare-and-set: `last_tick := tick` and `checked_at := at` only if
-        `last_tick` is still `expected` (None: never ticked; `tick` may equal it, to
-        record a pass alone). True if written; False if another scheduler moved it
-        first or the schedule is gone."""
+        """Compare-and-set: `last_tick := tick` and `checked_at := max(checked_at, at)`
+        only if `last_tick` is still `expected` (None: never ticked; `tick` may equal
+        it, to record a pass alone). `checked_at` never moves back: a pass that records
+        after a later one (it was held, or lost a race and tried again) must not make
+        the schedule look unattended since its own start, or the next pass would skip
+        as missed ticks a scheduler was there to run. True if written; False if
+        another scheduler moved `last_tick` first or the schedule is gone."""
         ...
 
     def schedules(self) -> list[ScheduleRecord]:

@@ -114,6 +114,22 @@ class ScheduleConformance(SuitePart):
         (record,) = store.schedules()
         assert (record.last_tick, record.checked_at) == (1001.5, 3.0)
 
+    def test_a_pass_recorded_late_never_moves_checked_at_back(self) -> None:
+        store = self._holding()
+        if store is None:
+            return
+        store.save_schedule(
+            ScheduleRecord("a", "{}", "cli", 1.0, 1.0), _change("a", "added", 1.0), replace=False
+        )
+        assert store.advance_schedule("a", None, 100.0, 50.0) is True
+        # a pass that read the schedule at 20 records after the one at 50: its tick
+        # goes in (the compare-and-set holds), its older time does not
+        assert store.advance_schedule("a", 100.0, 101.0, 20.0) is True
+        (record,) = store.schedules()
+        assert (record.last_tick, record.checked_at) == (101.0, 50.0)
+        assert store.advance_schedule("a", 101.0, 101.0, 60.0) is True  # a later pass
+        assert store.schedules()[0].checked_at == 60.0
+
     def test_of_racing_compare_and_sets_exactly_one_wins(self) -> None:
         store = self._holding()
         if store is None:

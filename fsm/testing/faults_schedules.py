@@ -38,7 +38,8 @@ Promises:
   from the record it read (T2, seen at the store's insert), a tick recorded as handled
   is never submitted again by a pass that read the schedule after it was recorded,
   and no pass moves `last_tick` back (a held pass records its ticks only over the
-  value it read, as a compare-and-set, or over an older one after a lost race).
+  value it read, as a compare-and-set, or over an older one after a lost race) nor
+  `checked_at` (a held pass that records late keeps the newer pass's time).
 
 T1 and T4 are checked after every pass, the held one and the one that ran inside it.
 """
@@ -303,6 +304,8 @@ class _World:
             for i, h in enumerate(self.handles)
         ]
         self.last: dict[str, float] = {}
+        #: the newest `checked_at` seen, by schedule (T4: it never moves back)
+        self.checked: dict[str, float] = {}
         self.skipped: dict[str, set[float]] = {s.name: set() for s in self.schedules}
 
     def remove(self) -> None:
@@ -438,6 +441,7 @@ class _World:
             rec, now_rec = p.records[s.name], stored[s.name]
             new = _ticks(s.name, handle.inserted)
             self._never_back(s.name, now_rec.last_tick, overlap)
+            self._checked_never_back(s.name, now_rec.checked_at, overlap)
             if not ticker.leading:
                 if new:
                     raise AssertionError(f"T2 a following scheduler submitted {sorted(new)}")
@@ -475,7 +479,9 @@ class _World:
         checks["T1 each tick at most one job, last_tick never back"] += 1
         checks["T2 a pass submits what the policy picks, within its bound"] += 1
         if overlap is not None:
-            checks["T4 a held pass submits what it read, never moves last_tick back"] += 1
+            checks[
+                "T4 a held pass submits what it read, never moves last_tick or checked_at back"
+            ] += 1
 
     def _never_back(self, name: str, last: float | None, overlap: str | None) -> None:
         old = self.last.get(name)
@@ -487,6 +493,20 @@ class _World:
             )
         if last is not None:
             self.last[name] = last
+
+    def _checked_never_back(self, name: str, checked: float | None, overlap: str | None) -> None:
+        """T4: `checked_at` never moves back. A pass recorded after a later one (held,
+        or retrying after a lost race) that wrote its own older time would make the
+        schedule look unattended since then, and the next pass would skip as missed
+        ticks a scheduler was there to run."""
+        old = self.checked.get(name)
+        if old is not None and (checked is None or checked < old):
+            raise AssertionError(
+                f"T4 schedule {name}: checked_at moved back {old} -> {checked}"
+                + (f" (a pass held at {overlap} recorded its older time)" if overlap else "")
+            )
+        if checked is not None:
+            self.checked[name] = checked
 
     def _dst_day(self, t: float) -> bool:
         day = datetime.fromtimestamp(t, BERLIN)

@@ -1403,6 +1403,16 @@ PATCHES: tuple[Patch, ...] = (
         "stalled past its lead records what it read over a newer pass's, moving the last "
         "tick back, and the ticks in between are submitted again (study mutant 04)",
     ),
+    Patch(
+        "sqlite-schedule-checked-at-as-given",
+        "schedules",
+        "adapters/sqlite/schedules.py",
+        (("checked_at = max(coalesce(checked_at, ?), ?) ", "checked_at = coalesce(?, ?) "),),
+        ("sqlite",),
+        "a schedule's pass time is written as the pass gives it: a pass held past a newer "
+        "one records its older time, the schedule looks unattended since then, and the next "
+        "pass skips as missed ticks a scheduler was there to run",
+    ),
     # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
     Patch(
         "sqlite-progress-fence-unchecked",
