@@ -7,7 +7,9 @@ one queue that may carry a limit of its own (concurrency, rate or both), then dr
 the production `Engine.claim` (plain and claim-and-start, one claimer or several racing on their
 own store handles, kept from race to race, and workers that start mid-race on fresh
 handles), lets jobs finish, fail, get cancelled, lose their owner, moves
-the clock across rate windows and lowers or raises the concurrency limit.
+the clock across rate windows, lowers or raises the concurrency limit and sets a
+limit on a key none named before (the free kind, then the queue) while the handles
+that claimed know only the others.
 
 Promises, from the audit trails and the records read around each claim:
 
@@ -70,6 +72,7 @@ _step = st.one_of(
     st.tuples(st.just("lose"), st.integers(0, 63)),
     st.tuples(st.just("cancel"), st.integers(0, 63)),
     st.tuples(st.just("relimit"), st.integers(1, 4)),
+    st.tuples(st.just("newlimit"), st.integers(1, 2)),
     st.tuples(st.just("capped_claim"), st.integers(1, 3), st.integers(1, 6)),
     st.tuples(st.just("bad"), st.integers(0, 5)),
     st.tuples(st.just("status")),
@@ -235,6 +238,24 @@ WORKERS_JOIN: dict[str, Any] = {
 }
 
 
+#: checked first too: a handle claims under the limits it read, then a limit appears on
+#: a key none named (the free kind, 1 running) and the same handle claims again: it
+#: must lease under the new limit too (PostgreSQL counts ahead under the limits its last
+#: claim read, reads them again with its counts and counts again if they changed; a
+#: claim that went on under the old ones would lease every free job at once)
+NEW_KEY: dict[str, Any] = {
+    "capped": 1,
+    "rated": 1,
+    "free": 5,
+    "free_priority": 0,
+    "concurrency": 1,
+    "rate": 1,
+    "period": 1.0,
+    "queue_limit": None,
+    "steps": [("claim", 1, False), ("newlimit", 1), ("claim", 10, False)],
+}
+
+
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
     out: list[tuple[float, float]] = []
@@ -303,6 +324,7 @@ class LimitsModel:
         @example(example=RACE_ONE_LIMIT)
         @example(example=KEPT_COUNTS)
         @example(example=WORKERS_JOIN)
+        @example(example=NEW_KEY)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()
@@ -391,7 +413,7 @@ class _Example:
             self._check_trails()
             self._check_changes()
         finally:
-            for key in (self.capped, self.rated, f"queue:{self.queue}"):
+            for key in (self.capped, self.rated, self.free, f"queue:{self.queue}"):
                 self.engine.clear_limit(key, actor=ACTOR, reason="end of the example")
 
     @property
@@ -401,6 +423,10 @@ class _Example:
     @property
     def rated(self) -> str:
         return f"kind:{self.kinds['rated']}"
+
+    @property
+    def free(self) -> str:
+        return f"kind:{self.kinds['free']}"
 
     # --- steps -----------------------------------------------------------------------
 
@@ -564,6 +590,16 @@ class _Example:
         self._set(self.capped, concurrency=concurrency)
         self.ctx.stats.faults["concurrency limit changed"] += 1
 
+    def _newlimit(self, concurrency: int) -> None:
+        """A limit on a key no limit named until now: the free kind, or the queue once
+        the free kind has one (nothing if both have). Handles that claimed before know
+        only the limits they read then; their next claim must lease under this one too."""
+        for key in (self.free, f"queue:{self.queue}"):
+            if key not in self.concurrency and key not in self.rates:
+                self._set(key, concurrency=concurrency)
+                self.ctx.stats.faults["a limit set on a key none named"] += 1
+                return
+
     def _capped_claim(self, cap: int, limit: int) -> None:
         """A worker with its own cap on the capped kind (`--limit`) claims twice in a
         row, as `jobfsm worker` polls: the second time it holds what the first leased
@@ -627,7 +663,7 @@ class _Example:
     def _status(self) -> None:
         jobs = self._jobs()
         for key, held, waits in limit_rows(self.engine):
-            if key not in (self.capped, self.rated, f"queue:{self.queue}"):
+            if key not in (self.capped, self.rated, self.free, f"queue:{self.queue}"):
                 continue
             mine = [j for j in jobs if key in job_keys(j)]
             holding = sum(1 for j in mine if j.state in HELD)

@@ -1413,6 +1413,24 @@ PATCHES: tuple[Patch, ...] = (
         "one records its older time, the schedule looks unattended since then, and the next "
         "pass skips as missed ticks a scheduler was there to run",
     ),
+    Patch(
+        "postgres-claim-ahead-misses-a-new-limit",
+        "postgres",
+        "adapters/postgres/claim.py",
+        (
+            (
+                "                if counting is not None and limits != expected:\n"
+                "                    raise _LimitsChanged  # rolled back below; counted again "
+                "under these\n",
+                "",
+            ),
+        ),
+        ("postgres",),
+        "a claim counted ahead under the limits its handle last read goes on when the "
+        "limits it reads with its counts differ (the developer trusted the commit's gate, "
+        "which checks only the limits counted): a limit set since on another key is not "
+        "counted, and the claim leases past it (third blind study, mutant 10, settled)",
+    ),
     # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
     Patch(
         "sqlite-progress-fence-unchecked",

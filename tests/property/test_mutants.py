@@ -118,6 +118,7 @@ CI_PATCHES: dict[str, str] = {
     "postgres-limits-window-rows-deleted-inside": "limits",  # a rate's rows: L2 (limits)
     "postgres-limits-stale-spent-guess": "limits",  # a handle's spent kinds: L4 (limits)
     "postgres-limits-kept-count-taken-as-new": "limits",  # a handle's kept counts: L1
+    "postgres-claim-ahead-misses-a-new-limit": "limits",  # a limit set since: L1 (limits)
     "hold-after-claiming": "worker",  # a run held as its claim ends: W3 (the worker model)
     "worker-sweep-ignores-claim-in-flight": "worker",  # a claim in flight: W3 (the worker model)
     "recheck-claim-not-held": "machine",  # recheck claims held: I1 (own_sweep_beside_a_recheck)
