@@ -14,6 +14,7 @@ is dropped even when the parent was killed.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import os
@@ -32,6 +33,8 @@ from ..display.terminal import progress_bar
 PART_ENV = "JOBFSM_FAULTS_PARENT"
 #: how long a child is given to drop what it made after SIGTERM, before SIGKILL
 STOP_GRACE = 10.0
+#: how long after a SIGTERM swallowed by a callback it is raised again (`_deliver_again`)
+AGAIN_AFTER = 0.01
 #: Linux prctl(2) option: the signal a process gets when its parent ends
 _PR_SET_PDEATHSIG = 1
 
@@ -67,22 +70,49 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+def _deliver_again(previous: Any) -> Any:
+    """A `sys.unraisablehook` that raises a swallowed `Terminated` again. Python runs a
+    signal's handler between any two bytecodes of the main thread, so its exception
+    may be raised inside a garbage collector's callback (hypothesis keeps one), a
+    `__del__` or a weakref callback, where Python only prints "Exception ignored" and
+    goes on: the run would last until SIGKILL (a child of a killed `--jobs` parent
+    outlived it so, leaving its scratch files). The hook sends the signal to the main
+    thread once more, to be raised at its next bytecode, outside the callback; any
+    other unraisable exception goes to `previous`. The signal is sent from a timer's
+    thread, `AGAIN_AFTER` later: sent at once, its handler would run in the hook, which
+    swallows it too (should it land in a callback again, it comes back here)."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Terminated):
+            again = threading.Timer(AGAIN_AFTER, _thread.interrupt_main, (signal.SIGTERM,))
+            again.name, again.daemon = "jobfsm-faults-sigterm-again", True
+            again.start()
+            return
+        previous(unraisable)
+
+    return hook
+
+
 @contextlib.contextmanager
 def sigterm_ends_run() -> Iterator[None]:
     """While the run in this process lasts, SIGTERM ends it through its `finally`
     blocks (which drop its PostgreSQL schema and remove its scratch files), then exits
     with status 143, in one process as in a child of `--jobs N`. The previous handler
     is restored after; off the main thread, where no handler can be set, nothing
-    changes."""
+    changes. A SIGTERM whose exception a callback swallowed is raised again
+    (`_deliver_again`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _terminated)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _deliver_again(previous_hook)
     try:
         yield
     except Terminated:
         sys.exit(128 + signal.SIGTERM)
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
 
 

@@ -222,3 +222,49 @@ def test_children_end_with_a_killed_parent_and_remove_their_scratch_files() -> N
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+#: a run under `sigterm_ends_run` whose SIGTERM arrives inside a garbage collector's
+#: callback (hypothesis keeps one): the handler's exception is raised there, where
+#: Python prints "Exception ignored" and goes on
+_SIGTERM_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys, time
+from fsm.cli.faults_parallel import sigterm_ends_run
+
+sent = []
+
+def callback(phase, info):
+    if phase == "start" and not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs between these bytecodes
+            pass
+        print("callback ended", flush=True)  # only if the handler ran after it
+
+gc.callbacks.append(callback)
+with sigterm_ends_run():
+    until = time.monotonic() + 20
+    while time.monotonic() < until:
+        gc.collect()
+        time.sleep(0.01)
+    print("the run went on", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_a_sigterm_swallowed_by_a_gc_callback_still_ends_the_run() -> None:
+    # given a run whose SIGTERM's exception is raised inside a gc callback
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_IN_A_GC_CALLBACK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # then the signal's exception was raised inside the callback (which it ended)
+    assert "callback ended" not in done.stdout, done
+    # and raised again outside it: the run ends with 143 at once, not when its work is
+    # done (20 s) or SIGKILL comes, and nothing says it was ignored
+    assert done.returncode == 128 + signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    assert "the run went on" not in done.stdout
+    assert "Exception ignored" not in done.stderr, done.stderr
