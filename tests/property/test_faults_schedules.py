@@ -19,7 +19,7 @@ def test_a_held_pass_meets_a_whole_pass_of_another_leading_scheduler() -> None:
     assert report.checks[
         "T4 a held pass submits what it read, never moves last_tick or checked_at back"
     ]
-    for seam in ("read", "submit (every)", "record (every)", "record (cron)"):
+    for seam in ("read", "submit (every)", "submit (cron)", "record (every)", "record (cron)"):
         assert report.faults[f"schedules: overlap: a pass held at {seam}, another passed"], seam
     assert report.faults["schedules: overlap: both led (the held lead lapsed)"]
     assert report.faults["schedules: overlap: the held pass lost its compare-and-set"]
