@@ -26,7 +26,10 @@ schedule's stored `last_tick` and `checked_at` give what a leading pass must do.
 Promises:
 
 - T1 exactly once: each tick has at most one job, and only ticks of the schedule
-  after its creation have jobs; `last_tick` never moves back;
+  after its creation have jobs; `last_tick` never moves back, and a leading pass that
+  was not killed leaves it at the newest tick it handled or later (else the next pass
+  takes those ticks as due again: only their idempotency keys, while the jobs are
+  stored, keep them from running twice);
 - T2 a leading pass submits exactly the oldest `limit` of the ticks the policy picks
   (every due tick when a scheduler handled the schedule within the lateness bound;
   else the newest `catch_up` of the missed ones, or none under `skip`, plus every
@@ -41,7 +44,11 @@ Promises:
   value it read, as a compare-and-set, or over an older one after a lost race) nor
   `checked_at` (a held pass that records late keeps the newer pass's time).
 
-T1 and T4 are checked after every pass, the held one and the one that ran inside it.
+- T5 one scheduler leads: after every pass at most one scheduler in the store holds a
+  lead that has not lapsed, and a scheduler that passed (not held) leads unless another
+  holds such a lead: a lapsed lead is taken over at the next pass.
+
+T1, T4 and T5 are checked after every pass, the held one and the one that ran inside it.
 """
 
 from __future__ import annotations
@@ -483,13 +490,40 @@ class _World:
             back = p.skipped[s.name] & new
             if back:
                 raise AssertionError(f"T3 schedule {s.name}: skipped ticks came back {back}")
+            handled = submitted[-1] if submitted else max(skipped, default=None)
+            if (
+                not crashed
+                and handled is not None
+                and (now_rec.last_tick is None or now_rec.last_tick < handled)
+            ):
+                raise AssertionError(
+                    f"T1 schedule {s.name}: a leading pass at {p.now} handled ticks up to "
+                    f"{handled} and was not killed, but the last tick stored is "
+                    f"{now_rec.last_tick}: the next pass takes them as due again"
+                )
+        self._one_leads(ticker, overlap)
         checks = stats.checks
-        checks["T1 each tick at most one job, last_tick never back"] += 1
+        checks["T1 each tick at most one job, last_tick never back, a pass records"] += 1
         checks["T2 a pass submits what the policy picks, within its bound"] += 1
         if overlap is not None:
             checks[
                 "T4 a held pass submits what it read, never moves last_tick or checked_at back"
             ] += 1
+
+    def _one_leads(self, ticker: Ticks, overlap: str | None) -> None:
+        """T5 from the store's schedulers after a pass: at most one holds a lead that
+        has not lapsed; and after a pass that was not held, its scheduler leads unless
+        another holds such a lead (a lapsed lead is taken over at the next pass)."""
+        now = self.clock.now()
+        live = [b.owner for b in self.store.schedulers() if b.lead_until and b.lead_until > now]
+        if len(live) > 1:
+            raise AssertionError(f"T5 {len(live)} schedulers lead at {now}: {sorted(live)}")
+        if overlap is None and not ticker.leading and not [o for o in live if o != ticker.owner]:
+            raise AssertionError(
+                f"T5 scheduler {ticker.owner} passed at {now} and does not lead, though no "
+                "other scheduler holds a lead that has not lapsed"
+            )
+        self.ctx.stats.checks["T5 one scheduler leads, and a lapsed lead is taken over"] += 1
 
     def _never_back(self, name: str, last: float | None, overlap: str | None) -> None:
         old = self.last.get(name)

@@ -1431,6 +1431,28 @@ PATCHES: tuple[Patch, ...] = (
         "which checks only the limits counted): a limit set since on another key is not "
         "counted, and the claim leases past it (third blind study, mutant 10, settled)",
     ),
+    # --- the fourth blind study's misses (08, 11) --------------------------------------
+    Patch(
+        "sqlite-schedule-first-advance-never-matches",
+        "schedules",
+        "adapters/sqlite/schedules.py",
+        (('"WHERE name = ? AND last_tick IS ?"', '"WHERE name = ? AND last_tick = ?"'),),
+        ("sqlite",),
+        "a schedule's compare-and-set compares its last tick with `=`: a schedule that never "
+        "ticked (NULL) is never recorded, so every pass takes its ticks as due again (the "
+        "idempotency keys hide it while the jobs are stored) and its pass time never moves "
+        "(fourth blind study, mutant 08)",
+    ),
+    Patch(
+        "postgres-scheduler-lead-compared-backwards",
+        "schedules",
+        "adapters/postgres/schedules.py",
+        (("AND lead_until > %s LIMIT 1", "AND lead_until < %s LIMIT 1"),),
+        ("postgres",),
+        "the scheduler beat checks another scheduler's lead the wrong way: a live lead is "
+        "ignored (two lead) and a lapsed one blocks (after a leader dies none takes over) "
+        "(fourth blind study, mutant 11)",
+    ),
     # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
     Patch(
         "sqlite-progress-fence-unchecked",

@@ -110,6 +110,8 @@ CI_PATCHES: dict[str, str] = {
     "schedules-last-tick-to-pass-time": "schedules",  # schedules: T3 (the schedules model)
     "memory-schedule-advance-unchecked": "schedules",  # overlapping passes: T4 (schedules)
     "sqlite-schedule-checked-at-as-given": "schedules",  # a late pass's time: T4 (schedules)
+    "sqlite-schedule-first-advance-never-matches": "schedules",  # a pass records: T1
+    "postgres-scheduler-lead-compared-backwards": "schedules",  # one leads: T5 (schedules)
     "session-submit-outside-its-transaction": "transactions",  # transactional submit: J1
     "limits-claim-ignores-concurrency-by-one": "limits",  # global limits: L1 (the limits model)
     "limits-rate-window-short": "limits",  # rate windows: L2 (the limits model)
