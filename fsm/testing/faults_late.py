@@ -28,6 +28,10 @@ Two things a sequential machine misses unless it lets them be late:
   given the lost attempt's own marks only, and a truthful "done" needs that
   attempt's own effect (I7, checked for every truthful answer by `OutsideSystem`'s
   record of the runs it was asked about).
+- a **mark that arrives late from an older attempt** (its run lost, the job run
+  again by another worker): refused and audited as rejected under the job's attempt
+  then; when that attempt is lost too, its reconciler is given its own applied marks
+  only, never the rejected one (I7).
 
 `fault_machine` builds the suite's machine from `LateRules` (the main machine of
 `faults_machine` with these rules).
@@ -400,6 +404,63 @@ class LateRules(FaultMachine):
             self._fault("worker restart")
             self._sweep(judged=True, by=sweeper)
             self._fault("later attempt lost, truthful reconciler")
+        finally:
+            self.outside.mode = mode
+
+    @precondition(lambda self: self.marking and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, roll=st.integers(0, 999))
+    def stale_mark_then_lost(self, w: int, j: int, roll: int) -> None:
+        """A marking run is lost after its mark, before its outside call; the truthful
+        reconciler says not_started and another worker runs the job again (the next
+        attempt, the next fence) up to its own mark; the first worker wakes and its
+        `ctx.mark` arrives late under the older fence (refused, and in the trail as
+        rejected under the job's attempt now); then the new attempt is lost too, and a
+        new incarnation of its worker sweeps.
+
+        Checked after the step (`check_reconciler_asks`, I7): the reconciler asked about
+        the second attempt is given that attempt's own applied marks, never the
+        zombie's rejected one (whose fence the attempt never held)."""
+        zombie = self._active(w)
+        assert zombie is not None
+        jid = self._lease_marking(zombie, j)
+        if jid is None:
+            return
+        fence = zombie.held[jid].fence
+        self._start(zombie, jid, fence)
+        if jid not in zombie.held or zombie.held[jid].phase != "running":
+            return
+        mode, self.outside.mode = self.outside.mode, "truthful"
+        try:
+            self._call_outside(zombie, jid, commit=False)
+            zombie.paused = True
+            self._fault("worker pause")
+            self.clock.advance(self.policy.lease.ttl + 1.0)
+            takers = [x for x in self.workers if x.active]
+            taker = takers[roll % len(takers)]
+            self._sweep(judged=True, by=taker)
+            job = self.real.get(jid)
+            if job is None or job.state not in self.lease_states:
+                return
+            if job.run_after > self.clock.now():  # its retry's delay
+                self.clock.advance(job.run_after - self.clock.now())
+            got = self._claim(taker, 1, ids=[jid])
+            if not got:
+                return
+            self._start(taker, jid, got[0].fence)
+            if jid not in taker.held or taker.held[jid].phase != "running":
+                return
+            self._call_outside(taker, jid, commit=False)
+            zombie.paused = False
+            self._fault("zombie wakes")
+            if not self._mark(jid, fence):
+                self._fault("a late mark of an older attempt refused")
+            self._reconcile(zombie, jid)
+            i = self.workers.index(taker)
+            self._crash(taker)
+            self.workers[i] = sweeper = self._new_worker()
+            self._fault("worker restart")
+            self._sweep(judged=True, by=sweeper)
+            self._fault("attempt lost after a stale mark, truthful reconciler")
         finally:
             self.outside.mode = mode
 

@@ -986,6 +986,39 @@ class FaultMachine(RuleBasedStateMachine):
         self._save(zombie, jid, fence)
         self._reconcile(zombie, jid)
 
+    @precondition(lambda self: self.jobs and sum(x.active for x in self.workers) > 1)
+    @rule(w=W, j=J, roll=st.integers(0, 999), own=st.booleans())
+    def heartbeat_taken_over_once(self, w: int, j: int, roll: int, own: bool) -> None:
+        """`lease_taken_over_once` with a heartbeat: the zombie, one fence behind, renews
+        its run's lease after another worker leased and started the job, or (`own`)
+        after the zombie's own process leased and started it again (its older run's
+        thread heartbeats late: the same owner, an older fence).
+
+        Checked here (I1): the renew does not name the job (the old run learns that its
+        lease is lost, as `ctx.lease_lost`) and changes nothing; the owner alone does
+        not make a renew current."""
+        zombie = self._active(w)
+        assert zombie is not None
+        taken = self._take_over_once(zombie, j, "running", roll, own=own)
+        if taken is None:
+            return
+        jid, fence = taken
+        self.touched.add(jid)
+        before = self.real.get(jid)
+        if before is None or before.fence == fence:
+            return
+        renewed = self.direct.heartbeat(zombie.owner, {jid: fence})
+        after = self.real.get(jid)
+        if jid in renewed or after != before:
+            self._fail(
+                f"I1 job {jid} ({before.state}, fence {before.fence}, owner {before.owner}): "
+                f"a heartbeat of {zombie.owner} with the older fence {fence} "
+                f"{'renewed it' if jid in renewed else 'was refused'} and left {after}"
+            )
+        self._fault("stale heartbeat of an older run" + (" of its own process" if own else ""))
+        self.stats.checks["I1 a renew under an older fence is refused and changes nothing"] += 1
+        self._reconcile(zombie, jid)
+
     def _save(self, worker: SimWorker, jid: str, fence: int) -> None:
         """`worker` saves progress of its run of `jid` under `fence`: written exactly
         when the fence, owner and state still match the store's record (the current

@@ -1453,6 +1453,70 @@ PATCHES: tuple[Patch, ...] = (
         "ignored (two lead) and a lapsed one blocks (after a leader dies none takes over) "
         "(fourth blind study, mutant 11)",
     ),
+    Patch(
+        "sqlite-renew-fence-unchecked",
+        "sqlite",
+        "adapters/sqlite/store.py",
+        (
+            (
+                '"UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "\n'
+                '                "FROM v WHERE jobs.id = v.id AND jobs.fence = v.fence AND',
+                '"UPDATE jobs SET lease_until = ?, version = version + 1, updated_at = ? "\n'
+                '                "FROM v WHERE jobs.id = v.id AND',
+            ),
+        ),
+        ("sqlite",),
+        "a renew checks the owner, not the fence: an older run of the same worker (the job "
+        "leased again by it) renews the newer run's lease and is told it still holds the "
+        "job (fourth blind study, mutant 07)",
+    ),
+    Patch(
+        "reconcile-marks-include-rejected",
+        "reconcile",
+        "fsm/service/reconcile.py",
+        (
+            (
+                'if e.event == "mark" and e.outcome == "applied" and e.attempt == job.attempt',
+                'if e.event == "mark" and e.attempt == job.attempt',
+            ),
+        ),
+        ("memory", "sqlite"),
+        "a lost run's marks include the rejected ones: a zombie's late mark, refused under "
+        "its older fence and audited with the job's attempt then, is given to the "
+        "reconciler as the lost attempt's own (fourth blind study, mutant 18)",
+    ),
+    Patch(
+        "payloads-float-takes-a-bool",
+        "payloads",
+        "fsm/payloads.py",
+        (
+            (
+                "return isinstance(v, int | float) and not isinstance(v, bool)",
+                "return isinstance(v, int | float)",
+            ),
+        ),
+        ("memory", "sqlite", "postgres"),
+        "a float field takes a bool (`False` stored as a price): caught on memory and SQLite "
+        "and missed by one PostgreSQL run whose draws held no such payload, until the model "
+        "checked each near miss first (fourth blind study, mutant 19)",
+    ),
+    Patch(
+        "rescue-defers-every-lost-run",
+        "recovery",
+        "fsm/service/maintenance/rescue.py",
+        (
+            (
+                'if claim is None and job.state == "running" and job.reconciler:',
+                'if claim is None and job.state == "running":',
+            ),
+        ),
+        ("memory", "sqlite", "postgres"),
+        "a sweep defers every lost run as if its kind had a reconciler the sweep lacks: "
+        "every crashed worker's running jobs wait a minute past their leases (caught on "
+        "memory and SQLite, missed by one PostgreSQL run whose draws finished the running "
+        "jobs first, until the races model checked two lapsed runs first; fourth blind "
+        "study, mutant 16)",
+    ),
     # --- fences of older runs (third blind study, mutants 07 and 13) -------------------
     Patch(
         "sqlite-progress-fence-unchecked",

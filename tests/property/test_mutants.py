@@ -135,9 +135,11 @@ CI_PATCHES: dict[str, str] = {
     "aio-pool-turn-kept-on-error": "pool",  # failing calls on one asyncio store: B1 (pool)
     "postgres-prerequisites-drop-pruned": "retention",  # a pruned prerequisite: D3 (retention)
     "sqlite-progress-fence-unchecked": "machine",  # an own older run's save: U2 (machine)
+    "sqlite-renew-fence-unchecked": "machine",  # an own older run's renew: I1 (machine)
     "postgres-rejected-audit-ignores-fence": "machine",  # rejected once per fence: I7 (machine)
     "rescue-own-verdict-per-owner": "machine",  # own jobs judged per run: I1 (machine)
     "reconcile-marks-of-every-attempt": "machine",  # the lost attempt's marks: I7 (machine)
+    "reconcile-marks-include-rejected": "machine",  # a zombie's rejected mark: I7 (machine)
 }
 
 
