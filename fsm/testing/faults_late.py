@@ -452,8 +452,9 @@ class LateRules(FaultMachine):
             self._call_outside(taker, jid, commit=False)
             zombie.paused = False
             self._fault("zombie wakes")
-            if not self._mark(jid, fence):
-                self._fault("a late mark of an older attempt refused")
+            if self._mark(jid, fence):
+                self._fail(f"I7 job {jid}: a mark under the older fence {fence} was accepted")
+            self._fault("a late mark of an older attempt refused")
             self._reconcile(zombie, jid)
             i = self.workers.index(taker)
             self._crash(taker)
