@@ -422,13 +422,10 @@ class LateRules(FaultMachine):
         zombie's rejected one (whose fence the attempt never held)."""
         zombie = self._active(w)
         assert zombie is not None
-        jid = self._lease_marking(zombie, j)
+        jid = self._marking_run(zombie, j)
         if jid is None:
             return
         fence = zombie.held[jid].fence
-        self._start(zombie, jid, fence)
-        if jid not in zombie.held or zombie.held[jid].phase != "running":
-            return
         mode, self.outside.mode = self.outside.mode, "truthful"
         try:
             self._call_outside(zombie, jid, commit=False)
@@ -438,11 +435,7 @@ class LateRules(FaultMachine):
             takers = [x for x in self.workers if x.active]
             taker = takers[roll % len(takers)]
             self._sweep(judged=True, by=taker)
-            job = self.real.get(jid)
-            if job is None or job.state not in self.lease_states:
-                return
-            if job.run_after > self.clock.now():  # its retry's delay
-                self.clock.advance(job.run_after - self.clock.now())
+            self._until_due(jid)
             got = self._claim(taker, 1, ids=[jid])
             if not got:
                 return

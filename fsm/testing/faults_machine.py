@@ -90,6 +90,8 @@ MAX_ATTEMPTS = 3
 ONE_BEHIND_EVENTS = ("start", "release", "succeed", "fail", "ambiguous", "mark")
 #: the outcomes a worker's reporter writes (in batches, through `Engine.report_many`)
 REPORTED = ("succeed", "fail", "ambiguous")
+#: the reconciler's modes whose answer `fsm.service.reconcile.ask` must read as unknown
+UNKNOWN_ANSWERS = ("raises", "garbage", "unknown")
 
 
 def _weights(value: Mapping[str, int]) -> dict[str, int]:
@@ -792,15 +794,18 @@ class FaultMachine(RuleBasedStateMachine):
             if job.id in worker.held and worker.held[job.id].phase == "running":
                 self._call_outside(worker, job.id, commit)
 
-    def _call_outside(self, worker: SimWorker, jid: str, commit: bool) -> None:
+    def _call_outside(self, worker: SimWorker, jid: str, commit: bool) -> bool:
+        """The handler marks its outside call and maybe commits its effect: whether it
+        marked (a refused mark stops it before the call)."""
         held = worker.held[jid]
         self.touched.add(jid)
         if not self._marks(jid) or held.effect_done or not self._mark(jid, held.fence):
-            return
+            return False
         self._fault("handler marked its outside call")
         if commit:
             self._commit_effect(jid, held.fence)
             held.effect_done = True
+        return True
 
     @precondition(lambda self: self.marking and any(x.active for x in self.workers))
     @rule(
@@ -829,14 +834,10 @@ class FaultMachine(RuleBasedStateMachine):
         """
         worker = self._active(w)
         assert worker is not None
-        jid = self._lease_marking(worker, j)
+        jid = self._marking_run(worker, j)
         if jid is None:
             return
-        fence = worker.held[jid].fence
-        self._start(worker, jid, fence)
-        if jid not in worker.held or worker.held[jid].phase != "running":
-            return
-        self._call_outside(worker, jid, commit)
+        marked = self._call_outside(worker, jid, commit)
         self.outside.mode = mode
         self._fault(f"marked run lost, reconciler {mode}")
         if how == "crash" or sum(x.active for x in self.workers) < 2:
@@ -851,10 +852,46 @@ class FaultMachine(RuleBasedStateMachine):
             self._fault("clock jump past leases")
             sweeper = next(x for x in self.workers if x.active)
         self._sweep(judged=True, by=sweeper)
+        if marked and mode in UNKNOWN_ANSWERS:
+            self._not_due_after(jid, mode)
+        self._until_due(jid)
         for job in self._claim(sweeper, 1, ids=[jid]):
             self._start(sweeper, jid, job.fence)
             if jid in sweeper.held and sweeper.held[jid].phase == "running":
                 self._call_outside(sweeper, jid, commit=True)
+
+    def _not_due_after(self, jid: str, mode: str) -> None:
+        """I7 right after the sweep: a marked run whose reconciler raised, answered
+        nonsense or said unknown is never made due again by it (unknown: investigate,
+        or left for a later pass), whether or not its effect committed."""
+        job = self.real.get(jid)
+        if job is not None and job.state in self.lease_states:
+            self._fail(
+                f"I7 job {jid}: its marked run was lost and its reconciler {mode!r}, yet the "
+                f"sweep made it due again ({job.state}): an unknown was read as not started"
+            )
+        self.stats.checks["I7 a failed reconciler answer is never read as not started"] += 1
+
+    def _until_due(self, jid: str) -> None:
+        """If the sweep left `jid` due later (its retry's delay), the clock moves on to
+        then: whatever the reconciler let run again runs in this step, so a lost run
+        that is run again meets its effect check here, not only when a later step
+        happens to lease it (the suite's fixed draws under CI then miss it)."""
+        job = self.real.get(jid)
+        if job is not None and job.state in self.lease_states and job.run_after > self.clock.now():
+            self.clock.advance(job.run_after - self.clock.now())
+            self._fault("clock on to a retry's delay")
+
+    def _marking_run(self, worker: SimWorker, j: int) -> str | None:
+        """`worker` leases a due job of a marking kind (`_lease_marking`) and starts it:
+        the job id of the run, or None (none leased, or its start refused)."""
+        jid = self._lease_marking(worker, j)
+        if jid is None:
+            return None
+        self._start(worker, jid, worker.held[jid].fence)
+        if jid not in worker.held or worker.held[jid].phase != "running":
+            return None
+        return jid
 
     def _lease_marking(self, worker: SimWorker, j: int) -> str | None:
         """Lease a due job of a marking kind for `worker` (submitting one if none is due
@@ -977,12 +1014,10 @@ class FaultMachine(RuleBasedStateMachine):
         (`own`) after the zombie's own process leased and started it again (its older
         run's thread ends late: the same owner, an older fence). The save must be
         refused and change nothing (U2): the owner alone does not make a save current."""
-        zombie = self._active(w)
-        assert zombie is not None
-        taken = self._take_over_once(zombie, j, "running", roll, own=own)
+        taken = self._zombie_of_a_running_job(w, j, roll, own)
         if taken is None:
             return
-        jid, fence = taken
+        zombie, jid, fence = taken
         self._save(zombie, jid, fence)
         self._reconcile(zombie, jid)
 
@@ -997,12 +1032,10 @@ class FaultMachine(RuleBasedStateMachine):
         Checked here (I1): the renew does not name the job (the old run learns that its
         lease is lost, as `ctx.lease_lost`) and changes nothing; the owner alone does
         not make a renew current."""
-        zombie = self._active(w)
-        assert zombie is not None
-        taken = self._take_over_once(zombie, j, "running", roll, own=own)
+        taken = self._zombie_of_a_running_job(w, j, roll, own)
         if taken is None:
             return
-        jid, fence = taken
+        zombie, jid, fence = taken
         self.touched.add(jid)
         before = self.real.get(jid)
         if before is None or before.fence == fence:
@@ -1181,12 +1214,10 @@ class FaultMachine(RuleBasedStateMachine):
         a fence other than the job's current one raises `LeaseLost` and no applied
         entry for it appears afterwards.
         """
-        zombie = self._active(w)
-        assert zombie is not None
-        taken = self._take_over_once(zombie, j, "running", roll)
+        taken = self._zombie_of_a_running_job(w, j, roll, own=False)
         if taken is None:
             return
-        stale, fence = taken
+        zombie, stale, fence = taken
         batch: list[tuple[Sent, Job, dict[str, Any]]] = []
         for i, jid in enumerate(sorted(zombie.held, key=self.index.__getitem__)):
             held = zombie.held[jid]
@@ -1255,6 +1286,16 @@ class FaultMachine(RuleBasedStateMachine):
             self._report(worker, jid, event, fence, self._zombie_call(jid, event, fence, roll))
         for worker, _ in reports:
             self._reconcile(worker, jid)
+
+    def _zombie_of_a_running_job(
+        self, w: int, j: int, roll: int, own: bool
+    ) -> tuple[SimWorker, str, int] | None:
+        """`_take_over_once` of a running job of the `w`-th active worker: the zombie,
+        the job id and the zombie's fence, or None."""
+        zombie = self._active(w)
+        assert zombie is not None
+        taken = self._take_over_once(zombie, j, "running", roll, own=own)
+        return None if taken is None else (zombie, *taken)
 
     def _take_over_once(
         self, zombie: SimWorker, j: int, needs: str, roll: int, *, own: bool = False
