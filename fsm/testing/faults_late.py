@@ -234,10 +234,7 @@ class LateRules(FaultMachine):
         if jid not in worker.held or worker.held[jid].phase != "running":
             return False
         self._call_outside(worker, jid, commit)
-        i = self.workers.index(worker)
-        self._crash(worker)
-        self.workers[i] = sweeper = self._new_worker()
-        self._fault("worker restart")
+        sweeper = self._killed_and_replaced(worker)
         self._sweep(judged=True, by=sweeper, asker=asker)
         held = any(c.job_id == jid for c in asker.calls)
         if held:
@@ -398,10 +395,7 @@ class LateRules(FaultMachine):
                 return
             if mark:
                 self._call_outside(taker, jid, commit)
-            i = self.workers.index(taker)
-            self._crash(taker)
-            self.workers[i] = sweeper = self._new_worker()
-            self._fault("worker restart")
+            sweeper = self._killed_and_replaced(taker)
             self._sweep(judged=True, by=sweeper)
             self._fault("later attempt lost, truthful reconciler")
         finally:
@@ -449,10 +443,7 @@ class LateRules(FaultMachine):
                 self._fail(f"I7 job {jid}: a mark under the older fence {fence} was accepted")
             self._fault("a late mark of an older attempt refused")
             self._reconcile(zombie, jid)
-            i = self.workers.index(taker)
-            self._crash(taker)
-            self.workers[i] = sweeper = self._new_worker()
-            self._fault("worker restart")
+            sweeper = self._killed_and_replaced(taker)
             self._sweep(judged=True, by=sweeper)
             self._fault("attempt lost after a stale mark, truthful reconciler")
         finally:

@@ -68,7 +68,7 @@ from ..service.reconcile import Asker
 from ..worker.claims import kind_policy_arg
 from ..worker.runs import Run, Runs
 from .faults_async import AsyncClient, FaultyTwinStore
-from .faults_outside import LOSS_MODES, MODES, OutsideSystem
+from .faults_outside import LOSS_MODES, MODES, UNKNOWN_ANSWERS, OutsideSystem
 from .faults_store import FAULTABLE, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
 
@@ -90,8 +90,6 @@ MAX_ATTEMPTS = 3
 ONE_BEHIND_EVENTS = ("start", "release", "succeed", "fail", "ambiguous", "mark")
 #: the outcomes a worker's reporter writes (in batches, through `Engine.report_many`)
 REPORTED = ("succeed", "fail", "ambiguous")
-#: the reconciler's modes whose answer `fsm.service.reconcile.ask` must read as unknown
-UNKNOWN_ANSWERS = ("raises", "garbage", "unknown")
 
 
 def _weights(value: Mapping[str, int]) -> dict[str, int]:
@@ -841,10 +839,7 @@ class FaultMachine(RuleBasedStateMachine):
         self.outside.mode = mode
         self._fault(f"marked run lost, reconciler {mode}")
         if how == "crash" or sum(x.active for x in self.workers) < 2:
-            i = self.workers.index(worker)
-            self._crash(worker)
-            self.workers[i] = sweeper = self._new_worker()
-            self._fault("worker restart")
+            sweeper = self._killed_and_replaced(worker)
         else:
             worker.paused = True
             self._fault("worker pause")
@@ -1107,6 +1102,15 @@ class FaultMachine(RuleBasedStateMachine):
         self.hosts[worker.owner.host].kill(worker.owner.pid)
         self.liveness.release(worker.owner)  # the server drops a dead session's lock
         self._fault("worker crash")
+
+    def _killed_and_replaced(self, worker: SimWorker) -> SimWorker:
+        """`kill -9` of `worker` and a new incarnation in its place (not yet swept):
+        the new worker."""
+        i = self.workers.index(worker)
+        self._crash(worker)
+        self.workers[i] = fresh = self._new_worker()
+        self._fault("worker restart")
+        return fresh
 
     @precondition(lambda self: any(not x.alive for x in self.workers))
     @rule(w=W)
