@@ -14,7 +14,6 @@ is dropped even when the parent was killed.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import json
 import os
@@ -35,6 +34,8 @@ PART_ENV = "JOBFSM_FAULTS_PARENT"
 STOP_GRACE = 10.0
 #: how long after a SIGTERM swallowed by a callback it is raised again (`_deliver_again`)
 AGAIN_AFTER = 0.01
+#: how many times the hook arms it again when it comes back before the hook returns
+AGAIN_TRIES = 10
 #: Linux prctl(2) option: the signal a process gets when its parent ends
 _PR_SET_PDEATHSIG = 1
 
@@ -76,19 +77,25 @@ def _deliver_again(previous: Any) -> Any:
     may be raised inside a garbage collector's callback (hypothesis keeps one), a
     `__del__` or a weakref callback, where Python only prints "Exception ignored" and
     goes on: the run would last until SIGKILL (a child of a killed `--jobs` parent
-    outlived it so, leaving its scratch files). The hook sends the signal to the main
-    thread once more, to be raised at its next bytecode, outside the callback; any
-    other unraisable exception goes to `previous`. The signal is sent from a timer's
-    thread, `AGAIN_AFTER` later: sent at once, its handler would run in the hook, which
-    swallows it too (should it land in a callback again, it comes back here)."""
+    outlived it so, leaving its scratch files). The hook arms a one-shot SIGALRM
+    (`AGAIN_AFTER` later, whose handler raises `Terminated` too) and returns, so it is
+    raised again outside the callback; any other unraisable exception goes to
+    `previous`. Should the alarm come while the hook still runs, the hook catches it
+    and arms it once more, at most `AGAIN_TRIES` times (should it land in a callback
+    again, it comes back here). No thread: a timer thread's start waits for the
+    thread, and on a loaded machine the signal it sent came back inside the hook,
+    where nothing caught it."""
 
     def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, Terminated):
-            again = threading.Timer(AGAIN_AFTER, _thread.interrupt_main, (signal.SIGTERM,))
-            again.name, again.daemon = "jobfsm-faults-sigterm-again", True
-            again.start()
+        if not isinstance(unraisable.exc_value, Terminated):
+            previous(unraisable)
             return
-        previous(unraisable)
+        for _ in range(AGAIN_TRIES):
+            try:
+                signal.setitimer(signal.ITIMER_REAL, max(AGAIN_AFTER, 1e-6))
+                return
+            except Terminated:  # it came back while the hook still ran
+                continue
 
     return hook
 
@@ -105,6 +112,7 @@ def sigterm_ends_run() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _terminated)
+    previous_alarm = signal.signal(signal.SIGALRM, _terminated)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _deliver_again(previous_hook)
     try:
@@ -113,6 +121,8 @@ def sigterm_ends_run() -> Iterator[None]:
         sys.exit(128 + signal.SIGTERM)
     finally:
         sys.unraisablehook = previous_hook
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGTERM, previous)
 
 
