@@ -1,9 +1,12 @@
 """A caller's own connections to a PostgreSQL store's database, for the `transactions`
-fault model (`fsm.testing.faults_txn`): the model lives in `fsm/`, which never imports
-a driver, so it reaches psycopg through the `jobfsm.caller_connections` entry point."""
+fault model (`fsm.testing.faults_txn`), and the faults of its listener of final states,
+for the `waits` model (`fsm.testing.faults_waits`): the models live in `fsm/`, which
+never imports a driver, so they reach psycopg through the `jobfsm.caller_connections`
+and `jobfsm.wait_faults` entry points."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,3 +58,74 @@ def caller_connections(store: object) -> PostgresCallerConnections | None:
     if not isinstance(store, PostgresStore):
         return None
     return PostgresCallerConnections(store.settings.conninfo, store.settings.schema)
+
+
+#: the longest a reconnect of the listener is held in an outage (seconds)
+OUTAGE_MAX = 30.0
+
+
+class PostgresWaitFaults:
+    """`fsm.testing.faults_waits.WaitFaults` for the listener of a store's final states
+    (`adapters.postgres.waiting.FinalStates`). Made before the store's first `watch`, it
+    sees every connection the listener opens, and an outage kills only the one it
+    opened last (its own backend: never another's)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._hub = store._finals
+        self._connect = self._hub._connect
+        self._hub._connect = self._gated
+        self._open = threading.Event()
+        self._open.set()
+        self._cond = threading.Condition()
+        self._held = 0
+        self._pids: list[int] = []
+
+    def _gated(self) -> psycopg.Connection[Any]:
+        """The listener's connect: held while an outage lasts (OUTAGE_MAX at most)."""
+        with self._cond:
+            self._held += 1
+            self._cond.notify_all()
+        try:
+            self._open.wait(OUTAGE_MAX)
+        finally:
+            with self._cond:
+                self._held -= 1
+        conn = self._connect()
+        with self._cond:
+            self._pids.append(conn.info.backend_pid)
+        return conn
+
+    def watchers(self, job_id: str) -> int:
+        return self._hub.watching(job_id)
+
+    @contextmanager
+    def outage(self) -> Iterator[None]:
+        # the listener up first: an outage right after another must kill the connection
+        # it listens on now, not the one it lost
+        started = bool(self._pids)
+        if started and not self._hub.listening(OUTAGE_MAX):
+            raise AssertionError(f"O0 the listener was not back within {OUTAGE_MAX:g}s")
+        with self._cond:
+            pid = self._pids[-1] if started else None
+        self._open.clear()
+        try:
+            if pid is not None:  # no listener yet: its first connect is held instead
+                with self._store.connect("admin") as conn:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                with self._cond:
+                    if not self._cond.wait_for(lambda: self._held > 0, OUTAGE_MAX):
+                        raise AssertionError(
+                            f"O0 the listener did not try to reconnect within {OUTAGE_MAX:g}s "
+                            "after its connection was killed"
+                        )
+            yield
+        finally:
+            self._open.set()
+
+
+def wait_faults(store: object) -> PostgresWaitFaults | None:
+    """The listener faults of `store` when it is a PostgreSQL store, else None."""
+    if not isinstance(store, PostgresStore):
+        return None
+    return PostgresWaitFaults(store)

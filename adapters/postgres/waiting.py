@@ -108,6 +108,11 @@ class FinalStates:
             )
         return unwatch
 
+    def watching(self, job_id: str) -> int:
+        """How many wake-ups are registered for `job_id` (one per wait not ended)."""
+        with self._lock:
+            return len(self._watchers.get(job_id, {}))
+
     def _listen(self) -> None:
         pause = RETRY_FIRST
         while not self._closed.is_set():
@@ -121,6 +126,8 @@ class FinalStates:
                 pause = RETRY_FIRST
                 while not self._closed.is_set():
                     for note in conn.notifies(timeout=LISTEN_SLICE):
+                        if self._closed.is_set():  # woken by `close`
+                            break
                         self._wake(note.payload)
             except (psycopg.Error, TransientStoreError) as err:
                 self._ready.clear()
@@ -173,8 +180,22 @@ class FinalStates:
         for job_id in ids:
             self._wake(job_id)
 
+    def listening(self, timeout: float) -> bool:
+        """Whether the listener is up (connected, listening), waiting `timeout` at most."""
+        return self._ready.wait(timeout)
+
     def close(self) -> None:
+        """Stop the listener. Its thread is woken by a notification of its own (an empty
+        id, which no watcher holds; one short connection) rather than left to finish its
+        LISTEN_SLICE, so a store closes at once; if that fails, the slice ends it."""
         self._closed.set()
         thread = self._thread
-        if thread is not None:
-            thread.join(timeout=2 * LISTEN_SLICE)
+        if thread is None:
+            return
+        if thread.is_alive():
+            try:
+                with self._connect() as conn:
+                    conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
+            except (psycopg.Error, TransientStoreError) as err:
+                log.debug("could not wake the final-state listener to stop it: %s", err)
+        thread.join(timeout=2 * LISTEN_SLICE)

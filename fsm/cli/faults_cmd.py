@@ -79,7 +79,7 @@ MAX_AUTO_JOBS = 4
     metavar="NAME",
     help="Run only this fault model (repeatable): machine, policy, races, verdicts, crash, "
     "concurrency, executor, worker, claims, commits, pool, transactions, schedules, limits, "
-    "unique, retention, payloads, reports, pauses; delivery (with --delivery) for the "
+    "unique, retention, payloads, reports, pauses, waits; delivery (with --delivery) for the "
     "broker's model.",
 )
 @click.option(

@@ -81,6 +81,7 @@ from .faults_schedules import SchedulesModel
 from .faults_txn import TransactionsModel
 from .faults_unique import UniqueModel
 from .faults_verdict import VerdictModel
+from .faults_waits import WaitsModel
 from .faults_worker import WorkerModel
 from .profiles import load_profile, run_machine
 
@@ -107,6 +108,7 @@ MODELS: tuple[FaultModel, ...] = (
     PayloadsModel(),
     ReportsModel(),
     PausesModel(),
+    WaitsModel(),
 )
 
 __all__ = [

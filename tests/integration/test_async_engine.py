@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import adapters.postgres.waiting
 import fsm.service.aio
 import fsm.service.waiting
 from fsm import AsyncEngine, Engine, Owner, open_store
@@ -120,6 +121,27 @@ def test_postgres_wait_wakes_on_notify_not_by_polling(
         assert time.monotonic() - began < 10.0
     finally:
         engine.store.close()
+
+
+def test_closing_a_postgres_store_that_waited_stops_its_listener_at_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a store whose listener of final states waits 30 s per slice of LISTEN
+    monkeypatch.setattr(adapters.postgres.waiting, "LISTEN_SLICE", 30.0)
+    engine = Engine(open_store(pg_url))
+    job = engine.submit("k", 1)
+    before = set(threading.enumerate())
+    with pytest.raises(WaitTimeout):
+        engine.wait(job.id, timeout=0.2)
+    (listener,) = [t for t in set(threading.enumerate()) - before if t.name == "jobfsm-pg-final"]
+
+    # when: the store is closed
+    began = time.monotonic()
+    engine.store.close()
+
+    # then: its own notification woke the listener, which ended, well before the slice
+    assert not listener.is_alive()
+    assert time.monotonic() - began < 15.0
 
 
 def test_many_async_waits_hold_no_thread_while_waiting(engine: Engine) -> None:

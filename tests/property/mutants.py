@@ -1589,6 +1589,57 @@ PATCHES: tuple[Patch, ...] = (
         "operator requeue it answers done for an attempt whose own outside call never "
         "committed, from an earlier attempt's effect (third blind study, mutant 17)",
     ),
+    # --- waiting for outcomes ------------------------------------------------------
+    Patch(
+        "wait-poll-pause-uncapped",
+        "waits",
+        "fsm/service/waiting.py",
+        (("pause = min(WAIT_POLL_MAX, pause * 2)", "pause = pause * 2"),),
+        ("memory", "sqlite"),
+        "a polled wait's pause doubles without its cap: a wait that has waited a minute "
+        "reads its job a minute apart, and returns that long after the job ended",
+    ),
+    Patch(
+        "wait-watched-recheck-never",
+        "waits",
+        "fsm/service/waiting.py",
+        (("yield Pause(min(left, WAIT_RECHECK))", "yield Pause(left)"),),
+        ("postgres",),
+        "a watched wait trusts the store's wake-up alone and never reads again until its "
+        "timeout: one lost notification (a reconnect, a dropped trigger) holds it to the end",
+    ),
+    Patch(
+        "postgres-unwatch-drops-every-watcher",
+        "waits",
+        "adapters/postgres/waiting.py",
+        (
+            (
+                "                if mine is not None:\n"
+                "                    mine.pop(key, None)\n"
+                "                    if not mine:\n"
+                "                        del self._watchers[job_id]\n",
+                "                if mine is not None:\n"
+                "                    del self._watchers[job_id]\n",
+            ),
+        ),
+        ("postgres",),
+        "a wait that ends forgets every wake-up of its job, not only its own: another "
+        "caller still waiting on the job is woken only by its once-a-second re-read",
+    ),
+    Patch(
+        "postgres-listener-no-wake-after-reconnect",
+        "waits",
+        "adapters/postgres/waiting.py",
+        (
+            (
+                "                self._wake_all()  # anything that finished while we were away",
+                "                pass  # anything that finished while we were away",
+            ),
+        ),
+        ("postgres",),
+        "the listener, back after losing its connection, does not wake its waits: a job "
+        "that ended while it was away is seen only at the next re-read",
+    ),
 )
 
 

@@ -140,6 +140,8 @@ CI_PATCHES: dict[str, str] = {
     "rescue-own-verdict-per-owner": "machine",  # own jobs judged per run: I1 (machine)
     "reconcile-marks-of-every-attempt": "machine",  # the lost attempt's marks: I7 (machine)
     "reconcile-marks-include-rejected": "machine",  # a zombie's rejected mark: I7 (machine)
+    "wait-poll-pause-uncapped": "waits",  # a polled wait's reads: O3 (the waits model)
+    "postgres-unwatch-drops-every-watcher": "waits",  # a watched wait's wake-up: O5 (waits)
 }
 
 
