@@ -29,7 +29,12 @@ the lease until when, never from the store's lease table:
   `Observer.on_retention`) what it deleted, by (queue, state), at the pass's time, and
   a refused pass tells nothing;
 - G5 held: a pass never deletes a job that a waiting job names as its prerequisite
-  (which would then fail as "gone"), by whichever rule it runs.
+  (which would then fail as "gone"), by whichever rule it runs;
+- G6 a worker's retention thread (the production `fsm.worker.retainer.Retainer`, run
+  now and then in place of a bare pass) passes once as it starts, checked as every
+  pass is (G1 to G5), and once its worker drains it ends within `RETAINER_WAIT`
+  seconds and gives its lease up: another worker's pass right after takes the lease
+  (G1 then says whether it had to).
 
 On a store shared by every example (PostgreSQL's run schema: one that holds jobs when
 the example starts) each example keeps to queues of its own: each has a rule of its own
@@ -42,9 +47,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -60,8 +67,13 @@ from ..ports import LeasesServices, ScanRequest
 from ..records import Job, Owner
 from ..service.dependencies import waiting_states
 from ..service.engine import Engine
+from ..service.identity import Identity
+from ..service.maintenance.report import Report
 from ..service.maintenance.retention import Retention, RetentionPlan
 from ..telemetry.observers import ObserverBase
+from ..worker.handlers import Handlers
+from ..worker.retainer import Retainer
+from ..worker.state import Shared
 from .faults_commits import quiet
 from .faults_machine import suite_policy
 from .faults_models import ModelRun
@@ -71,6 +83,9 @@ KIND = "retention.job"
 OTHER_KIND = "retention.other"
 FINISHED = ("succeeded", "failed", "cancelled")
 OWNER = Owner(host="retention-sim", pid=5, incarnation="retention-incarnation-a")
+#: real seconds a worker's retention thread has for its first pass, and to end once its
+#: worker drains (its pause between passes is the plan's minute: only the drain ends it)
+RETAINER_WAIT = 10.0
 #: seconds from 2030-01-01: each example starts a year after the last
 YEAR = 365 * 86400.0
 START = 1_893_456_000.0
@@ -91,11 +106,21 @@ _advance = st.tuples(
     st.just("advance"), st.sampled_from((1.0, 5.0, 10.0, 30.0, 60.0, 600.0, 3600.0)), st.just(0)
 )
 _pass = st.tuples(st.just("pass"), st.integers(0, 2), st.just(0))
+#: worker i's retention thread starts (its first pass at once) and its worker drains
+_retainer = st.tuples(st.just("retainer"), st.integers(0, 2), st.just(0))
 _end = st.tuples(st.sampled_from(("stop", "die")), st.integers(0, 2), st.just(0))
 #: passes and jobs weigh most; a worker ends now and then; a dependent or an orphan
 #: weighs as much as a dependent alone did before orphans (the time of a run)
 _step = st.one_of(
-    _jobs, _jobs, st.one_of(_dependent, _orphan), _advance, _advance, _pass, _pass, _pass, _end
+    _jobs,
+    _jobs,
+    st.one_of(_dependent, _orphan),
+    _advance,
+    _advance,
+    _pass,
+    _pass,
+    st.one_of(_pass, _retainer),
+    _end,
 )
 _example = st.fixed_dictionaries(
     {
@@ -137,6 +162,10 @@ ORPHANS: dict[str, Any] = {
         ("orphan", 0, 1),
         ("advance", 10.0, 0),
         ("pass", 1, 0),
+        ("pass", 0, 0),
+        ("jobs", ("succeeded", 1), 2),
+        ("advance", 3600.0, 0),
+        ("retainer", 1, 0),  # G6: worker 1's thread takes the lease, prunes, gives it up
         ("pass", 0, 0),
     ],
 }
@@ -369,6 +398,8 @@ class _World:
                 i = arg % len(self.workers)
                 if op == "pass":
                     self._pass(i)
+                elif op == "retainer":
+                    self._retainer(i)
                 elif op == "stop":
                     self.workers[i].stop()
                     self.grants.pop(self.workers[i].owner, None)
@@ -379,7 +410,52 @@ class _World:
                     stats.faults["retention: a worker is killed and restarts"] += 1
         stats.examples += 1
 
-    def _pass(self, i: int) -> None:
+    def _retainer(self, i: int) -> None:
+        """G6: worker `i` restarts with a retention thread, the production `Retainer`:
+        its first pass (at start) is checked as every pass is; then its worker drains,
+        and the thread must end and give its lease up."""
+        shared = Shared(
+            self.engines[i],
+            Identity(),
+            Handlers(),
+            concurrency=1,
+            poll_interval=1.0,
+            queues=self.queues,
+        )
+        retainer = Retainer(shared, self.plan)
+        self.workers[i] = retainer.service  # a new process: a new owner
+        thread = threading.Thread(target=retainer.loop, name="retention-model", daemon=True)
+
+        def first_pass() -> Report:
+            thread.start()
+            waited = time.monotonic() + RETAINER_WAIT
+            while retainer.last is None and thread.is_alive() and time.monotonic() < waited:
+                time.sleep(0.001)
+            if retainer.last is None:
+                raise AssertionError(
+                    f"G6 worker {i}'s retention thread made no pass within {RETAINER_WAIT:g}s "
+                    "of its start"
+                )
+            return retainer.last
+
+        try:
+            self._pass(i, first_pass)
+        finally:
+            shared.stopping.set()
+            thread.join(RETAINER_WAIT)
+        if thread.is_alive():
+            raise AssertionError(
+                f"G6 worker {i}'s retention thread was still running {RETAINER_WAIT:g}s "
+                "after its worker started draining"
+            )
+        self.grants.pop(retainer.service.owner, None)
+        self.workers[i] = self._worker(i)
+        self.ctx.stats.faults["retention: a worker's retention thread passes, then drains"] += 1
+        # the lease given up: the next worker's pass takes it unless a third holds it (G1)
+        self._pass((i + 1) % len(self.workers))
+        self.ctx.stats.checks["G6 a retention thread passes at start, ends and gives up"] += 1
+
+    def _pass(self, i: int, run: Callable[[], Report] | None = None) -> None:
         stats, checks = self.ctx.stats, self.ctx.stats.checks
         now = self.clock.now()
         worker = self.workers[i]
@@ -387,7 +463,7 @@ class _World:
         taken = any(until > now for until in others)
         before = self._jobs()
         told = len(self.told[i].passes)
-        report = worker.run_once()
+        report = worker.run_once() if run is None else run()
         after = self._jobs()
         gone = [before[k] for k in before if k not in after]
         who = f"worker {i} at {now - self.start:g} s"

@@ -1589,6 +1589,33 @@ PATCHES: tuple[Patch, ...] = (
         "operator requeue it answers done for an attempt whose own outside call never "
         "committed, from an earlier attempt's effect (third blind study, mutant 17)",
     ),
+    # --- the worker's retention thread -------------------------------------------------
+    Patch(
+        "retainer-keeps-lease-on-drain",
+        "retention",
+        "fsm/worker/retainer.py",
+        (("                self.service.stop()\n", "                pass\n"),),
+        ("memory", "sqlite"),
+        "a draining worker's retention thread ends without giving its lease up: no other "
+        "worker prunes until the lease expires, a restart of every worker a lease apart "
+        "prunes nothing",
+    ),
+    Patch(
+        "retainer-first-pass-after-a-pause",
+        "retention",
+        "fsm/worker/retainer.py",
+        (
+            (
+                "                pause = every * random.uniform(0.9, 1.1)\n",
+                "                pause = every * random.uniform(0.9, 1.1)\n"
+                "                if s.stopping.wait(pause):\n"
+                "                    break\n",
+            ),
+        ),
+        ("memory",),
+        "the retention thread pauses before its first pass: a worker restarted more often "
+        "than the plan's period (a deploy loop, an autoscaler) never prunes",
+    ),
     # --- waiting for outcomes ------------------------------------------------------
     Patch(
         "wait-poll-pause-uncapped",

@@ -141,6 +141,7 @@ CI_PATCHES: dict[str, str] = {
     "reconcile-marks-of-every-attempt": "machine",  # the lost attempt's marks: I7 (machine)
     "reconcile-marks-include-rejected": "machine",  # a zombie's rejected mark: I7 (machine)
     "wait-poll-pause-uncapped": "waits",  # a polled wait's reads: O3 (the waits model)
+    "retainer-keeps-lease-on-drain": "retention",  # the retention thread's drain: G1/G6
     "postgres-unwatch-drops-every-watcher": "waits",  # a watched wait's wake-up: O5 (waits)
 }
 
