@@ -52,6 +52,17 @@ def _load(group: str, name: str) -> Any:
         raise
 
 
+def offered(group: str, subject: object) -> Any:
+    """What the first of the `group` entry points offers for `subject` (each is called
+    with it and answers None when it is not its adapter's), or None: the fault models
+    reach an adapter's own helpers for a store this way (`fsm/` imports no driver)."""
+    for ep in entry_points(group=group):
+        made = ep.load()(subject)
+        if made is not None:
+            return made
+    return None
+
+
 def store_url(url: str | None = None) -> str:
     """The URL to use: the argument, else $JOBFSM_STORE, else the SQLite default."""
     return url or os.environ.get(STORE_ENV) or DEFAULT_STORE_URL

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from contextlib import AbstractContextManager
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
 from hypothesis import given
@@ -42,6 +41,7 @@ from ..clock import FakeClock
 from ..errors import TransientStoreError
 from ..inputs import KindPolicy
 from ..ports import JoinsTransactions
+from ..registry import offered
 from ..service.aio import AsyncEngine
 from ..service.engine import Engine
 from .faults_machine import suite_policy
@@ -140,11 +140,8 @@ def caller_connections(store: object) -> CallerConnections | None:
     store that does not join a caller's transaction, or no adapter claims it)."""
     if not isinstance(store, JoinsTransactions):
         return None
-    for ep in entry_points(group=CALLER_GROUP):
-        made: CallerConnections | None = ep.load()(store)
-        if made is not None:
-            return made
-    return None
+    made: CallerConnections | None = offered(CALLER_GROUP, store)
+    return made
 
 
 class _World:

@@ -43,7 +43,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
 import attrs
@@ -55,6 +54,7 @@ from ..errors import BadInput, JobNotFound, WaitTimeout
 from ..inputs import KindPolicy
 from ..ports import Store, WatchesJobs
 from ..records import Job, Owner
+from ..registry import offered
 from ..service import waiting
 from ..service.engine import Engine
 from ..service.waiting import MAX_WAIT, WAIT_POLL_MAX, WAIT_RECHECK
@@ -100,11 +100,8 @@ def wait_faults(store: object) -> WaitFaults | None:
     """The listener faults an installed adapter offers for `store`, or None."""
     if not isinstance(store, WatchesJobs):
         return None
-    for ep in entry_points(group=WAIT_FAULTS_GROUP):
-        made: WaitFaults | None = ep.load()(store)
-        if made is not None:
-            return made
-    return None
+    made: WaitFaults | None = offered(WAIT_FAULTS_GROUP, store)
+    return made
 
 
 _step = st.one_of(
