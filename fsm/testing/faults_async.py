@@ -25,7 +25,7 @@ from ..ports import AsyncStore, Capacity, HasAsyncStore, ScanRequest, Store
 from ..records import AuditEntry, Decision, Job
 from ..service.aio import AsyncEngine
 from ..service.engine import Engine
-from .faults_store import FaultyStore
+from .faults_store import ErasingFaultyStore, FaultyStore
 
 T = TypeVar("T")
 
@@ -102,6 +102,10 @@ class FaultyTwinStore(FaultyStore):
         return FaultyAsyncStore(self.twin_of.async_store(), self)
 
 
+class ErasingFaultyTwinStore(FaultyTwinStore, ErasingFaultyStore):
+    """A FaultyTwinStore over a store that can erase (`ErasingFaultyStore`)."""
+
+
 class AsyncClient:
     """The machine's blocking view of an `AsyncEngine(path="async")` on its own loop."""
 
@@ -128,6 +132,9 @@ class AsyncClient:
 
     def resolve(self, job_id: str, *, outcome: str, actor: str, reason: str) -> Job:
         return self._run(self.aengine.resolve(job_id, outcome=outcome, actor=actor, reason=reason))
+
+    def erase(self, job_id: str, *, actor: str, reason: str) -> Job:
+        return self._run(self.aengine.erase(job_id, actor=actor, reason=reason))
 
     def close(self) -> None:
         """Close the twin's pool on the loop (psycopg_pool needs its loop), then the loop."""

@@ -27,6 +27,7 @@ most SENT_LOG remembered reports per worker, SETTLE_ROUNDS rounds to settle.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import uuid
 from collections import Counter
@@ -56,9 +57,17 @@ from ..lifecycle.invariants import (
     requeues,
     trail_problems,
 )
+from ..lifecycle.rules import ERASED
 from ..lifecycle.spec import lifecycle
 from ..policies import Backoff, LeasePolicy, Limits, Policy, RecoveryPolicy, RetryPolicy
-from ..ports import PruneRequest, ScanRequest, Store, StoresProgress, TracksDependencies
+from ..ports import (
+    Erasable,
+    PruneRequest,
+    ScanRequest,
+    Store,
+    StoresProgress,
+    TracksDependencies,
+)
 from ..records import Job, Owner
 from ..service import maintenance as recovery
 from ..service.engine import Engine
@@ -67,9 +76,9 @@ from ..service.progress import envelope
 from ..service.reconcile import Asker
 from ..worker.claims import kind_policy_arg
 from ..worker.runs import Run, Runs
-from .faults_async import AsyncClient, FaultyTwinStore
+from .faults_async import AsyncClient, ErasingFaultyTwinStore, FaultyTwinStore
 from .faults_outside import LOSS_MODES, MODES, UNKNOWN_ANSWERS, OutsideSystem
-from .faults_store import FAULTABLE, FaultyStore
+from .faults_store import FAULTABLE, ErasingFaultyStore, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
 
 OUTCOMES = ("succeed", "fail", "retry_after", "permanent", "ambiguous")
@@ -275,12 +284,18 @@ class FaultMachine(RuleBasedStateMachine):
         self.lease_states = frozenset(self.spec.sources("lease"))
         self.cancel_states = frozenset(self.spec.sources("cancel"))
         self.requeue_states = frozenset(self.spec.sources("requeue"))
+        self.erase_states = frozenset(self.spec.sources("erase"))
         self.queue = f"{QUEUE_PREFIX}-{uuid.uuid4().hex[:12]}"
         self.clock = FakeClock()
         self.policy = suite_policy()
         self.real: Store = type(self).store_factory()
         try:
-            faulty = FaultyTwinStore if self.engine_mode == "async" else FaultyStore
+            erasing = isinstance(self.real, Erasable)
+            faulty: type[FaultyStore]
+            if self.engine_mode == "async":
+                faulty = ErasingFaultyTwinStore if erasing else FaultyTwinStore
+            else:
+                faulty = ErasingFaultyStore if erasing else FaultyStore
             self.store = faulty(self.real, racer=self._race)
         except BadInput:
             self.real.close()
@@ -1630,6 +1645,57 @@ class FaultMachine(RuleBasedStateMachine):
         with contextlib.suppress(IllegalTransition, TransientStoreError):
             resolve(self.client)
         self._repeat_is_noop(jid, lambda j: j.state == outcome, resolve)
+
+    @precondition(lambda self: any(s in self.erase_states for s in self.states.values()))
+    @rule(j=J)
+    def operator_erase(self, j: int) -> None:
+        """An operator erases a finished job's payload, result and progress
+        (`Engine.erase`). F1: once it returns, none is left in the record nor in any
+        entry of the trail, the state, fence and attempt are as they were (I4), and the erase is in
+        the trail under its operator; a store that cannot erase refuses it and changes
+        nothing."""
+        picks = [jid for jid in self.jobs if self.states.get(jid) in self.erase_states]
+        jid = picks[j % len(picks)]
+        self.touched.add(jid)
+        before = self.real.get(jid)
+        if before is None:
+            return
+        trail = len(self.real.history(jid))
+        try:
+            self.client.erase(jid, actor="operator", reason="fault suite erase")
+        except (TransientStoreError, IllegalTransition):
+            return  # a fault of the machine's store (the erase may or may not have landed)
+        except BadInput:
+            if isinstance(self.real, Erasable):
+                raise
+            after = self.real.get(jid)
+            if after != before or len(self.real.history(jid)) != trail:
+                self._fail(f"F1 job {jid}: an erase the store refused changed the job")
+            return
+        self.progress.pop(jid, None)  # erased with the payload and result (U2)
+        after = self.real.get(jid)
+        history = self.real.history(jid)
+        if after is None or (after.state, after.fence, after.attempt) != (
+            before.state,
+            before.fence,
+            before.attempt,
+        ):
+            self._fail(f"F1 job {jid}: an erase of a {before.state} job made it {after}")
+        assert after is not None
+        if (after.payload, after.result, after.progress_json) != (None, None, None):
+            self._fail(f"F1 job {jid}: erased, yet its record keeps payload, result or progress")
+        kept = [
+            e.event
+            for e in history
+            for field in ERASED
+            if json.loads(e.data_json or "{}").get(field) not in (None, "null")
+        ]
+        if kept:
+            self._fail(f"F1 job {jid}: erased, yet its trail keeps a copy in {kept}")
+        last = history[-1]
+        if (last.event, last.outcome, last.actor) != ("erase", "applied", "operator"):
+            self._fail(f"F1 job {jid}: an erase left no audit entry (last: {last.event})")
+        self.stats.checks["F1 an erase blanks the record and the whole trail"] += 1
 
     @precondition(lambda self: self.jobs)
     @rule(late=st.booleans())

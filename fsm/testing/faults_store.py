@@ -25,6 +25,7 @@ from ..ports import (
     Capacity,
     ClaimRequest,
     CountsPrunes,
+    Erasable,
     PruneRequest,
     RenewRequest,
     ScanRequest,
@@ -180,3 +181,12 @@ class FaultyStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class ErasingFaultyStore(FaultyStore):
+    """A FaultyStore over a store that can erase (`Erasable`): the erase goes through
+    as it is (no fault is armed on it), so the engine sees the capability it has."""
+
+    def erase(self, decision: Decision) -> Job | VersionConflict:
+        assert isinstance(self.inner, Erasable)
+        return self.inner.erase(decision)

@@ -1589,6 +1589,51 @@ PATCHES: tuple[Patch, ...] = (
         "operator requeue it answers done for an attempt whose own outside call never "
         "committed, from an earlier attempt's effect (third blind study, mutant 17)",
     ),
+    # --- erase ---------------------------------------------------------------------------
+    Patch(
+        "sqlite-erase-blanks-only-the-submit",
+        "erase",
+        "adapters/sqlite/store.py",
+        (
+            (
+                '"SELECT seq, data_json FROM job_events WHERE job_id = ?", (decision.job.id,)',
+                "\"SELECT seq, data_json FROM job_events WHERE job_id = ? AND event = 'submit'\", "
+                "(decision.job.id,)",
+            ),
+        ),
+        ("sqlite",),
+        "an erase blanks the payload where it was submitted and forgets the other entries: "
+        "the result a handler reported (a card number, an address) stays in the trail of "
+        "a job an operator erased for a deletion request",
+    ),
+    Patch(
+        "postgres-erase-blanks-one-entry",
+        "erase",
+        "adapters/postgres/ops.py",
+        (
+            (
+                "erased = [(erased_data_json(text), job_id, seq) for seq, text in rows]",
+                "erased = [(erased_data_json(text), job_id, seq) for seq, text in rows[:1]]",
+            ),
+        ),
+        ("postgres",),
+        "an erase rewrites the job's first audit entry only: every later copy of the "
+        "result stays in the trail",
+    ),
+    Patch(
+        "core-erase-keeps-progress",
+        "erase",
+        "fsm/lifecycle/rules.py",
+        (
+            (
+                'ERASED = {"payload_json": "null", "result_json": None, "progress_json": None}',
+                'ERASED = {"payload_json": "null", "result_json": None}',
+            ),
+        ),
+        ("memory",),
+        "an erase blanks payload and result but keeps the handler's last progress, which "
+        "may quote either",
+    ),
     # --- the worker's retention thread -------------------------------------------------
     Patch(
         "retainer-keeps-lease-on-drain",
