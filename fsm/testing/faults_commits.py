@@ -23,6 +23,8 @@ Promises, read back after every step:
 - U1 a call that returned a record returned what the store holds: an applied
   audit entry at that version, and the record itself while nobody changed it
   since (a write whose commit was unknown is answered for only if it is there);
+  a heartbeat's lease answered as renewed is stored with that owner, fence and
+  lease (an explicit example breaks a renew before and after it is sent);
 - C1 every trail replays to its record (job and audit written both or neither);
   no job is lost.
 
@@ -42,6 +44,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar
 
+import hypothesis
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -71,6 +74,19 @@ _step = st.tuples(
     st.booleans(),  # a concurrent heartbeat before the write
     st.integers(0, 7),
 )
+
+
+#: an explicit example (every run): a lease renewed while the connection breaks before
+#: the renew reaches the server (it never commits: it must not be answered as renewed)
+#: and after it (it committed: it may be)
+RENEW_LOST: list[tuple[str, str, int, str, bool, int]] = [
+    ("sync", "submit", 0, "before", False, 0),
+    ("sync", "claim", 0, "before", False, 0),
+    ("sync", "start", 0, "before", False, 0),
+    ("sync", "heartbeat", 1, "before", False, 0),
+    ("sync", "heartbeat", 1, "after", False, 0),
+    ("sync", "heartbeat", 0, "before", False, 0),
+]
 
 
 class BreakPlan:
@@ -214,6 +230,7 @@ class CommitsModel:
 
         @ctx.settings(self.examples[ctx.size])
         @given(st.lists(_step, min_size=3, max_size=14))
+        @hypothesis.example(RENEW_LOST)
         def example(steps: list[tuple[str, str, int, str, bool, int]]) -> None:
             with ctx.database() as opener:
                 world = _Commits(ctx, opener(), opener())
@@ -315,7 +332,11 @@ class _Commits:
                 for j in (self.real.get(i) for i in self.ids)
                 if j and j.owner == OWNER and j.state in ("leased", "running", "cancelling")
             }
-            self.engine.heartbeat(OWNER, held)
+            # a moment later than any renew before: this one asks for a lease of its own
+            self.clock.advance(1.0)
+            until = self.clock.now() + self.policy.lease.ttl
+            renewed = self.engine.heartbeat(OWNER, held)
+            self._renewed(side, renewed, held, until)
             return []
         states = {
             "start": ("leased",),
@@ -337,6 +358,30 @@ class _Commits:
             ),
         }
         return [calls[op]()]
+
+    def _renewed(
+        self, side: str, renewed: dict[str, str], held: dict[str, int], until: float
+    ) -> None:
+        """U1 for a heartbeat: every lease it answered as renewed (its commit known or
+        confirmed after a broken connection) is stored renewed: this owner, the fence it
+        renewed under, the lease it asked for."""
+        for jid in renewed:
+            stored = self.real.get(jid)
+            if stored is None or (stored.owner, stored.fence, stored.lease_until) != (
+                OWNER,
+                held.get(jid),
+                until,
+            ):
+                raise AssertionError(
+                    f"U1 {side} heartbeat answered job {jid}'s lease as renewed under fence "
+                    f"{held.get(jid)} until {until}; the store holds "
+                    + (
+                        "no job"
+                        if stored is None
+                        else f"fence {stored.fence}, lease until {stored.lease_until}"
+                    )
+                )
+        self.ctx.stats.checks["U1 a renew answered as done is stored (connection broken)"] += 1
 
     def _check(self, side: str, op: str, returned: list[Job]) -> None:
         listed = self.real.scan(

@@ -256,6 +256,22 @@ NEW_KEY: dict[str, Any] = {
 }
 
 
+#: checked first too: a queue's concurrency limit meets jobs already holding a slot:
+#: two are leased, then a claim of ten may lease one more (the queue allows three);
+#: a count that charged held jobs to their kinds only would let three more through
+QUEUE_HELD: dict[str, Any] = {
+    "capped": 2,
+    "rated": 1,
+    "free": 6,
+    "free_priority": 0,
+    "concurrency": 3,
+    "rate": 3,
+    "period": 1.0,
+    "queue_limit": {"concurrency": 3},
+    "steps": [("claim", 2, False), ("claim", 10, False), ("claim", 10, True)],
+}
+
+
 def holding_intervals(trail: Sequence[AuditEntry]) -> list[tuple[float, float]]:
     """[start, end) of each time the job held a slot (end: inf while it holds one)."""
     out: list[tuple[float, float]] = []
@@ -325,6 +341,7 @@ class LimitsModel:
         @example(example=KEPT_COUNTS)
         @example(example=WORKERS_JOIN)
         @example(example=NEW_KEY)
+        @example(example=QUEUE_HELD)
         def one(example: dict[str, Any]) -> None:
             with ctx.database() as opener:
                 _Example(ctx, opener, example).run()

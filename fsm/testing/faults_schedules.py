@@ -49,6 +49,11 @@ Promises:
   holds such a lead: a lapsed lead is taken over at the next pass.
 
 T1, T4 and T5 are checked after every pass, the held one and the one that ran inside it.
+T5 is also checked where schedulers take the lead truly at once: at the end of every
+example, once no lead is live, `RACERS` schedulers, each on a store handle (and, on
+PostgreSQL, a connection) of its own, beat at the same instant from threads of their
+own (`HoldsSchedules.beat_scheduler`, as `Ticks` takes a lead), `RACES` times: exactly
+one of them leads each time, and the store holds one live lead.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from __future__ import annotations
 import calendar
 import itertools
 import math
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -68,10 +74,10 @@ from hypothesis import strategies as st
 
 from ..clock import FakeClock
 from ..inputs import KindPolicy
-from ..ports import HoldsSchedules, ScanRequest, ScheduleRecord, Store
+from ..ports import HoldsSchedules, ScanRequest, SchedulerBeat, ScheduleRecord, Store
 from ..records import Decision, Job
 from ..service.engine import Engine
-from ..service.maintenance.ticks import Ticks
+from ..service.maintenance.ticks import FORGET_AFTER, LEAD_FOR, Ticks
 from ..service.schedules import Schedule, Schedules, schedule
 from ..service.timetable import LATE_GRACE
 from .faults_commits import quiet
@@ -84,6 +90,11 @@ STEPS = (1.0, 5.0, 20.0, 44.0, 61.0, 200.0, 3000.0, 86400.0)
 #: where a held pass stops: after reading the schedules, before submitting one
 #: schedule's ticks, before recording them (the writes `Ticks.run_once` makes)
 SEAMS = ("read", "submit", "record")
+#: schedulers that race for the lead at the end of every example, and how many times
+RACERS = 3
+RACES = 3
+#: real seconds a racing beat may wait for the others and take
+RACE_WAIT = 30.0
 
 
 @attrs.frozen
@@ -254,6 +265,7 @@ class SchedulesModel:
                 world = _World(ctx, opener, example, next(years))
                 try:
                     world.play(example["steps"])
+                    world.race_for_the_lead(opener)
                 finally:  # a database shared by examples (PostgreSQL's run schema) keeps
                     world.remove()  # only this example's: every pass walks all schedules
 
@@ -314,6 +326,52 @@ class _World:
         #: the newest `checked_at` seen, by schedule (T4: it never moves back)
         self.checked: dict[str, float] = {}
         self.skipped: dict[str, set[float]] = {s.name: set() for s in self.schedules}
+
+    def race_for_the_lead(self, opener: Callable[[], Store]) -> None:
+        """T5 under true concurrency: once every lead lapsed, RACERS schedulers beat at
+        the same instant, each from its own thread and store handle; exactly one leads."""
+        held = [s for s in (opener() for _ in range(RACERS)) if isinstance(s, HoldsSchedules)]
+        tag = uuid.uuid4().hex[:8]
+        for race in range(RACES):
+            self.clock.advance(LEAD_FOR + 1.0)  # every lead of the example lapsed
+            self._race_once(held, f"racer-{tag}-{race}")
+        self.ctx.stats.checks["T5 one scheduler leads, and a lapsed lead is taken over"] += 1
+
+    def _race_once(self, held: Sequence[HoldsSchedules], name: str) -> None:
+        now = self.clock.now()
+        barrier = threading.Barrier(len(held))
+        led: list[bool] = []
+        errors: list[BaseException] = []
+
+        def beat(store: HoldsSchedules, k: int) -> None:
+            try:
+                barrier.wait(RACE_WAIT)
+                me = SchedulerBeat(f"{name}-{k}", (KIND,), now)
+                lead = store.beat_scheduler(
+                    me, lead_until=now + LEAD_FOR, forget_before=now - FORGET_AFTER
+                )
+                led.append(lead)
+            except BaseException as err:  # re-raised by the model's thread
+                errors.append(err)
+
+        threads = [
+            threading.Thread(target=beat, args=(s, k), name="schedules-race", daemon=True)
+            for k, s in enumerate(held)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(RACE_WAIT)
+        if errors:
+            raise errors[0]
+        live = [b.owner for b in self.store.schedulers() if b.lead_until and b.lead_until > now]
+        if led.count(True) != 1 or len(live) != 1:
+            raise AssertionError(
+                f"T5 {len(held)} schedulers took the lead at once at {now}: "
+                f"{led.count(True)} were told they lead, the store holds {len(live)} "
+                "live leads (exactly one must)"
+            )
+        self.ctx.stats.faults["schedules: schedulers race for the lead at once"] += 1
 
     def remove(self) -> None:
         for s in self.schedules:

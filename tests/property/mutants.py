@@ -1589,6 +1589,51 @@ PATCHES: tuple[Patch, ...] = (
         "operator requeue it answers done for an attempt whose own outside call never "
         "committed, from an earlier attempt's effect (third blind study, mutant 17)",
     ),
+    # --- the fifth blind study's misses ----------------------------------------------------
+    Patch(
+        "postgres-renew-confirm-owner-and-fence-only",
+        "postgres",
+        "adapters/postgres/ops.py",
+        (
+            (
+                "            and j.fence == request.fences[j.id]\n"
+                "            and j.lease_until == request.lease_until\n"
+                "            and j.updated_at == request.now\n",
+                "            and j.fence == request.fences[j.id]\n",
+            ),
+        ),
+        ("postgres",),
+        "a renew whose commit is unknown (the connection broke) is confirmed by owner and "
+        "fence alone: a renew that never committed is answered as done, the worker trusts "
+        "a lease that lapses, and another worker runs the job beside it (fifth blind "
+        "study, mutant 11)",
+    ),
+    Patch(
+        "memory-queue-limit-ignores-held-jobs",
+        "limits",
+        "adapters/memory_limits.py",
+        (
+            (
+                "        for job in self._in_states(request.held_states):\n"
+                '            for k in (f"kind:{job.kind}", f"queue:{job.queue}"):\n',
+                "        for job in self._in_states(request.held_states):\n"
+                '            for k in (f"kind:{job.kind}",):\n',
+            ),
+        ),
+        ("memory",),
+        "jobs already holding a slot are counted against their kind's limit only: a "
+        "queue's concurrency limit lets a claim through as if none of its jobs ran (fifth "
+        "blind study, mutant 01, caught on 3 of 4 runs before QUEUE_HELD)",
+    ),
+    Patch(
+        "postgres-scheduler-beat-unlocked",
+        "schedules",
+        "adapters/postgres/schedules.py",
+        (('            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", key)\n', ""),),
+        ("postgres",),
+        "a scheduler's beat takes no lock: two schedulers that beat at once each see no "
+        "other lead and both lead (fifth blind study, mutant 12)",
+    ),
     # --- erase ---------------------------------------------------------------------------
     Patch(
         "sqlite-erase-blanks-only-the-submit",

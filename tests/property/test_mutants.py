@@ -146,6 +146,9 @@ CI_PATCHES: dict[str, str] = {
     "reconcile-marks-of-every-attempt": "machine",  # the lost attempt's marks: I7 (machine)
     "reconcile-marks-include-rejected": "machine",  # a zombie's rejected mark: I7 (machine)
     "sqlite-erase-blanks-only-the-submit": "machine",  # an erase's trail: F1 (machine)
+    "postgres-renew-confirm-owner-and-fence-only": "commits",  # a lost renew: U1 (commits)
+    "postgres-scheduler-beat-unlocked": "schedules",  # leads taken at once: T5 (schedules)
+    "memory-queue-limit-ignores-held-jobs": "limits",  # a queue limit, jobs held: L1 (limits)
     "wait-poll-pause-uncapped": "waits",  # a polled wait's reads: O3 (the waits model)
     "retainer-keeps-lease-on-drain": "retention",  # the retention thread's drain: G1/G6
     "postgres-unwatch-drops-every-watcher": "waits",  # a watched wait's wake-up: O5 (waits)
