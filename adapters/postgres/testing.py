@@ -129,3 +129,32 @@ def wait_faults(store: object) -> PostgresWaitFaults | None:
     if not isinstance(store, PostgresStore):
         return None
     return PostgresWaitFaults(store)
+
+
+class PostgresQueueForgetter:
+    """Deletes the jobs of one queue, with their trails and prerequisite rows: the fault
+    machine's clean-up after each example on a schema the run's examples share
+    (`fsm.testing.faults_machine`). It acts only on the queue an example made its own:
+    a run pointed at a schema that holds other work leaves that work alone."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._schema = migrations.quote(store.settings.schema)
+
+    def __call__(self, queue: str) -> None:
+        s = self._schema
+        mine = f"SELECT id FROM {s}.jobs WHERE queue = %s"
+        with self._store.connect("admin") as conn, conn.transaction():
+            conn.execute(f"DELETE FROM {s}.job_events WHERE job_id IN ({mine})", (queue,))
+            conn.execute(
+                f"DELETE FROM {s}.job_deps WHERE job_id IN ({mine}) OR after_id IN ({mine})",
+                (queue, queue),
+            )
+            conn.execute(f"DELETE FROM {s}.jobs WHERE queue = %s", (queue,))
+
+
+def queue_forgetter(store: object) -> PostgresQueueForgetter | None:
+    """The queue clean-up of `store` when it is a PostgreSQL store, else None."""
+    if not isinstance(store, PostgresStore):
+        return None
+    return PostgresQueueForgetter(store)

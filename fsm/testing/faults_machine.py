@@ -69,6 +69,7 @@ from ..ports import (
     TracksDependencies,
 )
 from ..records import Job, Owner
+from ..registry import offered
 from ..service import maintenance as recovery
 from ..service.engine import Engine
 from ..service.identity import Identity
@@ -82,6 +83,8 @@ from .faults_store import FAULTABLE, ErasingFaultyStore, FaultyStore
 from .hosts import SimulatedLiveness, SimulatedProcesses
 
 OUTCOMES = ("succeed", "fail", "retry_after", "permanent", "ambiguous")
+#: where the store adapters offer to delete one queue's jobs (`_forget_queue`)
+QUEUE_FORGETTERS = "jobfsm.queue_forgetters"
 MAX_JOBS = 8
 N_WORKERS = 3
 SENT_LOG = 16
@@ -1892,8 +1895,19 @@ class FaultMachine(RuleBasedStateMachine):
             try:
                 if isinstance(self.client, AsyncClient):
                     self.client.close()
+                self._forget_queue()
             finally:
                 self.store.close()
+
+    def _forget_queue(self) -> None:
+        """On a database the run's examples share (PostgreSQL's run schema), delete this
+        example's jobs: an example that ended unsettled (hypothesis stops one at its last
+        step) left leased and running jobs, and later examples' sweeps, which scan every
+        job of the store as a worker's do, met them first; the same choices then led to
+        different steps (Flaky). A store of the example's own has nothing to forget."""
+        forget: Callable[[str], None] | None = offered(QUEUE_FORGETTERS, self.real)
+        if forget is not None:
+            forget(self.queue)
             if self.stats.progress is not None:
                 self.stats.progress(self.stats)
 

@@ -50,10 +50,10 @@ Promises:
 
 T1, T4 and T5 are checked after every pass, the held one and the one that ran inside it.
 T5 is also checked where schedulers take the lead truly at once: at the end of every
-example, once no lead is live, `RACERS` schedulers, each on a store handle (and, on
-PostgreSQL, a connection) of its own, beat at the same instant from threads of their
-own (`HoldsSchedules.beat_scheduler`, as `Ticks` takes a lead), `RACES` times: exactly
-one of them leads each time, and the store holds one live lead.
+example, once no lead is live, its two or three schedulers, each on its own store
+handle (and, on PostgreSQL, connection), beat at the same instant from threads of
+their own (`HoldsSchedules.beat_scheduler`, as `Ticks` takes a lead), `RACES` times:
+exactly one of them leads each time, and the store holds one live lead.
 """
 
 from __future__ import annotations
@@ -90,8 +90,7 @@ STEPS = (1.0, 5.0, 20.0, 44.0, 61.0, 200.0, 3000.0, 86400.0)
 #: where a held pass stops: after reading the schedules, before submitting one
 #: schedule's ticks, before recording them (the writes `Ticks.run_once` makes)
 SEAMS = ("read", "submit", "record")
-#: schedulers that race for the lead at the end of every example, and how many times
-RACERS = 3
+#: how many times the example's schedulers race for the lead at its end
 RACES = 3
 #: real seconds a racing beat may wait for the others and take
 RACE_WAIT = 30.0
@@ -265,7 +264,7 @@ class SchedulesModel:
                 world = _World(ctx, opener, example, next(years))
                 try:
                     world.play(example["steps"])
-                    world.race_for_the_lead(opener)
+                    world.race_for_the_lead()
                 finally:  # a database shared by examples (PostgreSQL's run schema) keeps
                     world.remove()  # only this example's: every pass walks all schedules
 
@@ -327,10 +326,11 @@ class _World:
         self.checked: dict[str, float] = {}
         self.skipped: dict[str, set[float]] = {s.name: set() for s in self.schedules}
 
-    def race_for_the_lead(self, opener: Callable[[], Store]) -> None:
-        """T5 under true concurrency: once every lead lapsed, RACERS schedulers beat at
-        the same instant, each from its own thread and store handle; exactly one leads."""
-        held = [s for s in (opener() for _ in range(RACERS)) if isinstance(s, HoldsSchedules)]
+    def race_for_the_lead(self) -> None:
+        """T5 under true concurrency: once every lead lapsed, the example's schedulers
+        beat at the same instant, each from its own thread on its own store handle;
+        exactly one leads."""
+        held = [h.inner for h in self.handles if isinstance(h.inner, HoldsSchedules)]
         tag = uuid.uuid4().hex[:8]
         for race in range(RACES):
             self.clock.advance(LEAD_FOR + 1.0)  # every lead of the example lapsed

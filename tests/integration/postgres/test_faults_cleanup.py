@@ -168,3 +168,39 @@ def test_sigterm_while_a_pipeline_ends_is_sigterm_not_a_store_error(pg_url: str)
     finally:
         timer.cancel()
         conn.close()
+
+
+def test_the_machine_forgets_its_own_queue_and_nothing_else(pg_url: str) -> None:
+    # given: one schema with jobs, trails and prerequisites in two queues, some held
+    from adapters.postgres.testing import queue_forgetter
+    from fsm import Owner, open_store
+
+    store = open_store(f"{pg_url}?schema=forget")
+    engine = Engine(store)
+    mine = engine.submit("k", 1, queue="example")
+    engine.submit("k", 2, queue="example", after=[mine.id])
+    engine.claim(Owner(host="h", pid=1, incarnation="i"), ["example"], limit=1)
+    theirs = engine.submit("k", 3, queue="other")
+    engine.submit("k", 4, queue="other", after=[theirs.id])
+    forget = queue_forgetter(store)
+    assert forget is not None
+
+    # when: the example's queue is forgotten (the fault machine's clean-up)
+    forget("example")
+
+    # then: none of its jobs, audit entries or prerequisite rows is left; the other
+    # queue's are all there
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+        assert count("SELECT count(*) FROM forget.jobs WHERE queue = 'example'") == 0
+        assert count("SELECT count(*) FROM forget.jobs WHERE queue = 'other'") == 2
+        assert (
+            count(
+                "SELECT count(*) FROM forget.job_events e LEFT JOIN forget.jobs j "
+                "ON j.id = e.job_id WHERE j.id IS NULL"
+            )
+            == 0
+        )
+        assert count("SELECT count(*) FROM forget.job_deps") == 1
+    assert engine.get(theirs.id).queue == "other"
+    store.close()
