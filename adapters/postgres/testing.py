@@ -144,7 +144,7 @@ class PostgresQueueForgetter:
     def __call__(self, queue: str) -> None:
         s = self._schema
         mine = f"SELECT id FROM {s}.jobs WHERE queue = %s"
-        with self._store.connect("admin") as conn, conn.transaction():
+        with self._store.connection("forget a queue") as conn, conn.transaction():
             conn.execute(f"DELETE FROM {s}.job_events WHERE job_id IN ({mine})", (queue,))
             conn.execute(
                 f"DELETE FROM {s}.job_deps WHERE job_id IN ({mine}) OR after_id IN ({mine})",
