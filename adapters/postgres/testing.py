@@ -6,6 +6,8 @@ and `jobfsm.wait_faults` entry points."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,8 +69,9 @@ OUTAGE_MAX = 30.0
 class PostgresWaitFaults:
     """`fsm.testing.faults_waits.WaitFaults` for the listener of a store's final states
     (`adapters.postgres.waiting.FinalStates`). Made before the store's first `watch`, it
-    sees every connection the listener opens, and an outage kills only the one it
-    opened last (its own backend: never another's)."""
+    sees every connection the listener opens; an outage shuts the socket of the one it
+    opened last down, client side, as a network failure does (no server process is
+    ended: the server sees a client gone)."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
@@ -79,7 +82,7 @@ class PostgresWaitFaults:
         self._open.set()
         self._cond = threading.Condition()
         self._held = 0
-        self._pids: list[int] = []
+        self._conns: list[psycopg.Connection[Any]] = []
 
     def _gated(self) -> psycopg.Connection[Any]:
         """The listener's connect: held while an outage lasts (OUTAGE_MAX at most)."""
@@ -93,7 +96,7 @@ class PostgresWaitFaults:
                 self._held -= 1
         conn = self._connect()
         with self._cond:
-            self._pids.append(conn.info.backend_pid)
+            self._conns[:] = [conn]
         return conn
 
     def watchers(self, job_id: str) -> int:
@@ -103,16 +106,19 @@ class PostgresWaitFaults:
     def outage(self) -> Iterator[None]:
         # the listener up first: an outage right after another must kill the connection
         # it listens on now, not the one it lost
-        started = bool(self._pids)
+        started = bool(self._conns)
         if started and not self._hub.listening(OUTAGE_MAX):
             raise AssertionError(f"O0 the listener was not back within {OUTAGE_MAX:g}s")
         with self._cond:
-            pid = self._pids[-1] if started else None
+            listening = self._conns[-1] if started else None
         self._open.clear()
         try:
-            if pid is not None:  # no listener yet: its first connect is held instead
-                with self._store.connect("admin") as conn:
-                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            if listening is not None:  # no listener yet: its first connect is held instead
+                cut = socket.socket(fileno=os.dup(listening.fileno()))
+                try:
+                    cut.shutdown(socket.SHUT_RDWR)
+                finally:
+                    cut.close()
                 with self._cond:
                     if not self._cond.wait_for(lambda: self._held > 0, OUTAGE_MAX):
                         raise AssertionError(

@@ -18,8 +18,8 @@ to the instant, and a wait can only leave a pause early because its store woke i
 timeouts out of range), jobs made final (succeeded, failed, investigate, cancelled)
 or moved without becoming final (leased, running, retry_wait), the clock moving, and,
 on a store whose adapter offers it (`jobfsm.wait_faults` entry points), a listener
-outage: the listening connection is killed and its reconnect held while a job
-becomes final.
+outage: the listening connection breaks (its socket shut down) and its reconnect is
+held while a job becomes final.
 
 Promises, checked after every step once every wait has paused or ended:
 
@@ -91,7 +91,7 @@ class WaitFaults(Protocol):
         ...
 
     def outage(self) -> AbstractContextManager[None]:
-        """Kill the listening connection and hold its reconnect until the block ends;
+        """Break the listening connection and hold its reconnect until the block ends;
         entered once the listener has met the break and is reconnecting."""
         ...
 
