@@ -169,6 +169,11 @@ class PostgresStore(
         open: `await twin.open()` on the loop that uses it)."""
         return AsyncPostgresStore(self.target, self.fingerprint)
 
+    @property
+    def finals(self) -> FinalStates:
+        """The listener of final states behind `watch` (its own connection and thread)."""
+        return self._finals
+
     def watch(self, job_id: str, changed: Callable[[], None]) -> Callable[[], None]:
         """`fsm.ports.WatchesJobs`: wakes `Engine.wait` (adapters.postgres.waiting)."""
         return self._finals.watch(job_id, changed)

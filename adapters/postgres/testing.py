@@ -75,9 +75,9 @@ class PostgresWaitFaults:
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self._hub = store._finals
-        self._connect = self._hub._connect
-        self._hub._connect = self._gated
+        self._hub = store.finals
+        self._connect = self._hub.connect
+        self._hub.connect = self._gated
         self._open = threading.Event()
         self._open.set()
         self._cond = threading.Condition()

@@ -71,7 +71,8 @@ class FinalStates:
     def __init__(
         self, connect: Callable[[], psycopg.Connection[Any]], schema: str, channel: str
     ) -> None:
-        self._connect = connect
+        #: opens the listener's connection (a seam: the waits fault model holds it)
+        self.connect = connect
         self._schema = schema
         self.channel = channel
         self._lock = threading.Lock()
@@ -118,7 +119,7 @@ class FinalStates:
         while not self._closed.is_set():
             conn: psycopg.Connection[Any] | None = None
             try:
-                conn = self._connect()
+                conn = self.connect()
                 self._install(conn)
                 conn.execute(f'LISTEN "{self.channel}"')
                 self._ready.set()
@@ -194,7 +195,7 @@ class FinalStates:
             return
         if thread.is_alive():
             try:
-                with self._connect() as conn:
+                with self.connect() as conn:
                     conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
             except (psycopg.Error, TransientStoreError) as err:
                 log.debug("could not wake the final-state listener to stop it: %s", err)

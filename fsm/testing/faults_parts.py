@@ -39,6 +39,7 @@ WEIGHTS: Mapping[str, float] = {
     "transactions": 5.0,
     "payloads": 3.0,
     "pauses": 3.0,
+    "waits": 4.0,
 }
 DEFAULT_WEIGHT = 5.0
 

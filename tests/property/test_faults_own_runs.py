@@ -51,8 +51,9 @@ def reconcile_after_requeue(state: LateRules, *, mark: bool, commit: bool) -> No
 
 
 def test_the_machine_reaches_both_paths_and_production_holds() -> None:
-    # when the machine alone runs at the quick size on the memory store
-    report = run_faults("memory://", size="quick", models=[], machine=True)
+    # when the machine alone runs 40 examples of 40 steps on the memory store (the quick
+    # size's 15 of 25 reach an own sweep over held and ended runs only under some draws)
+    report = run_faults("memory://", size="quick", models=[], machine=True, examples=40, steps=40)
     # then own sweeps met held and ended runs, every reconciler call was checked, all held
     # (a later attempt after a requeue needs a parked job with an effect: the replays
     # below reach it; the default size reaches it dozens of times)
