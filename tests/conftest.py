@@ -178,7 +178,24 @@ def slow_path(item: pytest.Item) -> bool:
     return any(path.startswith(prefix) for prefix in SLOW_PATHS)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--issue-size",
+        action="store_true",
+        help="also run the cases marked `issue_size` (an issue's full size, beside the "
+        "smaller size every run keeps)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # an issue's full size (`issue_size`) runs on request only: each such test keeps a
+    # smaller case of the same behaviour in every run, CI's included (#38: the limits
+    # under kill -9 at 8 workers x 32 threads were 20 s of CPU of each full run)
+    if not config.getoption("--issue-size"):
+        kept = [item for item in items if item.get_closest_marker("issue_size") is None]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
     for item in items:
         if slow_path(item) and item.get_closest_marker("slow") is None:
             item.add_marker("slow")
