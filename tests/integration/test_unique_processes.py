@@ -31,17 +31,17 @@ url, n, rounds, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.
 engine = Engine(open_store(url))
 engine.store.get("warm-up")  # connected before the start
 print("ready", flush=True)
-sys.stdin.readline()  # the start: every submitter is ready
-seen = []
-for r in range(rounds):
-    order = [f"key-{(k * (1 + 2 * n) + n) % keys}" for k in range(keys)]
-    if n % 2:  # half the submitters send their keys as one batch
-        jobs = engine.submit_many([("race", {"n": n, "r": r}, {"unique": k}) for k in order])
-    else:
-        jobs = [engine.submit("race", {"n": n, "r": r}, unique=k) for k in order]
-    seen += [[j.unique_key, j.id] for j in jobs]
+while sys.stdin.readline() == "go\\n":  # a start: every submitter is ready
+    seen = []
+    for r in range(rounds):
+        order = [f"key-{(k * (1 + 2 * n) + n) % keys}" for k in range(keys)]
+        if n % 2:  # half the submitters send their keys as one batch
+            jobs = engine.submit_many([("race", {"n": n, "r": r}, {"unique": k}) for k in order])
+        else:
+            jobs = [engine.submit("race", {"n": n, "r": r}, unique=k) for k in order]
+        seen += [[j.unique_key, j.id] for j in jobs]
+    print(json.dumps(seen), flush=True)
 engine.store.close()
-print(json.dumps(seen))
 """
 
 
@@ -52,10 +52,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"{request.getfixturevalue('pg_url')}?pool_max=2"
 
 
-def _race(url: str, killed: set[int]) -> list[tuple[str, str]]:
-    """Run PROCESSES submitters at once (each connects, says ready, and waits for the
-    start); SIGKILL those in `killed` just after the start. Returns (key, job id) of
-    every submit the survivors saw."""
+def _submitters(url: str, numbers: range) -> list[subprocess.Popen[str]]:
+    """Submitter processes, each connected and ready for a start."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     children = [
         subprocess.Popen(
@@ -66,11 +64,18 @@ def _race(url: str, killed: set[int]) -> list[tuple[str, str]]:
             text=True,
             env=env,
         )
-        for n in range(PROCESSES)
+        for n in numbers
     ]
     for child in children:
         assert child.stdout is not None
         assert child.stdout.readline() == "ready\n"
+    return children
+
+
+def _race(children: list[subprocess.Popen[str]], killed: set[int]) -> list[tuple[str, str]]:
+    """Start every submitter at once (each is connected and waiting); SIGKILL those in
+    `killed` just after the start. Returns (key, job id) of every submit the survivors
+    saw; the survivors wait for the next start."""
     for child in children:
         assert child.stdin is not None
         child.stdin.write("go\n")
@@ -80,12 +85,23 @@ def _race(url: str, killed: set[int]) -> list[tuple[str, str]]:
         children[n].send_signal(signal.SIGKILL)
     seen: list[tuple[str, str]] = []
     for n, child in enumerate(children):
-        out, err = child.communicate(timeout=300)
-        if n in killed and child.returncode == -signal.SIGKILL:
-            continue  # killed mid-race (one that had already finished reports below)
-        assert child.returncode == 0, err[-2000:]
-        seen += [(key, job_id) for key, job_id in json.loads(out)]
+        if n in killed:  # killed mid-race (or waiting, its race done): its answers go unread
+            child.communicate(timeout=300)
+            continue
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if not line:
+            _out, err = child.communicate(timeout=300)
+            pytest.fail(f"submitter {n} exited {child.returncode}: {err[-2000:]}")
+        seen += [(key, job_id) for key, job_id in json.loads(line)]
     return seen
+
+
+def _end(children: list[subprocess.Popen[str]]) -> None:
+    """Let the waiting submitters exit (no further start); each must exit cleanly."""
+    for child in children:
+        _out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-2000:]
 
 
 def _live_by_key(engine: Engine) -> dict[str, list[Job]]:
@@ -107,9 +123,12 @@ def test_racing_processes_leave_exactly_one_live_job_per_key(url: str) -> None:
     # given a store, and no job yet
     store = open_store(url)
     engine = Engine(store)
+    killed = {3, 8, 13}
+    racers: list[subprocess.Popen[str]] = []
     try:
         # when 16 processes submit the same 64 keys at once, twice each, 3 of them killed
-        seen = _race(url, killed={3, 8, 13})
+        racers = _submitters(url, range(PROCESSES))
+        seen = _race(racers, killed)
 
         # then each key has exactly one job, and every submitter got that job back
         live = _live_by_key(engine)
@@ -122,7 +141,12 @@ def test_racing_processes_leave_exactly_one_live_job_per_key(url: str) -> None:
         # when every job finishes and the processes race again
         for jobs in live.values():
             engine.cancel(jobs[0].id, actor="test", reason="the next round")
-        seen = _race(url, killed=set())
+        # (the 13 survivors, connected since the first race, and 3 new processes in place
+        # of the killed ones: 16 again without starting 13 interpreters twice, #38)
+        survivors = [c for n, c in enumerate(racers) if n not in killed]
+        racers = survivors + _submitters(url, range(PROCESSES, PROCESSES + len(killed)))
+        seen = _race(racers, killed=set())
+        _end(racers)
 
         # then each key has exactly one new live job, and the finished ones stay
         live = _live_by_key(engine)
@@ -132,4 +156,8 @@ def test_racing_processes_leave_exactly_one_live_job_per_key(url: str) -> None:
         assert {(k, i) for k, i in seen} == {(k, jobs[0].id) for k, jobs in live.items()}
         assert len(_all_jobs(engine)) == 2 * KEYS
     finally:
+        for child in racers:  # a failed check leaves no submitter behind
+            if child.poll() is None:
+                child.kill()
+                child.communicate(timeout=60)
         store.close()
