@@ -274,7 +274,7 @@ def fresh_stores(url: str, notes: list[str] | None = None) -> Iterator[Callable[
         query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         schema = named_schema(url) or f"jobfsm_faults_{uuid.uuid4().hex[:8]}"
         session = {} if "options" in query else {"options": SCRATCH_PG_OPTIONS}
-        per_example = _with_query(url, schema=schema, pool_min="1", pool_max="4", **session)
+        per_example = _with_query(url, schema=schema, pool_max="4", **session)
         # once the run's first store migrated the schema, the next ones only check it
         # (no DDL and no migration lock per example: the schema is the same)
         checked = _with_query(per_example, migrate="false")
