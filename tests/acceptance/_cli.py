@@ -1,4 +1,6 @@
-"""Run the `jobfsm` CLI as a subprocess (`python -m fsm.cli`), as a user would."""
+"""Run the `jobfsm` CLI as a subprocess (`python -m fsm.cli`), as a user would, or in
+this process (`run_here`, `ok_here`, `ok_json_here`) where a test only reads what a
+command prints and stores."""
 
 from __future__ import annotations
 
@@ -39,6 +41,53 @@ def run_module(
 
 def run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return run_module("fsm.cli", *args, **kw)
+
+
+#: the program name click finds for `python -m fsm.cli` (it names it in usage errors)
+PROG_NAME = "python -m fsm.cli"
+
+
+def run_here(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`jobfsm args` in this process, through the console script's own edge
+    (`fsm.cli.root.run`: an error becomes one line and an exit status), with click's
+    CliRunner isolating stdin, stdout, stderr and the environment (this run's
+    JOBFSM_STORE unset, as for `run_cli`). The same command, output and exit status as a
+    launch, without its interpreter start and `import fsm` (about 0.27 s of CPU each, a
+    few hundred in the suite, #38); the tests of the entry point itself (a real
+    process: exit codes, signals, workers) keep `run_cli`."""
+    from click.testing import CliRunner
+
+    from fsm.cli import cli
+    from fsm.cli.root import run
+
+    code = 0
+    before = Path.cwd()
+    with CliRunner().isolation(env={"JOBFSM_STORE": None, **(env or {})}) as (out, err, _):
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            run(cli, list(args), prog_name=PROG_NAME)
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else int(done.code is not None)
+        finally:
+            os.chdir(before)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess([PROG_NAME, *args], code, stdout, stderr)
+
+
+def ok_here(*args: str, **kw: Any) -> str:
+    """`ok` in this process (`run_here`)."""
+    done = run_here(*args, **kw)
+    assert done.returncode == 0, f"jobfsm {' '.join(args)} -> {done.returncode}: {done.stderr}"
+    return done.stdout
+
+
+def ok_json_here(*args: str, **kw: Any) -> Any:
+    return json.loads(ok_here(*args, "--json", **kw))
 
 
 def ok(*args: str, **kw: Any) -> str:

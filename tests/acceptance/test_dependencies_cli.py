@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from ._cli import ok, ok_json, one_line_error, run_cli
+from ._cli import ok_here, ok_json_here, one_line_error, run_cli
 
 
 def test_submit_after_waits_and_inspect_shows_both_sides_of_the_dependency(
     sqlite_url: str,
 ) -> None:
     # given: a job, and a second one submitted to run after it
-    first = ok_json("submit", "extract", "--store", sqlite_url)["job"]
-    second = ok_json(
+    first = ok_json_here("submit", "extract", "--store", sqlite_url)["job"]
+    second = ok_json_here(
         "submit",
         "report",
         "--store",
@@ -24,9 +24,9 @@ def test_submit_after_waits_and_inspect_shows_both_sides_of_the_dependency(
     assert second["on_failed_dependency"] == "investigate"
 
     # when: each is inspected
-    waiter = ok_json("inspect", second["id"], "--store", sqlite_url)
-    awaited = ok_json("inspect", first["id"], "--store", sqlite_url)
-    text = ok("inspect", second["id"], "--store", sqlite_url)
+    waiter = ok_json_here("inspect", second["id"], "--store", sqlite_url)
+    awaited = ok_json_here("inspect", first["id"], "--store", sqlite_url)
+    text = ok_here("inspect", second["id"], "--store", sqlite_url)
 
     # then: the dependent lists its prerequisite, the prerequisite its dependent
     assert waiter["prerequisites"] == {first["id"]: "queued"}
@@ -39,9 +39,9 @@ def test_submit_after_waits_and_inspect_shows_both_sides_of_the_dependency(
 def test_submit_after_an_unknown_job_is_one_clear_line_and_stores_nothing(
     sqlite_url: str,
 ) -> None:
-    ok("migrate", sqlite_url)
+    ok_here("migrate", sqlite_url)
     done = run_cli("submit", "report", "--store", sqlite_url, "--after", "NO-SUCH-JOB")
     line = one_line_error(done)
     assert "NO-SUCH-JOB" in line
     assert "nothing was written" in line
-    assert ok_json("status", "--store", sqlite_url)["counts"] == {}
+    assert ok_json_here("status", "--store", sqlite_url)["counts"] == {}

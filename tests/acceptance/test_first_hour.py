@@ -15,7 +15,7 @@ import pytest
 from fsm import Engine, Owner
 from fsm.registry import open_store
 
-from ._cli import ROOT, ok, ok_json, one_line_error, run_cli, wait_for_state
+from ._cli import ROOT, ok_here, ok_json_here, one_line_error, run_cli, wait_for_state
 
 HOSTILE = "boom \x1b[2J\x1b[31mred\x1b[0m\nTraceback (most recent call last):\n  File x\nValueError"
 
@@ -72,9 +72,9 @@ def test_list_without_state_lists_every_state_and_tables_show_first_lines_escape
     sqlite_url: str,
 ) -> None:
     failed = _failed_job(sqlite_url, HOSTILE)
-    queued = ok_json("submit", "mail.send", "--store", sqlite_url)["job"]["id"]
+    queued = ok_json_here("submit", "mail.send", "--store", sqlite_url)["job"]["id"]
 
-    out = ok("list", "--store", sqlite_url)
+    out = ok_here("list", "--store", sqlite_url)
 
     assert failed in out
     assert queued in out
@@ -82,7 +82,7 @@ def test_list_without_state_lists_every_state_and_tables_show_first_lines_escape
     assert "boom \\x1b[2J\\x1b[31mred\\x1b[0m …" in out
     assert "Traceback" not in out  # only the first line of the error
     assert len(out.strip().splitlines()) == 4  # header, rule, two rows
-    assert [j["id"] for j in ok_json("list", "--state", "failed", "--store", sqlite_url)] == [
+    assert [j["id"] for j in ok_json_here("list", "--state", "failed", "--store", sqlite_url)] == [
         failed
     ]
 
@@ -92,7 +92,7 @@ def test_inspect_prints_payload_and_result_as_json_and_escapes_stored_text(
 ) -> None:
     job_id = _failed_job(sqlite_url, HOSTILE, payload={"to": "ada", "n": [1, None, True]})
 
-    out = ok("inspect", job_id, "--store", sqlite_url)
+    out = ok_here("inspect", job_id, "--store", sqlite_url)
 
     assert '{"n": [1, null, true], "to": "ada"}' in out
     assert "result: null" in out
@@ -104,19 +104,19 @@ def test_inspect_prints_payload_and_result_as_json_and_escapes_stored_text(
 
 
 def test_show_and_history_are_inspect(sqlite_url: str) -> None:
-    job_id = ok_json("submit", "k", "--store", sqlite_url)["job"]["id"]
+    job_id = ok_json_here("submit", "k", "--store", sqlite_url)["job"]["id"]
 
-    inspected = ok_json("inspect", job_id, "--store", sqlite_url)
+    inspected = ok_json_here("inspect", job_id, "--store", sqlite_url)
 
-    assert ok_json("show", job_id, "--store", sqlite_url) == inspected
-    assert ok_json("history", job_id, "--store", sqlite_url) == inspected
+    assert ok_json_here("show", job_id, "--store", sqlite_url) == inspected
+    assert ok_json_here("history", job_id, "--store", sqlite_url) == inspected
 
 
 @pytest.mark.parametrize(("option", "value"), [("--actor", ""), ("--reason", "  ")])
 def test_cancel_with_an_empty_actor_or_reason_is_refused(
     sqlite_url: str, option: str, value: str
 ) -> None:
-    job_id = ok_json("submit", "k", "--store", sqlite_url)["job"]["id"]
+    job_id = ok_json_here("submit", "k", "--store", sqlite_url)["job"]["id"]
     args = {"--actor": "ann", "--reason": "r", option: value}
 
     done = run_cli("cancel", job_id, *(x for kv in args.items() for x in kv), "--store", sqlite_url)
@@ -124,22 +124,22 @@ def test_cancel_with_an_empty_actor_or_reason_is_refused(
     line = one_line_error(done)
     assert done.returncode == 2
     assert f"'{option}': must not be empty" in line
-    assert ok_json("inspect", job_id, "--store", sqlite_url)["job"]["state"] == "queued"
+    assert ok_json_here("inspect", job_id, "--store", sqlite_url)["job"]["state"] == "queued"
 
 
 def test_bulk_cancel_by_filter_is_bounded_and_has_a_dry_run(sqlite_url: str) -> None:
     ids = [
-        ok_json("submit", "mail.send", "--queue", "mail", "--store", sqlite_url)["job"]["id"]
+        ok_json_here("submit", "mail.send", "--queue", "mail", "--store", sqlite_url)["job"]["id"]
         for _ in range(4)
     ]
-    other = ok_json("submit", "report.build", "--store", sqlite_url)["job"]["id"]
+    other = ok_json_here("submit", "report.build", "--store", sqlite_url)["job"]["id"]
     who = ("--actor", "ann", "--reason", "mail outage")
     select = ("--state", "queued", "--queue", "mail", "--limit", "3", "--store", sqlite_url)
 
-    dry = ok("cancel", *select, *who, "--dry-run")
-    after_dry = {j["id"]: j["state"] for j in ok_json("list", "--store", sqlite_url)}
-    done = ok("cancel", *select, *who)
-    after = {j["id"]: j["state"] for j in ok_json("list", "--store", sqlite_url)}
+    dry = ok_here("cancel", *select, *who, "--dry-run")
+    after_dry = {j["id"]: j["state"] for j in ok_json_here("list", "--store", sqlite_url)}
+    done = ok_here("cancel", *select, *who)
+    after = {j["id"]: j["state"] for j in ok_json_here("list", "--store", sqlite_url)}
 
     assert "dry run: would cancel 3 job(s)" in dry
     assert set(after_dry.values()) == {"queued"}
@@ -152,12 +152,14 @@ def test_bulk_requeue_names_the_jobs_it_cannot_change_and_exits_1(sqlite_url: st
     failed = _failed_job(sqlite_url, "permanent: bad address")
     who = ("--actor", "ann", "--reason", "address fixed")
 
-    requeued = ok("requeue", "--state", "failed", "--attempts", "2", *who, "--store", sqlite_url)
+    requeued = ok_here(
+        "requeue", "--state", "failed", "--attempts", "2", *who, "--store", sqlite_url
+    )
     again = run_cli("requeue", failed, "--attempts", "2", *who, "--store", sqlite_url)
     neither = run_cli("requeue", "--attempts", "2", *who, "--store", sqlite_url)
 
     assert "requeue: 1 changed, 0 refused, of 1 selected" in requeued
-    assert ok_json("inspect", failed, "--store", sqlite_url)["job"]["state"] == "queued"
+    assert ok_json_here("inspect", failed, "--store", sqlite_url)["job"]["state"] == "queued"
     assert again.returncode == 2
     assert neither.returncode == 2
     assert "give a JOB id, or --state" in neither.stderr
@@ -201,7 +203,7 @@ def test_a_worker_from_the_working_directory_serves_the_queues_its_handlers_name
         "def send(ctx):\n"
         "    return {'sent': ctx.payload['to']}\n"
     )
-    job = ok_json("submit", "mail.send", "--queue", "mail", "--payload", '{"to": "ada"}',
+    job = ok_json_here("submit", "mail.send", "--queue", "mail", "--payload", '{"to": "ada"}',
                   "--store", sqlite_url)["job"]  # fmt: skip
     script = Path(sys.executable).with_name("jobfsm")
     cmd = [str(script), "worker", "--app", "mysvc.jobs", "--store", sqlite_url]
@@ -264,7 +266,7 @@ def test_a_deeply_nested_payload_on_the_command_line_is_bad_input(tmp_path: Path
 
 
 def test_error_messages_quoting_input_escape_control_characters(sqlite_url: str) -> None:
-    ok("migrate", sqlite_url)
+    ok_here("migrate", sqlite_url)
 
     done = run_cli("inspect", "a\x1b[2Jb", "--store", sqlite_url)
 
@@ -280,8 +282,8 @@ def test_read_commands_on_a_mistyped_postgres_schema_create_nothing(pg_url: str)
     typo = f"{pg_url}?schema=jbos"
 
     done = run_cli("status", "--store", typo)
-    ok("migrate", f"{pg_url}?schema=jobs")
-    fine = ok("status", "--store", f"{pg_url}?schema=jobs")
+    ok_here("migrate", f"{pg_url}?schema=jobs")
+    fine = ok_here("status", "--store", f"{pg_url}?schema=jobs")
 
     assert done.returncode == 2
     assert "read-only commands neither create nor migrate a store" in one_line_error(done)

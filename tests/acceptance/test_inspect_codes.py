@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fsm import Engine, Owner, open_store
 
-from ._cli import ok, ok_json
+from ._cli import ok_here, ok_json_here
 
 WORKER = Owner(host="host-a", pid=4242, incarnation="inc-a")
 
@@ -20,8 +20,8 @@ def test_inspect_shows_reason_codes_and_the_marks_of_a_run(sqlite_url: str) -> N
     finally:
         engine.store.close()
 
-    out = ok("inspect", job.id, "--store", sqlite_url)
-    data = ok_json("inspect", job.id, "--store", sqlite_url)
+    out = ok_here("inspect", job.id, "--store", sqlite_url)
+    data = ok_json_here("inspect", job.id, "--store", sqlite_url)
 
     assert "code" in out.splitlines()[out.splitlines().index("audit trail") + 1]
     for code in ("submitted", "leased", "started", "mark", "permanent_error"):

@@ -9,7 +9,7 @@ import sys
 from fsm import Engine, KindPolicy, Owner, open_store
 from fsm.service.identity import current
 
-from ._cli import ok, ok_json
+from ._cli import ok_here, ok_json_here
 
 ACTOR = "ann.operator@example.com"
 
@@ -26,9 +26,9 @@ def _lost_and_requeued(url: str, *, requeue: bool = True) -> tuple[str, int]:
         engine.start(job.id, leased.fence)
     finally:
         engine.store.close()
-    ok("recover", "--store", url)
+    ok_here("recover", "--store", url)
     if requeue:
-        ok("requeue", job.id, "--attempts", "1", "--actor", ACTOR, "--reason", "not charged",
+        ok_here("requeue", job.id, "--attempts", "1", "--actor", ACTOR, "--reason", "not charged",
            "--store", url)  # fmt: skip
     return job.id, gone.pid
 
@@ -38,7 +38,7 @@ def test_inspect_at_200_columns_keeps_the_actor_and_shows_the_owner_text_once(
 ) -> None:
     job_id, pid = _lost_and_requeued(sqlite_url)
     # when the job is inspected through a pipe (drawn 200 wide)
-    out = ok("inspect", job_id, "--store", sqlite_url)
+    out = ok_here("inspect", job_id, "--store", sqlite_url)
     lines = out.splitlines()
     # then the table fits, the actor is whole and every version number is there
     trail = lines[lines.index("audit trail") :]
@@ -57,7 +57,7 @@ def test_inspect_at_200_columns_keeps_the_actor_and_shows_the_owner_text_once(
 def test_inspect_says_at_which_stage_the_last_error_happened(sqlite_url: str) -> None:
     job_id, pid = _lost_and_requeued(sqlite_url, requeue=False)
 
-    out = ok("inspect", job_id, "--store", sqlite_url)
+    out = ok_here("inspect", job_id, "--store", sqlite_url)
 
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("last_error:")]
     assert f"pid {pid} is gone on this host" in line
@@ -67,7 +67,7 @@ def test_inspect_says_at_which_stage_the_last_error_happened(sqlite_url: str) ->
 def test_inspect_json_carries_each_entrys_stage(sqlite_url: str) -> None:
     job_id, _ = _lost_and_requeued(sqlite_url)
 
-    history = ok_json("inspect", job_id, "--store", sqlite_url)["history"]
+    history = ok_json_here("inspect", job_id, "--store", sqlite_url)["history"]
 
     assert [(e["event"], e["stage"]) for e in history] == [
         ("submit", None),

@@ -9,7 +9,7 @@ import sys
 from fsm import Engine, FakeClock, KindPolicy, Owner, open_store
 from fsm.service.identity import current
 
-from ._cli import ok, ok_json
+from ._cli import ok_here, ok_json_here
 
 
 def _submitted(url: str, specs: list[tuple[str, str]]) -> list[str]:
@@ -32,9 +32,9 @@ def test_repeated_kind_and_queue_options_all_apply(sqlite_url: str) -> None:
         sqlite_url, [("mail", "a"), ("sms", "b"), ("push", "c"), ("mail", "c")]
     )
     # when the list asks for two kinds, then for two queues
-    kinds = ok_json("list", "--kind", "mail", "--kind", "sms", "--store", sqlite_url)
-    queues = ok_json("list", "--queue", "a", "--queue", "c", "--store", sqlite_url)
-    both = ok_json("list", "--kind", "mail", "--queue", "c", "--store", sqlite_url)
+    kinds = ok_json_here("list", "--kind", "mail", "--kind", "sms", "--store", sqlite_url)
+    queues = ok_json_here("list", "--queue", "a", "--queue", "c", "--store", sqlite_url)
+    both = ok_json_here("list", "--kind", "mail", "--queue", "c", "--store", sqlite_url)
     # then every value given applies (not only the last one)
     assert {j["id"] for j in kinds} == {mail, sms, other}
     assert {j["id"] for j in queues} == {mail, push, other}
@@ -44,9 +44,9 @@ def test_repeated_kind_and_queue_options_all_apply(sqlite_url: str) -> None:
 def test_list_is_newest_first_unless_asked_for_the_old_order(sqlite_url: str) -> None:
     ids = _submitted(sqlite_url, [("k", "default")] * 3)
 
-    newest = ok_json("list", "--store", sqlite_url)
-    oldest = ok_json("list", "--oldest-first", "--store", sqlite_url)
-    capped = ok_json("list", "--limit", "2", "--store", sqlite_url)
+    newest = ok_json_here("list", "--store", sqlite_url)
+    oldest = ok_json_here("list", "--oldest-first", "--store", sqlite_url)
+    capped = ok_json_here("list", "--limit", "2", "--store", sqlite_url)
 
     assert [j["id"] for j in newest] == ids[::-1]
     assert [j["id"] for j in oldest] == ids
@@ -64,13 +64,13 @@ def test_the_error_column_shows_what_happened_before_the_owner_id(sqlite_url: st
         dead = Owner(host=current().host, pid=gone.pid, incarnation="exited")
         (leased,) = engine.claim(dead, ids=[job.id])
         engine.start(job.id, leased.fence)
-        ok("recover", "--store", sqlite_url)
+        ok_here("recover", "--store", sqlite_url)
         stored = engine.get(job.id).last_error or ""
     finally:
         engine.store.close()
     assert stored.startswith("owner ")
     # when it is listed
-    out = ok("list", "--store", sqlite_url)
+    out = ok_here("list", "--store", sqlite_url)
     # then its row says why first, with the owner id in its short form after it
     (row,) = [line for line in out.splitlines() if line.startswith(job.id)]
     assert f"pid {gone.pid} is gone on this host (owner " in row

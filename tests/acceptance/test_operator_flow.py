@@ -17,13 +17,13 @@ from typing import IO
 
 import pytest
 
-from ._cli import ok, ok_json, one_line_error, run_cli, wait_for_state
+from ._cli import ok_here, ok_json_here, one_line_error, run_cli, wait_for_state
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
-    ok("migrate", url)
+    ok_here("migrate", url)
     return url
 
 
@@ -72,7 +72,7 @@ def test_killed_retry_unsafe_job_is_parked_then_resolved_once_with_actor_and_rea
 ) -> None:
     # given a retry-unsafe job running on a worker process
     payload = json.dumps({"ledger": str(tmp_path / "effects"), "ms": 5000, "cents": 500})
-    job = ok_json(
+    job = ok_json_here(
         "submit", "demo.charge", "--payload", payload, "--not-retry-safe", "--store", store
     )
     job_id = job["job"]["id"]
@@ -87,14 +87,14 @@ def test_killed_retry_unsafe_job_is_parked_then_resolved_once_with_actor_and_rea
 
     # then the job is parked in investigate, not silently rerun
     wait_for_state(store, job_id, {"investigate"})
-    parked = ok_json("inspect", job_id, "--store", store)
+    parked = ok_json_here("inspect", job_id, "--store", store)
     assert parked["job"]["attempt"] == 1
     assert parked["history"][-1]["event"] == "expire"
-    listed = ok_json("list", "--state", "investigate", "--store", store)
+    listed = ok_json_here("list", "--state", "investigate", "--store", store)
     assert [j["id"] for j in listed] == [job_id]
 
     # when an operator resolves it
-    out = ok(
+    out = ok_here(
         "resolve",
         job_id,
         "--outcome",
@@ -109,13 +109,13 @@ def test_killed_retry_unsafe_job_is_parked_then_resolved_once_with_actor_and_rea
     assert "investigate -> failed" in out
 
     # then inspect shows who and why
-    after = ok_json("inspect", job_id, "--store", store)
+    after = ok_json_here("inspect", job_id, "--store", store)
     assert after["job"]["state"] == "failed"
     last = after["history"][-1]
     assert (last["event"], last["actor"], last["reason"]) == ("resolve", "ann", "no charge found")
 
     # and the same resolve again changes nothing and says so
-    again = ok(
+    again = ok_here(
         "resolve",
         job_id,
         "--outcome",
@@ -128,17 +128,19 @@ def test_killed_retry_unsafe_job_is_parked_then_resolved_once_with_actor_and_rea
         store,
     )
     assert "already failed; nothing changed" in again
-    assert len(ok_json("inspect", job_id, "--store", store)["history"]) == len(after["history"])
+    assert len(ok_json_here("inspect", job_id, "--store", store)["history"]) == len(
+        after["history"]
+    )
 
 
 def test_cancel_twice_is_idempotent_and_requeue_needs_an_explicit_budget(store: str) -> None:
-    job_id = ok_json("submit", "report.build", "--store", store)["job"]["id"]
+    job_id = ok_json_here("submit", "report.build", "--store", store)["job"]["id"]
     args = ("--actor", "bob", "--reason", "duplicate order", "--store", store)
 
-    first = ok("cancel", job_id, *args)
-    second = ok("cancel", job_id, *args)
+    first = ok_here("cancel", job_id, *args)
+    second = ok_here("cancel", job_id, *args)
     missing_budget = run_cli("requeue", job_id, *args)
-    requeued = ok("requeue", job_id, "--attempts", "2", *args)
+    requeued = ok_here("requeue", job_id, "--attempts", "2", *args)
     refused = run_cli("requeue", job_id, "--attempts", "2", *args)
 
     assert "queued -> cancelled" in first
@@ -147,13 +149,13 @@ def test_cancel_twice_is_idempotent_and_requeue_needs_an_explicit_budget(store: 
     assert missing_budget.returncode == 2
     assert "cancelled -> queued" in requeued
     assert "'requeue' is not allowed in state 'queued'" in one_line_error(refused)
-    trail = ok_json("inspect", job_id, "--store", store)["history"]
+    trail = ok_json_here("inspect", job_id, "--store", store)["history"]
     assert [e["event"] for e in trail] == ["submit", "cancel", "requeue"]
     assert trail[2]["data"]["attempts"] == 2
 
 
 def test_read_commands_print_json(store: str) -> None:
-    submitted = ok_json(
+    submitted = ok_json_here(
         "submit",
         "report.build",
         "--payload",
@@ -165,11 +167,13 @@ def test_read_commands_print_json(store: str) -> None:
         "--store",
         store,
     )
-    again = ok_json("submit", "report.build", "--idempotency-key", "report:1", "--store", store)
+    again = ok_json_here(
+        "submit", "report.build", "--idempotency-key", "report:1", "--store", store
+    )
 
-    status = ok_json("status", "--store", store)
-    listed = ok_json("list", "--state", "queued", "--queue", "reports", "--store", store)
-    inspected = ok_json("inspect", submitted["job"]["id"], "--store", store)
+    status = ok_json_here("status", "--store", store)
+    listed = ok_json_here("list", "--state", "queued", "--queue", "reports", "--store", store)
+    inspected = ok_json_here("inspect", submitted["job"]["id"], "--store", store)
 
     assert submitted["existing"] is False
     assert again["existing"] is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fsm import Engine, Owner, open_store
 from fsm.service.progress import envelope
 
-from ._cli import ok, ok_json
+from ._cli import ok_here, ok_json_here
 
 
 def test_inspect_shows_the_latest_progress_with_its_attempt(sqlite_url: str) -> None:
@@ -24,9 +24,9 @@ def test_inspect_shows_the_latest_progress_with_its_attempt(sqlite_url: str) -> 
         store.close()
 
     # when
-    text = ok("inspect", job.id, "--store", sqlite_url)
-    data = ok_json("inspect", job.id, "--store", sqlite_url)
-    none = ok_json("inspect", waiting.id, "--store", sqlite_url)
+    text = ok_here("inspect", job.id, "--store", sqlite_url)
+    data = ok_json_here("inspect", job.id, "--store", sqlite_url)
+    none = ok_json_here("inspect", waiting.id, "--store", sqlite_url)
 
     # then
     line = '{"done": 40, "of": 100} (attempt 1, 2026-01-01 00:00:00.000Z)'

@@ -9,19 +9,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ._cli import ok, ok_json, one_line_error, run_cli
+from ._cli import ok_here, ok_json_here, one_line_error, run_cli
 
 WHO = ("--actor", "ada", "--reason", "nightly report for ops")
 
 
 def test_a_schedule_is_added_listed_paused_resumed_and_removed(sqlite_url: str) -> None:
-    out = ok(
+    out = ok_here(
         *("schedules", "add", "nightly", "--kind", "report.build", "--cron", "30 2 * * *"),
         *("--timezone", "Europe/Berlin", "--payload", '{"r": 1}', "--store", sqlite_url, *WHO),
     )
     assert "cron 30 2 * * * (Europe/Berlin)" in out
 
-    (listed,) = ok_json("schedules", "list", "--store", sqlite_url)
+    (listed,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert listed["name"] == "nightly"
     assert listed["origin"] == "cli"
     assert listed["paused"] is False
@@ -31,20 +31,24 @@ def test_a_schedule_is_added_listed_paused_resumed_and_removed(sqlite_url: str) 
         "02:30",
         "03:00",  # the spring-forward day
     )
-    table = ok("schedules", "list", "--store", sqlite_url)
+    table = ok_here("schedules", "list", "--store", sqlite_url)
     assert "nightly" in table
     assert "next tick (UTC)" in table
 
-    ok("schedules", "pause", "nightly", "--store", sqlite_url, "--actor", "bob", "--reason", "db")
-    (paused,) = ok_json("schedules", "list", "--store", sqlite_url)
+    ok_here(
+        "schedules", "pause", "nightly", "--store", sqlite_url, "--actor", "bob", "--reason", "db"
+    )
+    (paused,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert paused["paused"] is True
     assert paused["next_tick"] is None
-    ok("schedules", "resume", "nightly", "--store", sqlite_url, *WHO)
-    ok("schedules", "remove", "nightly", "--store", sqlite_url, "--actor", "ada", "--reason", "old")
-    assert ok_json("schedules", "list", "--store", sqlite_url) == []
+    ok_here("schedules", "resume", "nightly", "--store", sqlite_url, *WHO)
+    ok_here(
+        "schedules", "remove", "nightly", "--store", sqlite_url, "--actor", "ada", "--reason", "old"
+    )
+    assert ok_json_here("schedules", "list", "--store", sqlite_url) == []
 
     # then the trail shows every change, newest first, after the schedule is gone
-    trail = ok_json("schedules", "history", "nightly", "--store", sqlite_url)
+    trail = ok_json_here("schedules", "history", "nightly", "--store", sqlite_url)
     assert [(c["action"], c["actor"], c["reason"]) for c in trail] == [
         ("removed", "ada", "old"),
         ("resumed", "ada", "nightly report for ops"),
@@ -52,7 +56,7 @@ def test_a_schedule_is_added_listed_paused_resumed_and_removed(sqlite_url: str) 
         ("added", "ada", "nightly report for ops"),
     ]
     assert trail[-1]["definition"]["cron"] == "30 2 * * *"
-    table = ok("schedules", "history", "--store", sqlite_url)
+    table = ok_here("schedules", "history", "--store", sqlite_url)
     assert "removed" in table
     assert "bob" in table
 
@@ -61,7 +65,7 @@ def test_a_schedule_is_added_listed_paused_resumed_and_removed(sqlite_url: str) 
 def test_a_change_without_actor_or_reason_is_refused_and_changes_nothing(
     sqlite_url: str, command: str
 ) -> None:
-    ok("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
+    ok_here("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
     args = ["--kind", "k", "--every", "5"] if command == "add" else []
     name = "new" if command == "add" else "keep"
 
@@ -74,9 +78,9 @@ def test_a_change_without_actor_or_reason_is_refused_and_changes_nothing(
     assert no_actor.returncode == blank.returncode == 2
     assert "--actor" in one_line_error(no_actor)
     assert "--reason" in one_line_error(blank)
-    (kept,) = ok_json("schedules", "list", "--store", sqlite_url)
+    (kept,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert (kept["name"], kept["paused"]) == ("keep", False)
-    assert len(ok_json("schedules", "history", "--store", sqlite_url)) == 1
+    assert len(ok_json_here("schedules", "history", "--store", sqlite_url)) == 1
 
 
 @pytest.mark.parametrize(
@@ -101,14 +105,14 @@ def test_a_change_without_actor_or_reason_is_refused_and_changes_nothing(
 def test_bad_input_is_one_line_and_stores_nothing(
     sqlite_url: str, args: list[str], message: str
 ) -> None:
-    ok("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
+    ok_here("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
 
     done = run_cli("schedules", "add", "bad", "--kind", "k", *args, "--store", sqlite_url, *WHO)
 
     assert done.returncode == 2
     assert message in one_line_error(done)
-    assert [s["name"] for s in ok_json("schedules", "list", "--store", sqlite_url)] == ["keep"]
-    assert len(ok_json("schedules", "history", "--store", sqlite_url)) == 1
+    assert [s["name"] for s in ok_json_here("schedules", "list", "--store", sqlite_url)] == ["keep"]
+    assert len(ok_json_here("schedules", "history", "--store", sqlite_url)) == 1
 
 
 def test_a_subsecond_interval_is_allowed_when_asked_for_with_a_warning(sqlite_url: str) -> None:
@@ -118,13 +122,13 @@ def test_a_subsecond_interval_is_allowed_when_asked_for_with_a_warning(sqlite_ur
     )
     assert done.returncode == 0, done.stderr
     assert "under the 1 s floor" in done.stderr
-    (listed,) = ok_json("schedules", "list", "--store", sqlite_url)
+    (listed,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert listed["definition"]["every"] == 0.25
     assert listed["definition"]["subsecond"] is True
 
 
 def test_a_bad_name_a_taken_name_and_an_unknown_name_are_refused(sqlite_url: str) -> None:
-    ok("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
+    ok_here("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
     bad = run_cli(
         "schedules", "add", "no spaces", "--kind", "k", "--every", "1", "--store", sqlite_url, *WHO
     )
@@ -135,34 +139,36 @@ def test_a_bad_name_a_taken_name_and_an_unknown_name_are_refused(sqlite_url: str
     assert "exists" in one_line_error(taken)
     gone = run_cli("schedules", "pause", "nope", "--store", sqlite_url, *WHO)
     assert "no schedule named 'nope'" in one_line_error(gone)
-    (kept,) = ok_json("schedules", "list", "--store", sqlite_url)
+    (kept,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert kept["definition"]["every"] == 60.0
-    assert [c["action"] for c in ok_json("schedules", "history", "--store", sqlite_url)] == [
+    assert [c["action"] for c in ok_json_here("schedules", "history", "--store", sqlite_url)] == [
         "added"
     ]
 
 
 def test_trigger_submits_the_tick_now_audited_once_per_instant(sqlite_url: str) -> None:
     # given a paused schedule whose next tick is a day away
-    ok(
+    ok_here(
         *("schedules", "add", "report", "--kind", "report.build", "--every", "86400"),
         *("--payload", '{"r": 2}', "--queue", "reports", "--store", sqlite_url, *WHO),
     )
-    ok("schedules", "pause", "report", "--store", sqlite_url, "--actor", "bob", "--reason", "db")
+    ok_here(
+        "schedules", "pause", "report", "--store", sqlite_url, "--actor", "bob", "--reason", "db"
+    )
 
     # when an operator triggers it
-    out = ok_json(
+    out = ok_json_here(
         *("schedules", "trigger", "report", "--store", sqlite_url),
         *("--actor", "carol", "--reason", "rerun after the fix"),
     )
 
     # then its job is submitted now, with the schedule's kind, payload and queue
     assert (out["name"], out["kind"], out["state"]) == ("report", "report.build", "queued")
-    (job,) = ok_json("list", "--store", sqlite_url)
+    (job,) = ok_json_here("list", "--store", sqlite_url)
     assert (job["id"], job["kind"], job["queue"]) == (out["job"], "report.build", "reports")
     assert job["payload"] == {"r": 2}
     # and the trigger is in the schedule's trail, naming who, why and the job
-    newest = ok_json("schedules", "history", "report", "--store", sqlite_url)[0]
+    newest = ok_json_here("schedules", "history", "report", "--store", sqlite_url)[0]
     assert (newest["action"], newest["actor"], newest["reason"]) == (
         "triggered",
         "carol",
@@ -170,12 +176,12 @@ def test_trigger_submits_the_tick_now_audited_once_per_instant(sqlite_url: str) 
     )
     assert newest["definition"] == {"job": out["job"]}
     # and the schedule stays paused, its ticks unmoved
-    (listed,) = ok_json("schedules", "list", "--store", sqlite_url)
+    (listed,) = ok_json_here("schedules", "list", "--store", sqlite_url)
     assert (listed["paused"], listed["last_tick"]) == (True, None)
 
 
 def test_trigger_needs_actor_reason_and_a_known_schedule(sqlite_url: str) -> None:
-    ok("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
+    ok_here("schedules", "add", "keep", "--kind", "k", "--every", "60", "--store", sqlite_url, *WHO)
 
     no_actor = run_cli("schedules", "trigger", "keep", "--reason", "r", "--store", sqlite_url)
     unknown = run_cli("schedules", "trigger", "nope", "--store", sqlite_url, *WHO)
@@ -183,7 +189,7 @@ def test_trigger_needs_actor_reason_and_a_known_schedule(sqlite_url: str) -> Non
     assert no_actor.returncode == unknown.returncode == 2
     assert "--actor" in one_line_error(no_actor)
     assert "no schedule named 'nope'" in one_line_error(unknown)
-    assert ok_json("list", "--store", sqlite_url) == []
-    assert [c["action"] for c in ok_json("schedules", "history", "--store", sqlite_url)] == [
+    assert ok_json_here("list", "--store", sqlite_url) == []
+    assert [c["action"] for c in ok_json_here("schedules", "history", "--store", sqlite_url)] == [
         "added"
     ]
