@@ -14,7 +14,7 @@ from fsm import open_store
 from fsm.payloads import from_data, to_data
 from tests.integration.worker.typed_app import Email
 
-from ._cli import ROOT, ok, ok_json, one_line_error, run_cli
+from ._cli import ROOT, ok_here, ok_json_here, one_line_error, run_cli
 
 APP = ("--app", "tests.integration.worker.typed_app")
 BAD_INPUT = 2
@@ -53,7 +53,7 @@ def _payload(url: str, job_id: str) -> object:
 def test_a_payload_that_does_not_fit_the_kinds_type_is_refused_and_not_stored(
     sqlite_url: str, payload: object, named: str
 ) -> None:
-    ok("migrate", sqlite_url)
+    ok_here("migrate", sqlite_url)
     done = run_cli(
         *("submit", "email.send", "--payload", json.dumps(payload)),
         *("--store", sqlite_url, *APP),
@@ -63,16 +63,16 @@ def test_a_payload_that_does_not_fit_the_kinds_type_is_refused_and_not_stored(
     line = one_line_error(done)
     assert "payload of 'email.send' does not fit Email" in line
     assert named in line
-    assert ok_json("status", "--store", sqlite_url)["counts"] == {}
+    assert ok_json_here("status", "--store", sqlite_url)["counts"] == {}
 
 
 def test_submit_with_app_stores_the_typed_serialization_and_without_it_stores_as_given(
     url: str,
 ) -> None:
-    ok("migrate", url)
+    ok_here("migrate", url)
     given = {"to": "a@example.com", "subject": "hi", "at": "2026-01-02T03:04:05+00:00"}
     # when a payload that fits is submitted with --app
-    job = ok_json(
+    job = ok_json_here(
         "submit", "email.send", "--payload", json.dumps(given), "--store", url, *APP, cwd=ROOT
     )
     # then it is stored as the type serializes it: its defaults filled in
@@ -86,17 +86,17 @@ def test_submit_with_app_stores_the_typed_serialization_and_without_it_stores_as
     )
     assert done.returncode == BAD_INPUT
     assert "field 'to'" in one_line_error(done)
-    assert sum(ok_json("status", "--store", url)["counts"]["default"].values()) == 1
+    assert sum(ok_json_here("status", "--store", url)["counts"]["default"].values()) == 1
     # without --app the same bad payload is stored unchecked, as before
-    unchecked = ok_json("submit", "email.send", "--payload", json.dumps(bad), "--store", url)
+    unchecked = ok_json_here("submit", "email.send", "--payload", json.dumps(bad), "--store", url)
     assert _payload(url, unchecked["job"]["id"]) == bad
 
 
 def test_an_app_without_a_handler_for_the_kind_is_refused_by_name(sqlite_url: str) -> None:
-    ok("migrate", sqlite_url)
+    ok_here("migrate", sqlite_url)
     done = run_cli("submit", "email.sned", "--store", sqlite_url, *APP, cwd=ROOT)
     assert done.returncode == BAD_INPUT
     line = one_line_error(done)
     assert "has no handler for kind 'email.sned'" in line
     assert "email.send" in line
-    assert ok_json("status", "--store", sqlite_url)["counts"] == {}
+    assert ok_json_here("status", "--store", sqlite_url)["counts"] == {}
