@@ -204,7 +204,7 @@ def test_a_worker_from_the_working_directory_serves_the_queues_its_handlers_name
         "    return {'sent': ctx.payload['to']}\n"
     )
     job = ok_json_here("submit", "mail.send", "--queue", "mail", "--payload", '{"to": "ada"}',
-                  "--store", sqlite_url)["job"]  # fmt: skip
+                       "--store", sqlite_url)["job"]  # fmt: skip
     script = Path(sys.executable).with_name("jobfsm")
     cmd = [str(script), "worker", "--app", "mysvc.jobs", "--store", sqlite_url]
     cmd += ["--poll-interval", "0.1", "--log-format", "json"]

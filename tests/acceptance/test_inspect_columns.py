@@ -29,7 +29,7 @@ def _lost_and_requeued(url: str, *, requeue: bool = True) -> tuple[str, int]:
     ok_here("recover", "--store", url)
     if requeue:
         ok_here("requeue", job.id, "--attempts", "1", "--actor", ACTOR, "--reason", "not charged",
-           "--store", url)  # fmt: skip
+                "--store", url)  # fmt: skip
     return job.id, gone.pid
 
 
