@@ -1898,6 +1898,8 @@ class FaultMachine(RuleBasedStateMachine):
                 self._forget_queue()
             finally:
                 self.store.close()
+            if self.stats.progress is not None:
+                self.stats.progress(self.stats)
 
     def _forget_queue(self) -> None:
         """On a database the run's examples share (PostgreSQL's run schema), delete this
@@ -1908,8 +1910,6 @@ class FaultMachine(RuleBasedStateMachine):
         forget: Callable[[str], None] | None = offered(QUEUE_FORGETTERS, self.real)
         if forget is not None:
             forget(self.queue)
-            if self.stats.progress is not None:
-                self.stats.progress(self.stats)
 
     def _settle(self) -> None:
         self.store.disarm()

@@ -183,3 +183,22 @@ def test_a_derandomized_profile_draws_no_seed() -> None:
     # then no seed is drawn or named
     assert done.returncode == 0, done.stderr
     assert "drawn" not in done.stderr
+
+
+def test_run_faults_reports_progress_after_each_example_of_the_machine() -> None:
+    # given a progress callback (the command's bar) and a machine-only run on the
+    # memory store, a store that has no queue of the run's to clean up
+    seen: list[int] = []
+    # when the run ends
+    report = run_faults(
+        "memory://",
+        examples=4,
+        steps=5,
+        models=(),
+        progress=lambda stats: seen.append(stats.examples),
+    )
+    # then the callback was told after every example the machine ran, in order
+    assert report.ok, report.failure
+    assert report.examples >= 1
+    assert len(seen) == report.examples
+    assert seen == sorted(seen)
