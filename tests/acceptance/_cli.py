@@ -81,9 +81,7 @@ def run_here(
 
 def ok_here(*args: str, **kw: Any) -> str:
     """`ok` in this process (`run_here`)."""
-    done = run_here(*args, **kw)
-    assert done.returncode == 0, f"jobfsm {' '.join(args)} -> {done.returncode}: {done.stderr}"
-    return done.stdout
+    return _stdout(run_here(*args, **kw), args)
 
 
 def ok_json_here(*args: str, **kw: Any) -> Any:
@@ -92,7 +90,11 @@ def ok_json_here(*args: str, **kw: Any) -> Any:
 
 def ok(*args: str, **kw: Any) -> str:
     """Run and return stdout; fail with the command's stderr when it exits non-zero."""
-    done = run_cli(*args, **kw)
+    return _stdout(run_cli(*args, **kw), args)
+
+
+def _stdout(done: subprocess.CompletedProcess[str], args: tuple[str, ...]) -> str:
+    """What a call of `jobfsm args` printed; fails with its stderr unless it exited 0."""
     assert done.returncode == 0, f"jobfsm {' '.join(args)} -> {done.returncode}: {done.stderr}"
     return done.stdout
 
