@@ -31,7 +31,7 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import attrs
@@ -265,18 +265,28 @@ class Identity:
     # --- the held-run registry -----------------------------------------------------
 
     def hold(self, job_id: str, fence: int) -> None:
+        self.hold_many([(job_id, fence)])
+
+    def hold_many(self, runs: Iterable[RunKey]) -> None:
+        """`hold` each of `runs` (job id, fence), under one take of the lock."""
         with self._lock:
-            self._held.add((job_id, fence))
-            self._abandoned.pop((job_id, fence), None)
+            for run in runs:
+                self._held.add(run)
+                self._abandoned.pop(run, None)
 
     def drop(self, job_id: str, fence: int, *, abandoned: str | None = None) -> None:
         """Forget one run; with `abandoned`, the reason recovery will record."""
+        self.drop_many([(job_id, fence)], abandoned=abandoned)
+
+    def drop_many(self, runs: Iterable[RunKey], *, abandoned: str | None = None) -> None:
+        """`drop` each of `runs` (job id, fence), under one take of the lock."""
         with self._lock:
-            self._held.discard((job_id, fence))
-            if abandoned is not None:
-                self._abandoned[(job_id, fence)] = abandoned
-                while len(self._abandoned) > MAX_ABANDONED:
-                    del self._abandoned[next(iter(self._abandoned))]
+            for run in runs:
+                self._held.discard(run)
+                if abandoned is not None:
+                    self._abandoned[run] = abandoned
+            while len(self._abandoned) > MAX_ABANDONED:
+                del self._abandoned[next(iter(self._abandoned))]
 
     def held(self) -> frozenset[RunKey]:
         with self._lock:

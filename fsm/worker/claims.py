@@ -178,8 +178,7 @@ class Claims:
                 jobs += s.engine.claim(
                     owner, s.queues, limit=left, kinds=kinds, start=start, caps=caps
                 )
-            for job in jobs:
-                s.identity.hold(job.id, job.fence)
+            s.identity.hold_many([(job.id, job.fence) for job in jobs])
         return jobs
 
     def _caps(self, claimed: list[Job] | None = None) -> dict[str, int] | None:

@@ -114,7 +114,9 @@ class Reporter:
         runs: list[Run] = []
         for run, outcome in batch:
             observers.on_attempt(run.job, outcome.status, outcome.error, outcome.seconds)
-            if not s.runs.start_reporting(run):
+        kept = s.runs.start_reporting_many([run for run, _ in batch])
+        for (run, outcome), keep in zip(batch, kept, strict=True):
+            if not keep:
                 log.info(
                     "job %s: %s result discarded (%s)",
                     run.job.id,
@@ -140,21 +142,25 @@ class Reporter:
             return s.engine.report_many(reports)
 
         results = s.with_retries("report", write)
-        if results is None:
-            for run in runs:  # the store stayed away: the leases lapse, recovery decides
-                s.runs.finish(run, abandoned="the result could not be reported")
+        if results is None:  # the store stayed away: the leases lapse, recovery decides
+            s.runs.finish_many(runs, abandoned="the result could not be reported")
             return
         cancelled: list[Run] = []
+        done: list[Run] = []
         for run, result in zip(runs, results, strict=True):
+            if isinstance(result, Job):
+                done.append(run)
+                continue
             if self._cancelled_meanwhile(result):
                 cancelled.append(run)
                 continue
             if isinstance(result, LeaseLost):
                 log.info("job %s: report discarded: %s", run.job.id, result)
                 observers.on_lease_lost(run.job.kind)
-            elif not isinstance(result, Job):
+            else:
                 log.warning("job %s: report failed: %s", run.job.id, result)
-            s.runs.finish(run)
+            done.append(run)
+        s.runs.finish_many(done)
         if cancelled:
             self._acknowledge(cancelled)
 

@@ -11,25 +11,58 @@ recovery sweep's verdicts, which never judge a run this process still holds.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from ..handling.attempt import Context, Marker
 from ..records import Job
 from ..service.identity import Identity, RunKey
 from .handlers import HandlerSpec
 
+#: guards the first build of a token's condition (`Token._condition`)
+_BUILDING = threading.Lock()
+
 
 class Token(threading.Event):
-    """A `threading.Event` built at a third of the cost: a worker makes two per run.
+    """A `threading.Event` whose condition is built by the first `set`, `clear` or `wait`.
 
-    `threading.Event()` builds `Condition(Lock())`, whose constructor raises and
-    catches three AttributeErrors (a plain lock has no `_release_save`,
-    `_acquire_restore`, `_is_owned`); a condition over a reentrant lock finds them.
-    Everything else (`set`, `clear`, `wait`, `is_set`, re-init after fork) is Event's.
+    A worker makes two per run (`cancelled`, `lease_lost`), and most runs end without
+    either being set or waited on. `threading.Event()` builds `Condition(Lock())` at
+    once: a lock, a condition, its waiters' deque and five bound methods, a dozen
+    objects for the collector to scan, and three AttributeErrors raised and caught
+    (a plain lock has no `_release_save`, `_acquire_restore`, `_is_owned`). Here the
+    flag alone is set up; the condition (over a reentrant lock, which has them) is
+    made under one module lock when first needed, so every change of the flag and
+    every wait still happens under it as in `Event`, and `is_set` reads the flag.
     """
 
     def __init__(self) -> None:  # Event.__init__ is skipped on purpose (see above)
-        self._cond = threading.Condition(threading.RLock())
         self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _BUILDING:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.RLock())
+        return cond
+
+    def set(self) -> None:
+        self._condition()
+        super().set()
+
+    def clear(self) -> None:
+        self._condition()
+        super().clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._condition()
+        return super().wait(timeout)
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
 
 
 class Run:
@@ -43,6 +76,7 @@ class Run:
         "ended",
         "hard",
         "job",
+        "key",
         "lease_lost",
         "lost",
         "progress_saved",
@@ -52,6 +86,8 @@ class Run:
 
     def __init__(self, job: Job, spec: HandlerSpec | None, marker: Marker | None = None) -> None:
         self.job = job
+        #: (job id, fence): which run of the job this is (a run's job never changes)
+        self.key: RunKey = (job.id, job.fence)
         self.spec = spec
         self.cancelled = Token()
         self.lease_lost = Token()
@@ -64,10 +100,6 @@ class Run:
         self.ended = False  # its handler returned: the outcome waits for its report
         self.reporting = False
         self.progress_saved = 0  # the ctx.progress_seq last stored with the job
-
-    @property
-    def key(self) -> RunKey:
-        return (self.job.id, self.job.fence)
 
 
 class Runs:
@@ -101,23 +133,30 @@ class Runs:
 
     def finish(self, run: Run, *, abandoned: str | None = None) -> None:
         """Forget `run` (idempotent) and tell the identity it no longer holds it."""
+        self.finish_many((run,), abandoned=abandoned)
+
+    def finish_many(self, runs: Sequence[Run], *, abandoned: str | None = None) -> None:
+        """`finish` for each of `runs`, under one take of each lock (a report batch)."""
+        if not runs:
+            return
         with self._lock:
-            if self._runs.get(run.key) is run:
-                del self._runs[run.key]
-                self._counted(run, -1)
-        self.identity.drop(run.job.id, run.job.fence, abandoned=abandoned)
+            table = self._runs
+            for run in runs:
+                if table.get(run.key) is run:
+                    del table[run.key]
+                    self._running -= not run.ended
+                    self._unreported -= not run.reporting
+        self.identity.drop_many([run.key for run in runs], abandoned=abandoned)
         self._free()
 
     def end(self, run: Run) -> None:
         """`run`'s handler returned (its outcome is queued for the reporter): its slot
         is free for the next claim while the report is written."""
         with self._lock:
-            held = self._runs.get(run.key) is run
-            if held:
-                self._counted(run, -1)
-            run.ended = True
-            if held:
-                self._counted(run, +1)
+            if not run.ended:
+                run.ended = True
+                if self._runs.get(run.key) is run:
+                    self._running -= 1
         self._free()
 
     def _free(self) -> None:
@@ -129,15 +168,20 @@ class Runs:
 
     def start_reporting(self, run: Run) -> bool:
         """Mark `run` as being reported; False if its result must be discarded."""
+        return self.start_reporting_many((run,))[0]
+
+    def start_reporting_many(self, runs: Sequence[Run]) -> list[bool]:
+        """`start_reporting` for each of `runs`, under one take of the lock."""
+        out: list[bool] = []
         with self._lock:
-            discard = run.lost or run.dropped is not None
-            held = self._runs.get(run.key) is run
-            if held:
-                self._counted(run, -1)
-            run.reporting = not discard
-            if held:
-                self._counted(run, +1)
-        return not discard
+            table = self._runs
+            for run in runs:
+                report = not run.lost and run.dropped is None
+                if report != run.reporting and table.get(run.key) is run:
+                    self._unreported -= 1 if report else -1
+                run.reporting = report
+                out.append(report)
+        return out
 
     def is_reporting(self, run: Run) -> bool:
         with self._lock:

@@ -40,6 +40,8 @@ def save_progress(s: Shared, runs: Iterable[Run], *, retried: bool = False) -> i
     items: dict[str, tuple[int, str]] = {}
     taken: dict[str, tuple[Run, int]] = {}
     for run in runs:
+        if run.ctx.progress_seq == run.progress_saved:
+            continue  # nothing new (the count only grows): no lock taken for most runs
         seq, text, at = run.ctx.latest_progress()
         if text is None or seq == run.progress_saved:
             continue
