@@ -45,12 +45,24 @@ class MissingTracing(MissingExtra):
     """opentelemetry-api is not installed (the `tracing` extra)."""
 
 
+#: `opentelemetry.trace` once imported, or the ImportError that said it is missing: the
+#: worker asks `recording()` once per attempt, and an import statement each time cost
+#: about a third of it (a missing package: a search of the import path each time)
+_API: Any = None
+
+
 def _trace() -> Any:
-    try:
-        from opentelemetry import trace
-    except ImportError as err:
-        raise MissingTracing("OpenTelemetry spans (opentelemetry-api)", "tracing") from err
-    return trace
+    global _API  # the one cache of this module, set once
+    if _API is None:
+        try:
+            from opentelemetry import trace
+
+            _API = trace
+        except ImportError as err:
+            _API = err
+    if isinstance(_API, ImportError):
+        raise MissingTracing("OpenTelemetry spans (opentelemetry-api)", "tracing") from _API
+    return _API
 
 
 def available() -> bool:
