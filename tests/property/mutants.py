@@ -630,11 +630,9 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/worker/claims.py",
         (
             (
-                "            for job in jobs:\n"
-                "                s.identity.hold(job.id, job.fence)\n"
+                "            s.identity.hold_many([(job.id, job.fence) for job in jobs])\n"
                 "        return jobs\n",
-                "        for job in jobs:\n"
-                "            s.identity.hold(job.id, job.fence)\n"
+                "        s.identity.hold_many([(job.id, job.fence) for job in jobs])\n"
                 "        return jobs\n",
             ),
         ),
@@ -675,9 +673,7 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/worker/reports.py",
         (
             (
-                "            for run in runs:  # the store stayed away: the leases lapse, "
-                "recovery decides\n"
-                "                s.runs.finish(run, abandoned="
+                "            s.runs.finish_many(runs, abandoned="
                 '"the result could not be reported")\n',
                 "",
             ),
@@ -901,8 +897,8 @@ PATCHES: tuple[Patch, ...] = (
         "fsm/service/identity.py",
         (
             (
-                "            self._held.discard((job_id, fence))\n",
-                "            self._held = {k for k in self._held if k[0] != job_id}\n",
+                "                self._held.discard(run)\n",
+                "                self._held = {k for k in self._held if k[0] != run[0]}\n",
             ),
         ),
         ("memory",),
