@@ -28,6 +28,8 @@ runs everything else after `pip install -e '.[dev]'`.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -178,6 +180,83 @@ def slow_path(item: pytest.Item) -> bool:
     return any(path.startswith(prefix) for prefix in SLOW_PATHS)
 
 
+#: the longest tests, with their wall-clock seconds in a full run beside another job's
+#: benchmarks on the 2-core machine (#38; every case of a parametrized test counts):
+#: `--dist loadgroup` hands out single tests in collection order, so these are collected
+#: first, longest first, and start on the first free workers. Collected late, as in file
+#: order, the exhaustive CI scope started 16 minutes into a run and ended it alone. Only
+#: the order changes; a test missing here runs as before, after these.
+LONG_FIRST: dict[tuple[str, str], float] = {
+    # each case of the production mutants: 10-25 s, 57 of them
+    ("test_mutants", "test_jobfsm_faults_at_default_size_kills_a_production_mutant"): 20,
+    ("test_lowest_bounds", "test_jobfsm_works_with_every_dependency_at_its_lower_bound"): 386,
+    ("test_exhaustive", "test_the_ci_scope_is_explored_within_its_budget"): 302,
+    ("test_faults_postgres", "test_invariants_hold_under_faults"): 169,
+    ("test_faults_memory", "test_invariants_hold_under_faults"): 128,
+    (
+        "test_fault_models",
+        "test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached",
+    ): 109,
+    (
+        "test_readme_install",
+        "test_readme_install_in_a_fresh_venv_has_no_peers_or_dev_tools_and_runs_the_demo",
+    ): 92,
+    ("test_faults_parallel", "test_a_run_in_two_processes_reports_every_part_as_one_run"): 81,
+    (
+        "test_faults_cli",
+        "test_jobfsm_faults_exits_0_and_summarizes_faults_and_checks_when_all_hold",
+    ): 75,
+    ("test_postgres_stateful", "test_postgres_agrees_with_the_memory_store_after_every_step"): 67,
+    (
+        "test_bench_dashboard",
+        "test_the_dashboard_benchmark_requests_every_page_at_a_small_size",
+    ): 60,
+    ("test_faults_memory", "test_fault_models_hold"): 59,
+    (
+        "test_control_browser",
+        "test_a_bulk_requeue_of_1000_failed_jobs_audits_1000_entries_as_the_operator",
+    ): 59,
+    ("test_first_hour", "test_faults_reports_a_truthful_step_count"): 56,
+    (
+        "test_mutants",
+        "test_the_mutant_set_holds_at_least_25_patches_and_each_applies_to_the_tree",
+    ): 52,
+    ("test_fault_models", "test_each_fault_model_holds_on_postgres"): 48,
+    ("test_unique_processes", "test_racing_processes_leave_exactly_one_live_job_per_key"): 47,
+    ("test_faults_cli", "test_jobfsm_faults_writes_its_report_as_json"): 45,
+    ("test_sqlite_stateful", "test_sqlite_agrees_with_the_memory_store_after_every_step"): 41,
+    (
+        "test_faults_schedules",
+        "test_a_held_pass_meets_a_whole_pass_of_another_leading_scheduler",
+    ): 40,
+    ("test_faults_cli", "test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs"): 40,
+    (
+        "test_retention_processes",
+        "test_three_workers_prune_one_at_a_time_within_bounds_across_kill_and_stop",
+    ): 38,
+    (
+        "test_browser_workers",
+        "test_a_killed_workers_recovery_is_listed_under_it_on_the_workers_page",
+    ): 38,
+    (
+        "test_fault_models",
+        "test_the_commits_model_breaks_connections_before_and_after_commit_on_both_paths",
+    ): 37,
+    (
+        "test_control_browser",
+        "test_schedules_page_lists_disables_and_triggers_through_the_service",
+    ): 36,
+    (
+        "test_faults_parallel",
+        "test_children_end_with_a_killed_parent_and_remove_their_scratch_files",
+    ): 35,
+    (
+        "test_browser_dependencies",
+        "test_a_waiting_job_says_what_it_waits_for_and_a_prerequisite_lists_its_dependents",
+    ): 35,
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--issue-size",
@@ -210,8 +289,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
     # the tests that hold the broker alone go first in their group, at the start of the
     # run, while the other RabbitMQ tests are short: one waiting behind the group's long
-    # tests (a quick benchmark run, 100 s) would hold every other one back meanwhile
-    items.sort(key=lambda item: item.get_closest_marker("broker_settings") is None)
+    # tests (a quick benchmark run, 100 s) would hold every other one back meanwhile;
+    # then the known long tests, longest first (LONG_FIRST), and the rest as collected
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("broker_settings") is None,
+            -LONG_FIRST.get((item.path.stem, getattr(item, "originalname", item.name)), 0),
+        )
+    )
 
 
 class LoadGroupShim:
@@ -249,8 +334,75 @@ class LoadGroupShim:
             item._id = NodeId.parse(item.nodeid + suffix)
 
 
+#: the folders whose modules the suite's processes import (compiled once by `warm_bytecode`)
+SOURCE_DIRS = ("fsm", "adapters", "benchmarks", "examples", "tests")
+
+
+def warm_bytecode(config: pytest.Config) -> None:
+    """Compile, once and before any xdist worker starts, what every worker would compile.
+
+    In a fresh clone there is no bytecode yet: each of the six workers compiled the
+    modules of fsm/, adapters/ and the rest, and pytest's assertion rewriting compiled
+    every test module again, all at the same time (about 7 s of CPU per worker on the
+    2-core machine, #38). Here the controller writes them once: `compileall` for the
+    plain modules, and for the test modules under this run's paths pytest's rewrite
+    (`rewrite_asserts`) in the cache file its import hook reads, in the format it writes
+    (PEP 552, checked hash). A file already fresh is left as it is; a file the hook
+    cannot use (another pytest's format) is rewritten by each worker as before, so the
+    worst a change of pytest costs is this head start, never a stale test.
+    """
+    import compileall
+    import importlib.util
+    import marshal
+    import re
+
+    from _pytest.assertion import rewrite
+
+    root = config.rootpath
+    test_file = re.compile(r"(^|/)(test_[^/]*|conftest)\.py$")
+    for name in SOURCE_DIRS:
+        if (root / name).is_dir():
+            compileall.compile_dir(root / name, quiet=2, workers=2, rx=test_file)
+    if config.getoption("assertmode") != "rewrite":
+        return
+    for path in _test_modules(config):
+        source = path.read_bytes()
+        header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00"
+        header += importlib.util.source_hash(source)[:8]
+        pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
+        with contextlib.suppress(OSError), pyc.open("rb") as old:
+            if old.read(16) == header:
+                continue
+        tree = ast.parse(source, filename=str(path))
+        rewrite.rewrite_asserts(tree, source, str(path), config)
+        code = compile(tree, str(path), "exec", dont_inherit=True)
+        pyc.parent.mkdir(exist_ok=True)
+        partial = pyc.with_name(f"{pyc.name}.{os.getpid()}")
+        partial.write_bytes(header + marshal.dumps(code))
+        partial.replace(pyc)  # atomic: a worker reads the old file or the whole new one
+
+
+def _test_modules(config: pytest.Config) -> list[Path]:
+    """The test modules and conftests under this run's paths (or testpaths)."""
+    found: set[Path] = set()
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        path = path if path.is_absolute() else config.invocation_params.dir / path
+        if path.is_file() and path.suffix == ".py":
+            found.add(path.resolve())
+        elif path.is_dir():
+            for pattern in ("test_*.py", "conftest.py"):
+                found.update(
+                    p.resolve() for p in path.rglob(pattern) if "__pycache__" not in p.parts
+                )
+    return sorted(found)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(LoadGroupShim(), "jobfsm-loadgroup-shim")
+    numprocesses = getattr(config.option, "numprocesses", None)
+    if numprocesses and not hasattr(config, "workerinput"):  # the xdist controller
+        warm_bytecode(config)
 
 
 @pytest.fixture
