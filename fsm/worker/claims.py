@@ -62,6 +62,41 @@ def start_args(spec: HandlerSpec, engine: Engine) -> dict[str, Any]:
     return {"kind_policy": policy}
 
 
+class Launched:
+    """One launched attempt's calls: its `ctx.mark` (a fenced `mark` event), running its
+    handler, and handing its outcome to the reporter.
+
+    One object with methods instead of a closure each: a worker launches one per job,
+    and three closures were eleven objects (functions and their cells) for the
+    collector to scan while the attempt is in flight."""
+
+    __slots__ = ("job", "limit", "run", "shared")
+
+    def __init__(self, shared: Shared, job: Job) -> None:
+        self.shared = shared
+        self.job = job
+        self.run: Run  # set by the launch, once the run is made
+        self.limit = shared.engine.policy.limits.max_payload_bytes
+
+    def mark(self, label: str, external_id: str | None) -> None:
+        job = self.job
+        self.shared.engine.mark(job.id, job.fence, label, external_id)
+
+    def call(self) -> Outcome:
+        run = self.run
+        spec = run.spec
+        assert spec is not None
+        return run_attempt(spec.fn, run.ctx, self.limit, asynchronous=spec.asynchronous)
+
+    async def acall(self) -> Outcome:
+        run = self.run
+        assert run.spec is not None
+        return await run_attempt_async(run.spec.fn, run.ctx, self.limit)
+
+    def done(self, _attempt: Attempt, outcome: Outcome) -> None:
+        self.shared.settle(self.run, outcome)
+
+
 class Claims:
     """Claims and launches jobs while the worker runs."""
 
@@ -250,14 +285,15 @@ class Claims:
         run: Run | None = None
         try:
             spec = s.handlers.get(job.kind)
-            run = Run(job, spec, self._marker(job))
+            launched = Launched(s, job)
+            run = launched.run = Run(job, spec, launched.mark)
             s.runs.add(run)
             if spec is None:
                 known = ", ".join(sorted(s.handlers)) or "none"
                 error = f"no handler for kind {job.kind!r} on this worker (it handles: {known})"
                 s.settle(run, Outcome(status="permanent", error=error))
                 return
-            self._submit(run)
+            self._submit(launched, spec)
         except ExecutorFull:
             assert run is not None
             s.runs.finish(run)
@@ -271,35 +307,26 @@ class Claims:
             error = clean_text(f"could not launch the attempt: {type(err).__name__}: {err}")
             s.settle(run, Outcome(status="failed", error=error))
 
-    def _marker(self, job: Job) -> Callable[[str, str | None], None]:
-        """How the attempt's `ctx.mark` reaches the store: a fenced `mark` event."""
-        engine = self.s.engine
-
-        def mark(label: str, external_id: str | None) -> None:
-            engine.mark(job.id, job.fence, label, external_id)
-
-        return mark
-
-    def _submit(self, run: Run) -> None:
+    def _submit(self, launched: Launched, spec: HandlerSpec) -> None:
         s = self.s
         assert s.executor is not None
-        assert run.spec is not None
+        run = launched.run
         limits = s.engine.policy.limits
-        limit = limits.max_payload_bytes
-        fn, ctx, asynchronous = run.spec.fn, run.ctx, run.spec.asynchronous
+        limit = launched.limit
+        ctx = run.ctx
         ctx.progress_limit = limit
         attempt = Attempt(
             job=run.job,
             timeout=float(run.job.timeout or limits.attempt_timeout),
-            target=run.spec.target,
-            run=lambda: run_attempt(fn, ctx, limit, asynchronous=asynchronous),
+            target=spec.target,
+            run=launched.call,
             cancelled=run.cancelled,
             result_limit=limit,
-            arun=(lambda: run_attempt_async(fn, ctx, limit)) if run.spec.asynchronous else None,
+            arun=launched.acall if spec.asynchronous else None,
             progress=ctx.progress_from,
             mark=ctx.marker,
         )
-        s.executor.submit(attempt, lambda _a, outcome: s.settle(run, outcome))
+        s.executor.submit(attempt, launched.done)
 
     def release(self, jobs: list[Job]) -> None:
         """Give back leased, unstarted jobs (bounded tries; recovery covers the rest)."""
