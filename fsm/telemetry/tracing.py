@@ -80,11 +80,12 @@ def recording(provider: TracerProvider | None = None) -> bool:
     skips the span it would make for each attempt)."""
     if provider is not None:
         return True
-    if not available():
+    try:
+        trace = _trace()  # asked once per attempt by the worker: one look, one call
+    except MissingTracing:
         return False
-    trace = _trace()
     current = trace.get_tracer_provider()
-    return not isinstance(current, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return not isinstance(current, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def tracer(provider: TracerProvider | None = None) -> Tracer:
