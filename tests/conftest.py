@@ -180,80 +180,77 @@ def slow_path(item: pytest.Item) -> bool:
     return any(path.startswith(prefix) for prefix in SLOW_PATHS)
 
 
-#: the longest tests, with their wall-clock seconds in a full run beside another job's
-#: benchmarks on the 2-core machine (#38; every case of a parametrized test counts):
+#: the longest tests, each with its wall-clock seconds per case (the mean of two full runs
+#: in fresh clones beside another job's benchmarks on the 2-core machine, load 8-15, #38):
 #: `--dist loadgroup` hands out single tests in collection order, so these are collected
-#: first, longest first, and start on the first free workers. Collected late, as in file
-#: order, the exhaustive CI scope started 16 minutes into a run and ended it alone. Only
-#: the order changes; a test missing here runs as before, after these.
+#: first, longest first, and start on the first free workers. Collected in file order,
+#: the exhaustive CI scope started 16 minutes into a run, and the coverage run on three
+#: stores, once the others were first, 19 minutes into one and ended it 80 s after the
+#: other workers. Only the order changes; a test missing here runs after these, as before.
 LONG_FIRST: dict[tuple[str, str], float] = {
-    # each case of the production mutants: 10-25 s, 57 of them
-    ("test_mutants", "test_jobfsm_faults_at_default_size_kills_a_production_mutant"): 20,
-    ("test_lowest_bounds", "test_jobfsm_works_with_every_dependency_at_its_lower_bound"): 386,
-    ("test_exhaustive", "test_the_ci_scope_is_explored_within_its_budget"): 302,
-    ("test_faults_postgres", "test_invariants_hold_under_faults"): 169,
-    ("test_faults_memory", "test_invariants_hold_under_faults"): 128,
     (
-        "test_fault_models",
-        "test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached",
-    ): 109,
+        "test_fault_coverage",
+        "test_the_quick_suite_on_every_store_keeps_every_module_at_its_bound",
+    ): 391,
+    ("test_lowest_bounds", "test_jobfsm_works_with_every_dependency_at_its_lower_bound"): 322,
+    ("test_exhaustive", "test_the_ci_scope_is_explored_within_its_budget"): 302,
+    ("test_faults_postgres", "test_invariants_hold_under_faults"): 174,
+    (
+        "test_exhaustive",
+        "test_the_tiny_scope_on_sqlite_reaches_the_states_it_reaches_on_memory",
+    ): 147,
+    ("test_faults_sqlite", "test_invariants_hold_under_faults"): 128,
+    ("test_faults_memory", "test_invariants_hold_under_faults"): 121,
+    ("test_faults_postgres_async", "test_invariants_hold_with_the_async_engine_under_faults"): 118,
+    ("test_faults_postgres", "test_fault_models_hold"): 107,
     (
         "test_readme_install",
         "test_readme_install_in_a_fresh_venv_has_no_peers_or_dev_tools_and_runs_the_demo",
-    ): 92,
-    ("test_faults_parallel", "test_a_run_in_two_processes_reports_every_part_as_one_run"): 81,
+    ): 95,
+    ("test_faults_parallel", "test_a_run_in_two_processes_reports_every_part_as_one_run"): 71,
+    (
+        "test_fault_models",
+        "test_the_report_counts_checks_per_promise_and_the_spec_pairs_reached",
+    ): 68,
     (
         "test_faults_cli",
         "test_jobfsm_faults_exits_0_and_summarizes_faults_and_checks_when_all_hold",
-    ): 75,
-    ("test_postgres_stateful", "test_postgres_agrees_with_the_memory_store_after_every_step"): 67,
+    ): 61,
+    ("test_rabbitmq_faults", "test_jobfsm_faults_runs_the_delivery_model_against_the_broker"): 61,
+    ("test_postgres_stateful", "test_postgres_agrees_with_the_memory_store_after_every_step"): 61,
+    ("test_faults_sqlite", "test_fault_models_hold"): 55,
+    ("test_faults_memory", "test_fault_models_hold"): 51,
+    ("test_first_hour", "test_faults_reports_a_truthful_step_count"): 48,
     (
         "test_bench_dashboard",
         "test_the_dashboard_benchmark_requests_every_page_at_a_small_size",
-    ): 60,
-    ("test_faults_memory", "test_fault_models_hold"): 59,
+    ): 46,
     (
         "test_control_browser",
         "test_a_bulk_requeue_of_1000_failed_jobs_audits_1000_entries_as_the_operator",
-    ): 59,
-    ("test_first_hour", "test_faults_reports_a_truthful_step_count"): 56,
-    (
-        "test_mutants",
-        "test_the_mutant_set_holds_at_least_25_patches_and_each_applies_to_the_tree",
-    ): 52,
-    ("test_fault_models", "test_each_fault_model_holds_on_postgres"): 48,
-    ("test_unique_processes", "test_racing_processes_leave_exactly_one_live_job_per_key"): 47,
-    ("test_faults_cli", "test_jobfsm_faults_writes_its_report_as_json"): 45,
-    ("test_sqlite_stateful", "test_sqlite_agrees_with_the_memory_store_after_every_step"): 41,
-    (
-        "test_faults_schedules",
-        "test_a_held_pass_meets_a_whole_pass_of_another_leading_scheduler",
     ): 40,
-    ("test_faults_cli", "test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs"): 40,
-    (
-        "test_retention_processes",
-        "test_three_workers_prune_one_at_a_time_within_bounds_across_kill_and_stop",
-    ): 38,
-    (
-        "test_browser_workers",
-        "test_a_killed_workers_recovery_is_listed_under_it_on_the_workers_page",
-    ): 38,
     (
         "test_fault_models",
         "test_the_commits_model_breaks_connections_before_and_after_commit_on_both_paths",
-    ): 37,
+    ): 39,
+    ("test_unique_processes", "test_racing_processes_leave_exactly_one_live_job_per_key"): 37,
+    ("test_faults_cli", "test_jobfsm_faults_writes_its_report_as_json"): 35,
+    ("test_faults_cli", "test_jobfsm_faults_is_quiet_by_default_and_verbose_shows_the_logs"): 35,
+    ("test_sqlite_stateful", "test_sqlite_agrees_with_the_memory_store_after_every_step"): 35,
     (
-        "test_control_browser",
-        "test_schedules_page_lists_disables_and_triggers_through_the_service",
-    ): 36,
+        "test_faults_schedules",
+        "test_a_held_pass_meets_a_whole_pass_of_another_leading_scheduler",
+    ): 34,
     (
         "test_faults_parallel",
         "test_children_end_with_a_killed_parent_and_remove_their_scratch_files",
-    ): 35,
+    ): 34,
     (
-        "test_browser_dependencies",
-        "test_a_waiting_job_says_what_it_waits_for_and_a_prerequisite_lists_its_dependents",
-    ): 35,
+        "test_retention_processes",
+        "test_three_workers_prune_one_at_a_time_within_bounds_across_kill_and_stop",
+    ): 34,
+    # each of its 57 cases (10-25 s)
+    ("test_mutants", "test_jobfsm_faults_at_default_size_kills_a_production_mutant"): 20,
 }
 
 
